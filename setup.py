@@ -1,0 +1,62 @@
+"""vilib_ros: ament_python package that is also pip-installable."""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = "vilib_ros"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*"]),
+    package_data={package_name: ["kernels/*.cu", "kernels/*.cuh"]},
+    include_package_data=True,
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
+        ("share/" + package_name, ["package.xml"]),
+        ("share/" + package_name + "/launch", glob("launch/*.launch.py")),
+        ("share/" + package_name + "/config", glob("config/*.yaml") + glob("config/*.rviz")),
+    ],
+    python_requires=">=3.10",
+    install_requires=[
+        "numpy>=1.24",
+        "opencv-python-headless>=4.8",
+        "pyyaml>=6",
+        "tqdm>=4.60",
+        "rosbags>=0.10",
+        "matplotlib>=3.6",
+    ],
+    extras_require={
+        # CuPy built for CUDA 12 (Jetson JetPack 6, most desktops). For other CUDA
+        # versions install the matching wheel instead, e.g. `pip install cupy-cuda13x`.
+        "gpu": ["cupy-cuda12x>=13"],
+        # Real rclpy over Fast DDS plus the message packages, from PyPI (x86_64 only).
+        # On a Jetson or any machine with a system ROS 2, source it and skip this extra.
+        "ros": [
+            "ros-jazzy-rclpy[fastrtps]",
+            "ros-jazzy-std-msgs",
+            "ros-jazzy-sensor-msgs",
+            "ros-jazzy-nav-msgs",
+            "ros-jazzy-geometry-msgs",
+            "ros-jazzy-visualization-msgs",
+            "ros-jazzy-diagnostic-msgs",
+        ],
+        # Visual-inertial backend and trajectory evaluation.
+        "backend": ["gtsam>=4.3", "evo>=1.20"],
+        "test": ["pytest>=7", "scikit-image>=0.21"],
+    },
+    zip_safe=False,
+    maintainer="vilib_ros maintainers",
+    maintainer_email="maintainers@vilib-ros.dev",
+    description="GPU-accelerated VIO frontend (FAST, grid NMS, pyramidal LK) for ROS 2",
+    license="BSD-3-Clause",
+    entry_points={
+        "console_scripts": [
+            "vilib-ros = vilib_ros.cli:main",
+            "frontend_node = vilib_ros.nodes.frontend_node:main",
+            "backend_node = vilib_ros.nodes.backend_node:main",
+            "player_node = vilib_ros.nodes.player_node:main",
+            "recorder_node = vilib_ros.nodes.recorder_node:main",
+        ],
+    },
+)

@@ -1,0 +1,5 @@
+import sys
+
+from vilib_ros.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Benchmark commands (scripts, never timed asserts)."""
