@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every GPU check in one call, on a machine with a CUDA device:
+#   1. the GPU tests (pytest -m gpu), launches checked, outputs poisoned;
+#   2. the detector benchmark (95 real EuRoC frames, OpenCV FAST in the same run);
+#   3. the tracker / frontend benchmark (OpenCV LK in the same run).
+# Usage: bash bench/run_gpu.sh [tests|bench|all] ; results go to $OUT (default bench/out).
+# The EuRoC frames are read from $VILIB_ROS_EUROC (default .data/euroc_v101_head).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export VILIB_ROS_EUROC=${VILIB_ROS_EUROC:-.data/euroc_v101_head}
+rc=0
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c "import cupy, numpy, cv2; print('cupy', cupy.__version__, 'numpy', numpy.__version__, 'opencv', cv2.__version__)"; } 2>&1 | tee "$OUT/device.txt"
+if [[ $what == tests || $what == all ]]; then
+  python3 -m pytest -m gpu -q -p no:cacheprovider test 2>&1 | tee "$OUT/gpu_tests.log"
+  rc=${PIPESTATUS[0]}
+fi
+if [[ $what == bench || $what == all ]]; then
+  python3 -m vilib_ros bench --out "$OUT" 2>&1 | tee "$OUT/bench_detector.log" || rc=1
+  if python3 -c "import vilib_ros.bench.tracker" 2>/dev/null; then
+    python3 -m vilib_ros bench-tracker --out "$OUT" 2>&1 | tee "$OUT/bench_tracker.log" || rc=1
+  fi
+fi
+exit $rc
