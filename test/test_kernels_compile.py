@@ -1,0 +1,29 @@
+"""Every kernel source compiles with nvcc for the Jetson Orin (sm_87) and Hopper (sm_90)."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+KERNELS = sorted((Path(__file__).resolve().parents[1] / "vilib_ros" / "kernels").glob("*.cu"))
+VARIANTS = {"fast.cu": [[f"-DFAST_N={n}", f"-DFAST_SCORE={s}"] for n in (9, 12) for s in (0, 1, 2)],
+            "nms.cu": [[f"-DNMS_R={r}"] for r in (1, 2, 3, 4)]}
+
+pytestmark = pytest.mark.nvcc
+
+
+def test_kernel_sources_found():
+    assert {"pyramid.cu", "fast.cu", "nms.cu"} <= {k.name for k in KERNELS}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+class TestNvccCompile:
+    @pytest.mark.parametrize("arch", ["sm_87", "sm_90"])
+    @pytest.mark.parametrize("src", KERNELS, ids=lambda p: p.name)
+    def test_compiles(self, src, arch, tmp_path):
+        for defines in VARIANTS.get(src.name, [[]]):
+            out = tmp_path / (src.stem + ".o")
+            cmd = ["nvcc", "-std=c++17", f"-arch={arch}", "-c", "-o", str(out), *defines, str(src)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
+            assert out.stat().st_size > 0

@@ -1,0 +1,9 @@
+"""Sliding-window visual-inertial backend (gtsam 4.3): see :mod:`vilib_ros.backend.estimator`.
+
+``from vilib_ros.backend import BackendConfig, VioEstimator, VioState``. gtsam is imported only
+when a :class:`VioEstimator` is constructed.
+"""
+from .config import BackendConfig, VioState
+from .estimator import VioEstimator
+
+__all__ = ["BackendConfig", "VioEstimator", "VioState"]

@@ -1,0 +1,89 @@
+"""Backend configuration and the state record it outputs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class BackendConfig:
+    # --- sliding window ---
+    window_s: float = 2.0               # IncrementalFixedLagSmoother lag, seconds
+    mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given)
+    # --- keyframe selection ---
+    kf_min_interval_s: float = 0.08
+    kf_max_interval_s: float = 0.5      # time criterion
+    kf_parallax_px: float = 12.0        # rotation-compensated median parallax vs last keyframe
+    kf_track_fraction: float = 0.65     # fewer of the last keyframe's tracks survive -> keyframe
+    kf_min_tracks: int = 30             # fewer tracks -> keyframe
+    # --- landmarks ---
+    max_landmarks_per_kf: int = 40      # observations added per keyframe (longest tracks first)
+    min_depth: float = 0.3
+    max_depth: float = 25.0
+    min_disparity_px: float = 1.0
+    mono_min_parallax_deg: float = 1.5  # triangulation angle before a mono landmark is created
+    pixel_sigma: float = 1.0
+    landmark_prior_sigma: float = 5.0   # m, weak prior at creation (0 = none)
+    huber_k: float = 1.345              # in sigmas
+    chi2_stereo: float = 11.34          # 99 % of chi2(3)
+    chi2_mono: float = 9.21             # 99 % of chi2(2)
+    max_outlier_count: int = 3          # rejected observations before a track is blacklisted
+    # --- IMU ---
+    imu_noise_scale: float = 1.0        # multiplies the noise densities / random walks
+    gravity: float = 9.81
+    # --- initialisation ---
+    init_window_s: float = 0.5
+    static_gyro_std: float = 0.02       # rad/s
+    static_acc_std: float = 0.15        # m/s^2
+    static_gyro_mean: float = 0.05      # rad/s (|mean gyro| at rest incl. bias)
+    dynamic_init_frames: int = 20       # stereo: frames for the moving-start alignment
+    mono_init_window_s: float = 2.0     # mono: window for the moving-start alignment
+    # --- optimisation ---
+    relinearize_threshold: float = 0.05
+    relinearize_skip: int = 1
+    extra_updates: int = 0              # extra iSAM2 iterations per keyframe
+    # --- failure handling ---
+    max_speed: float = 30.0             # m/s
+    max_gyro_bias: float = 0.3          # rad/s
+    max_acc_bias: float = 2.0           # m/s^2
+
+    def validate(self) -> "BackendConfig":
+        if self.window_s <= 0:
+            raise ValueError(f"window_s must be > 0, got {self.window_s}")
+        if self.mode not in ("stereo", "mono", "auto"):
+            raise ValueError(f"mode must be 'stereo', 'mono' or 'auto', got {self.mode!r}")
+        if not 0 < self.kf_min_interval_s <= self.kf_max_interval_s:
+            raise ValueError("need 0 < kf_min_interval_s <= kf_max_interval_s")
+        if self.kf_max_interval_s >= self.window_s:
+            raise ValueError("kf_max_interval_s must be shorter than window_s")
+        if self.pixel_sigma <= 0 or self.huber_k <= 0:
+            raise ValueError("pixel_sigma and huber_k must be > 0")
+        if self.max_landmarks_per_kf < 1:
+            raise ValueError("max_landmarks_per_kf must be >= 1")
+        return self
+
+
+@dataclass
+class VioState:
+    """Navigation state of the body (= IMU) frame in the world frame (z up, gravity -z)."""
+
+    stamp_ns: int
+    p: np.ndarray                                   # (3,) position, m
+    q_xyzw: np.ndarray                              # (4,) orientation body -> world
+    v: np.ndarray                                   # (3,) velocity in world, m/s
+    bg: np.ndarray = field(default_factory=lambda: np.zeros(3))   # gyro bias, rad/s
+    ba: np.ndarray = field(default_factory=lambda: np.zeros(3))   # accelerometer bias, m/s^2
+    is_keyframe: bool = False
+
+    @property
+    def R(self) -> np.ndarray:
+        from scipy.spatial.transform import Rotation
+
+        return Rotation.from_quat(self.q_xyzw).as_matrix()
+
+    @property
+    def T(self) -> np.ndarray:
+        T = np.eye(4)
+        T[:3, :3], T[:3, 3] = self.R, self.p
+        return T

@@ -1,0 +1,319 @@
+"""Initial gravity direction, velocity and gyro bias.
+
+* From rest (:func:`static_init`): the IMU window around the first frame is tested for rest
+  (gyro and accelerometer standard deviations and the gyro mean below thresholds). At rest the
+  accelerometer measures the reaction to gravity, so roll and pitch follow from the averaged
+  specific force; yaw is set to 0 (unobservable); the gyro bias is the averaged gyro; the
+  velocity is zero. The accelerometer bias cannot be separated from a tilt at rest and starts
+  at zero (the smoother estimates it once the body moves).
+* Moving start, stereo (:func:`dynamic_init_stereo`): over the first frames (default 20, 1 s)
+  the body positions p_k relative to the first body frame come from PnP of the first frame's
+  stereo-triangulated points (metric). The IMU, preintegrated from the first frame, gives the
+  gravity-free double integral alpha_k (``deltaPij``) in the first body frame. With the unknown
+  initial velocity v0 and gravity g0 (both in the first body frame):
+  ``p_k - alpha_k = v0 t_k + 0.5 g0 t_k^2`` - linear least squares for (v0, g0); then |g0| is fixed
+  to 9.81 and v0 re-solved. Roll/pitch come from g0 (yaw 0), the gyro bias starts at 0.
+* Moving start, mono (:func:`dynamic_init_mono`): up-to-scale poses over ~1 s (essential
+  matrix first/last frame, triangulation, PnP in between) and the same linear system with the
+  scale s as a seventh unknown (VINS-Mono-style visual-inertial alignment, without the gyro
+  bias refinement).
+* Fallback when the alignment keeps failing (too little parallax/points for 4 windows):
+  gravity from the averaged accelerometer (biased by the mean linear acceleration), zero
+  velocity with a loose prior (``dynamic_accel``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class InitResult:
+    R_wb: np.ndarray
+    v_w: np.ndarray
+    bg: np.ndarray
+    ba: np.ndarray
+    kind: str           # 'static' | 'dynamic_stereo' | 'dynamic_mono' | 'dynamic_accel'
+    v_sigma: float      # prior sigma on the velocity (m/s)
+    rot_sigma: float = 0.02   # prior sigma on roll and pitch (rad)
+
+
+def gravity_aligned_rotation(f_body: np.ndarray) -> np.ndarray:
+    """R_wb with yaw 0 such that R_wb @ f_body points along +z (f_body: specific force at rest,
+    i.e. minus gravity, in body coordinates)."""
+    ax, ay, az = f_body / np.linalg.norm(f_body)
+    roll = np.arctan2(ay, az)
+    pitch = np.arctan2(-ax, np.hypot(ay, az))
+    cr, sr, cp, sp = np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch)
+    Ry = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
+    Rx = np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]])
+    return Ry @ Rx
+
+
+def is_static(imu: np.ndarray, cfg, gravity=9.81) -> bool:
+    if len(imu) < 10:
+        return False
+    g, a = imu[:, :3], imu[:, 3:]
+    return bool(np.all(g.std(axis=0) < cfg.static_gyro_std)
+                and np.all(a.std(axis=0) < cfg.static_acc_std)
+                and np.linalg.norm(g.mean(axis=0)) < cfg.static_gyro_mean
+                and abs(np.linalg.norm(a.mean(axis=0)) - gravity) < 0.5)
+
+
+def static_init(imu: np.ndarray) -> InitResult:
+    f = imu[:, 3:].mean(axis=0)
+    return InitResult(gravity_aligned_rotation(f), np.zeros(3), imu[:, :3].mean(axis=0), np.zeros(3),
+                      "static", 0.01, 0.02)
+
+
+def accel_init(imu: np.ndarray) -> InitResult:
+    f = imu[:, 3:].mean(axis=0)
+    return InitResult(gravity_aligned_rotation(f), np.zeros(3), np.zeros(3), np.zeros(3), "dynamic_accel", 1.0, 0.1)
+
+
+def stereo_triangulate(xy_l: np.ndarray, xy_r: np.ndarray, T_c0_c1: np.ndarray):
+    """Midpoint triangulation of left/right normalised rays -> (points in cam0 (N,3), ok (N,))."""
+    n = len(xy_l)
+    f0 = np.column_stack([xy_l, np.ones(n)])
+    f1 = np.column_stack([xy_r, np.ones(n)]) @ T_c0_c1[:3, :3].T
+    t = T_c0_c1[:3, 3]
+    # solve s f0 - u f1 = t in the least-squares sense for each ray pair
+    a = np.einsum("ij,ij->i", f0, f0)
+    b = np.einsum("ij,ij->i", f0, f1)
+    c = np.einsum("ij,ij->i", f1, f1)
+    d = f0 @ t
+    e = f1 @ t
+    den = a * c - b * b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (c * d - b * e) / den
+        u = (b * d - a * e) / den
+    P = 0.5 * (s[:, None] * f0 + (u[:, None] * f1 + t))
+    ok = np.isfinite(P).all(axis=1) & (s > 0) & (u > 0) & (np.abs(den) > 1e-12)
+    return P, ok
+
+
+def dynamic_init_stereo(frames, imu_buffer, cam0, cam1, params, gravity=9.81, min_points=12):
+    """Solve (v0, g0) from the first frames (see module docstring). Returns InitResult or None."""
+    import cv2
+    import gtsam
+
+    if len(frames) < 3:
+        return None
+    T_BS0 = cam0.T_BS
+    T_c0_c1 = np.linalg.inv(T_BS0) @ cam1.T_BS
+    f0 = frames[0]
+    if f0.xy_right is None:
+        return None
+    ok_r = np.isfinite(f0.xy_right).all(axis=1)
+    P, ok = stereo_triangulate(f0.xy[ok_r], f0.xy_right[ok_r], T_c0_c1)
+    ok &= (P[:, 2] > 0.3) & (P[:, 2] < 25)
+    ids0 = f0.ids[ok_r][ok]
+    P = P[ok]
+    if len(ids0) < min_points:
+        return None
+    lut = {int(i): k for k, i in enumerate(ids0)}
+    pim = gtsam.PreintegratedCombinedMeasurements(params, gtsam.imuBias.ConstantBias())
+    t_prev = f0.stamp_ns
+    tk, alpha, pos = [], [], []
+    for fr in frames[1:]:
+        imu_buffer.integrate(pim, t_prev, fr.stamp_ns)
+        t_prev = fr.stamp_ns
+        idx = [(lut[int(i)], j) for j, i in enumerate(fr.ids) if int(i) in lut]
+        if len(idx) < min_points:
+            continue
+        obj = P[[a for a, _ in idx]]
+        img = fr.xy[[b for _, b in idx]]
+        okp, rvec, tvec, inl = cv2.solvePnPRansac(obj, img, np.eye(3), None, reprojectionError=2.0 / cam0.fx,
+                                                  iterationsCount=100, flags=cv2.SOLVEPNP_ITERATIVE)
+        if not okp or inl is None or len(inl) < min_points:
+            continue
+        R, _ = cv2.Rodrigues(rvec)
+        T_ck_c0 = np.eye(4)
+        T_ck_c0[:3, :3], T_ck_c0[:3, 3] = R, tvec.ravel()
+        T_b0_bk = T_BS0 @ np.linalg.inv(T_ck_c0) @ np.linalg.inv(T_BS0)
+        tk.append(pim.deltaTij())
+        alpha.append(np.asarray(pim.deltaPij()))
+        pos.append(T_b0_bk[:3, 3])
+    if len(tk) < 3:
+        return None
+    sol = _lsq_gravity_velocity(None, pos, alpha, tk, gravity)
+    if sol is None:
+        return None
+    _, v0, g0 = sol
+    R_wb = gravity_aligned_rotation(-g0)
+    return InitResult(R_wb, R_wb @ v0, np.zeros(3), np.zeros(3), "dynamic_stereo", 0.1, 0.03)
+
+
+def _lsq_gravity_velocity(A_s, c, alpha, tk, gravity, iterations=5, extra=None, extra_prior=None):
+    """Solve ``s*A_s + c - alpha = v0 t + 0.5 g0 t^2`` for (s, v0, g0) (s omitted if A_s is None):
+    first unconstrained, then with |g0| = gravity by Gauss-Newton on the 2-D tangent space of
+    the gravity sphere (VINS-Mono's RefineGravity). Rows are stacked per frame (3 each)."""
+    ns = 0 if A_s is None else 1
+
+    def system(g_fixed=None, basis=None):
+        rows, rhs = [], []
+        for k in range(len(tk)):
+            t = tk[k]
+            blk = [t * np.eye(3)]
+            r = c[k] - alpha[k]
+            if g_fixed is None:
+                blk.append(0.5 * t * t * np.eye(3))
+            else:
+                blk.append(0.5 * t * t * basis)
+                r = r - 0.5 * t * t * g_fixed
+            if ns:
+                blk.insert(0, -np.asarray(A_s[k])[:, None])
+            if extra is not None:
+                blk.append(extra[k])
+            rows.append(np.hstack(blk))
+            rhs.append(r)
+        A, b = np.vstack(rows), np.concatenate(rhs)
+        if extra is not None:
+            m = extra[0].shape[1]
+            P = np.zeros((m, A.shape[1]))
+            P[:, -m:] = np.eye(m) / extra_prior
+            A, b = np.vstack([A, P]), np.concatenate([b, np.zeros(m)])
+        return A, b
+
+    A, b = system()
+    x, *_ = np.linalg.lstsq(A, b, rcond=None)
+    g0 = x[ns + 3:ns + 6]
+    gn = np.linalg.norm(g0)
+    if not (0.5 * gravity < gn < 1.5 * gravity):
+        return None
+    g0 = g0 / gn * gravity
+    y = x
+    for _ in range(iterations):
+        n = g0 / gravity
+        tmp = np.array([1.0, 0, 0]) if abs(n[0]) < 0.9 else np.array([0, 1.0, 0])
+        b1 = np.cross(n, tmp)
+        b1 /= np.linalg.norm(b1)
+        b2 = np.cross(n, b1)
+        B = np.column_stack([b1, b2])
+        A, b = system(g0, B)
+        y, *_ = np.linalg.lstsq(A, b, rcond=None)
+        g0 = g0 + B @ y[ns + 3:ns + 5]
+        g0 = g0 / np.linalg.norm(g0) * gravity
+    s = float(y[0]) if ns else 1.0
+    if ns and s <= 0:
+        return None
+    return s, y[ns:ns + 3], g0
+
+
+def dynamic_init_mono(frames, imu_buffer, cam0, params, gravity=9.81, min_points=16, ba_prior=0.1):
+    """Visual-inertial alignment for a moving monocular start (VINS-Mono style, simplified).
+
+    Up-to-scale camera poses over the window: essential matrix between the first and the last
+    frame (RANSAC), triangulation, PnP for the frames in between. With the extrinsics
+    T_BS = (R_BS, t_BS), body positions in the first body frame are ``s * a_k + c_k`` with
+    ``a_k = R_BS t_c0ck`` and ``c_k = t_BS - R_b0bk t_BS``. Together with the preintegrated
+    ``alpha_k``: ``s a_k + c_k - alpha_k = v0 t_k + 0.5 g0 t_k^2`` - linear in (s, v0, g0).
+    Returns InitResult or None (too little parallax / too few points)."""
+    import cv2
+    import gtsam
+
+    if len(frames) < 5:
+        return None
+    f0, fl = frames[0], frames[-1]
+    common, i0, il = np.intersect1d(f0.ids, fl.ids, return_indices=True)
+    if len(common) < min_points:
+        return None
+    x0, xl = f0.xy[i0], fl.xy[il]
+    par = np.median(np.linalg.norm(x0 - xl, axis=1)) * cam0.fx
+    if par < 15:
+        return None
+    thr = 1.5 / cam0.fx
+    E, mask = cv2.findEssentialMat(x0, xl, np.eye(3), method=cv2.RANSAC, prob=0.999, threshold=thr)
+    if E is None or E.shape != (3, 3):
+        return None
+    n_in, R, t, mask2 = cv2.recoverPose(E, x0, xl, np.eye(3), mask=mask)
+    if n_in < min_points:
+        return None
+    P0 = np.hstack([np.eye(3), np.zeros((3, 1))])
+    P1 = np.hstack([R, t.reshape(3, 1)])
+    good = mask2.ravel() > 0
+    Xh = cv2.triangulatePoints(P0, P1, x0[good].T, xl[good].T)
+    X = (Xh[:3] / Xh[3]).T
+    zc1 = (X @ R.T + t.ravel())[:, 2]
+    ok = (X[:, 2] > 0) & (zc1 > 0) & np.isfinite(X).all(axis=1)
+    X, ids3 = X[ok], common[good][ok]
+    if len(ids3) < min_points:
+        return None
+    lut = {int(i): k for k, i in enumerate(ids3)}
+    R_BS, t_BS = cam0.T_BS[:3, :3], cam0.T_BS[:3, 3]
+    A_s, c, stamps, R_vis = [], [], [], []
+    for fr in frames[1:]:
+        idx = [(lut[int(i)], j) for j, i in enumerate(fr.ids) if int(i) in lut]
+        if len(idx) < min_points // 2:
+            continue
+        okp, rvec, tvec, inl = cv2.solvePnPRansac(X[[a for a, _ in idx]], fr.xy[[b for _, b in idx]], np.eye(3), None,
+                                                  reprojectionError=3.0 / cam0.fx, iterationsCount=100)
+        if not okp or inl is None or len(inl) < min_points // 2:
+            continue
+        Rk, _ = cv2.Rodrigues(rvec)
+        R_c0ck = Rk.T
+        t_c0ck = -Rk.T @ tvec.ravel()
+        R_b0bk = R_BS @ R_c0ck @ R_BS.T
+        A_s.append(R_BS @ t_c0ck)
+        c.append(t_BS - R_b0bk @ t_BS)
+        stamps.append(fr.stamp_ns)
+        R_vis.append(R_b0bk)
+    if len(stamps) < 4:
+        return None
+    bg = estimate_gyro_bias(imu_buffer, params, f0.stamp_ns, stamps, R_vis)
+    snaps = preintegrate_snapshots(imu_buffer, params, f0.stamp_ns, stamps, bg)
+    alpha = [a for _, a, _ in snaps]
+    tk = [t for _, _, t in snaps]
+    # d alpha / d ba (numerically): lets the alignment absorb the accelerometer bias (ridge prior)
+    eps = 0.01
+    J = [np.zeros((3, 3)) for _ in stamps]
+    for i in range(3):
+        sn = preintegrate_snapshots(imu_buffer, params, f0.stamp_ns, stamps, bg, ba=eps * np.eye(3)[i])
+        for k in range(len(stamps)):
+            J[k][:, i] = (sn[k][1] - alpha[k]) / eps
+    sol = _lsq_gravity_velocity(A_s, c, alpha, tk, gravity, extra=J, extra_prior=ba_prior)
+    if sol is None:
+        return None
+    s, v0, g0 = sol
+    log.debug("mono alignment: scale %.4f v0 %s g0 %s bg %s", s, v0, g0, bg)
+    R_wb = gravity_aligned_rotation(-g0)
+    return InitResult(R_wb, R_wb @ v0, bg, np.zeros(3), "dynamic_mono", 0.5, 0.05)
+
+
+def preintegrate_snapshots(imu_buffer, params, t0, stamps, bg, ba=None):
+    """[(deltaR (3x3), alpha (3,), dt)] from t0 to each stamp, preintegrated with gyro bias bg."""
+    import gtsam
+
+    ba = np.zeros(3) if ba is None else np.asarray(ba, float)
+    pim = gtsam.PreintegratedCombinedMeasurements(params, gtsam.imuBias.ConstantBias(ba, np.asarray(bg, float)))
+    out = []
+    t_prev = t0
+    for t in stamps:
+        imu_buffer.integrate(pim, t_prev, t)
+        t_prev = t
+        out.append((pim.deltaRij().matrix(), np.asarray(pim.deltaPij()), pim.deltaTij()))
+    return out
+
+
+def estimate_gyro_bias(imu_buffer, params, t0, stamps, R_vis, eps=1e-3):
+    """Gyro bias from visual relative rotations R_b0bk: Gauss-Newton on
+    sum_k |Log(dR_k(bg)^T R_vis_k)|^2 with a numerical Jacobian (two iterations)."""
+    from scipy.spatial.transform import Rotation
+
+    def residuals(bg):
+        sn = preintegrate_snapshots(imu_buffer, params, t0, stamps, bg)
+        return np.concatenate([Rotation.from_matrix(dR.T @ Rv).as_rotvec() for (dR, _, _), Rv in zip(sn, R_vis)])
+
+    bg = np.zeros(3)
+    for _ in range(2):
+        r0 = residuals(bg)
+        J = np.column_stack([(residuals(bg + eps * e) - r0) / eps for e in np.eye(3)])
+        d, *_ = np.linalg.lstsq(J, -r0, rcond=None)
+        bg = bg + d
+    if not np.all(np.isfinite(bg)) or np.linalg.norm(bg) > 0.2:
+        return np.zeros(3)
+    return bg

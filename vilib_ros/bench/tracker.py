@@ -1,0 +1,422 @@
+"""``vilib-ros bench-tracker``: the LK tracker and the whole frontend, against OpenCV.
+
+Measured in one run:
+
+* tracker over 50..1000 features per mode (translation / offset / gain / gain_offset) on
+  real EuRoC frame pairs (pyramids already on the device, as in the frontend):
+  ``gpu_us`` = CUDA-event time of the LK kernel, ``host_us`` = host wall time of one
+  tracking call end to end (positions up from pinned memory, kernel, results down to pinned
+  memory, synchronise), ``host_pyr_us`` = the same plus image upload and pyramid build;
+  OpenCV CPU ``calcOpticalFlowPyrLK`` (21x21 window, 3 levels) on the same features and frames;
+* IMU prediction on/off on the fast-rotation synthetic preset (tracks kept frame to frame,
+  mean LK iterations, median error against ground-truth flow);
+* the whole frontend (:class:`vilib_ros.frontend.FeatureTracker`) on the real frames looped
+  ``--frames`` times: sustained frames/s, per-frame latency p50/p99, GPU time per frame, with
+  and without the stream pipeline (submit ahead / result) and CUDA graph capture; CuPy memory
+  pool used bytes after warm-up and at the end.
+
+Writes ``tracker_bench.json`` and ``tracker_bench.md`` to ``--out``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("vilib_ros.bench.tracker")
+
+REPO = Path(__file__).resolve().parents[2]
+TARGETS = {"gpu_us_100": 40.0, "host_us_100": 60.0, "speedup_vs_opencv": 10.0, "frontend_fps": 5000.0,
+           "frontend_p99_ms": 0.5}
+STAMP0 = 1_000_000_000_000
+DT_NS = 50_000_000
+
+
+def default_frames_dir() -> str:
+    env = os.environ.get("VILIB_ROS_EUROC")
+    if env:
+        return env
+    for c in (REPO.parent / "shared" / "data" / "euroc_v101_head", REPO / ".data" / "euroc_v101_head"):
+        if (c / "mav0" / "cam0" / "data").is_dir():
+            return str(c)
+    return "../shared/data/euroc_v101_head"
+
+
+def configure_parser(p) -> None:
+    p.add_argument("--out", default="bench/out", help="output folder for tracker_bench.{json,md}")
+    p.add_argument("--frames", type=int, default=10000, help="frames for the whole-frontend runs (real frames looped)")
+    p.add_argument("--frames-dir", default=default_frames_dir(),
+                   help="EuRoC ASL folder; default $VILIB_ROS_EUROC or ../shared/data/euroc_v101_head")
+    p.add_argument("--features", default="50,100,200,400,700,1000", help="feature counts for the tracker sweep")
+    p.add_argument("--repeats", type=int, default=200, help="tracking calls per (features, mode)")
+    p.add_argument("--imu-frames", type=int, default=40, help="frames of the fast-rotation synthetic run")
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+
+
+def load_frames(path) -> list[np.ndarray]:
+    import cv2
+
+    files = sorted((Path(path) / "mav0" / "cam0" / "data").glob("*.png"))
+    if not files:
+        raise FileNotFoundError(f"no frames under {path}/mav0/cam0/data")
+    return [cv2.imread(str(f), cv2.IMREAD_GRAYSCALE) for f in files]
+
+
+def _pct(v, q):
+    return float(np.percentile(np.asarray(v, float), q)) if len(v) else float("nan")
+
+
+def _features(img, n):
+    import cv2
+
+    pts = cv2.goodFeaturesToTrack(img, n, 0.001, 5, blockSize=5).reshape(-1, 2)
+    m = (pts[:, 0] > 20) & (pts[:, 0] < img.shape[1] - 21) & (pts[:, 1] > 20) & (pts[:, 1] < img.shape[0] - 21)
+    return np.ascontiguousarray(pts[m][:n].astype(np.float32))
+
+
+# ------------------------------------------------------------------------------------ tracker
+
+
+def bench_opencv(frames, pts_all, counts, repeats):
+    import cv2
+
+    out = {}
+    crit = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 30, 0.01)
+    for n in counts:
+        pts = pts_all[:n].reshape(-1, 1, 2)
+        times = []
+        reps = max(20, repeats // 4)
+        for r in range(reps):
+            i = (r * 7) % (len(frames) - 1)
+            t0 = time.perf_counter()
+            cv2.calcOpticalFlowPyrLK(frames[i], frames[i + 1], pts, None, winSize=(21, 21), maxLevel=2, criteria=crit)
+            times.append(time.perf_counter() - t0)
+        out[n] = {"host_us_median": 1e6 * float(np.median(times)), "host_us_p90": 1e6 * _pct(times, 90)}
+    return out
+
+
+def bench_gpu_tracker(frames, pts_all, counts, repeats, mode):
+    import cupy as cp
+
+    from vilib_ros.pyramid import GpuPyramid
+    from vilib_ros.tracker import GpuLKTracker, TrackerConfig
+
+    cfg = TrackerConfig(mode=mode)
+    W, H = frames[0].shape[1], frames[0].shape[0]
+    m = max(counts)
+    trk = GpuLKTracker(W, H, cfg, max_features=m)
+    stream = cp.cuda.Stream(non_blocking=True)
+    pairs = [(i, i + 1) for i in range(0, min(len(frames) - 1, 16))]
+    pyrs = {}
+    for i in {j for p in pairs for j in p}:
+        p = GpuPyramid(W, H, cfg.levels)
+        p.upload(frames[i])
+        p.build()
+        pyrs[i] = p
+    pin_in = cp.cuda.alloc_pinned_memory(m * 8)
+    h_in = np.frombuffer(pin_in, np.float32, m * 2).reshape(m, 2)
+    nbytes_out = sum(v.nbytes for v in trk.d_out.values())
+    pin_out = cp.cuda.alloc_pinned_memory(nbytes_out)
+    d_in = trk.d_tmpl_pos
+    trk.d_active.fill(1)
+    up_img_pin = cp.cuda.alloc_pinned_memory(W * H)
+    h_img = np.frombuffer(up_img_pin, np.uint8, W * H).reshape(H, W)
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    rt = cp.cuda.runtime
+    scratch = GpuPyramid(W, H, cfg.levels)
+    trk.level_table(scratch)
+    out = {}
+    for n in counts:
+        h_in[:n] = pts_all[:n]
+        gpu_t, host_t, host_pyr_t, iters, tracked = [], [], [], [], []
+        for r in range(repeats + 10):
+            a, b = pairs[r % len(pairs)]
+            t0 = time.perf_counter()
+            rt.memcpyAsync(d_in.data.ptr, h_in.ctypes.data, n * 8, rt.memcpyHostToDevice, stream.ptr)
+            rt.memcpyAsync(trk.d_pred.data.ptr, h_in.ctypes.data, n * 8, rt.memcpyHostToDevice, stream.ptr)
+            e0.record(stream)
+            trk.track_device(pyrs[a], pyrs[b], d_in, trk.d_pred, trk.d_active, n, stream=stream, checked=False)
+            e1.record(stream)
+            off = 0
+            for v in trk.d_out.values():
+                rt.memcpyAsync(pin_out.ptr + off, v.data.ptr, v.itemsize * (n * (v.size // v.shape[0])),
+                               rt.memcpyDeviceToHost, stream.ptr)
+                off += v.nbytes
+            stream.synchronize()
+            t1 = time.perf_counter()
+            # + image upload and pyramid build of the new frame
+            np.copyto(h_img, frames[b])
+            t2 = time.perf_counter()
+            rt.memcpyAsync(scratch.levels[0].data.ptr, h_img.ctypes.data, W * H, rt.memcpyHostToDevice, stream.ptr)
+            scratch.launches(stream=stream, checked=False)
+            rt.memcpyAsync(d_in.data.ptr, h_in.ctypes.data, n * 8, rt.memcpyHostToDevice, stream.ptr)
+            trk.track_device(pyrs[a], scratch, d_in, d_in, trk.d_active, n, stream=stream, checked=False)
+            off = 0
+            for v in trk.d_out.values():
+                rt.memcpyAsync(pin_out.ptr + off, v.data.ptr, v.itemsize * (n * (v.size // v.shape[0])),
+                               rt.memcpyDeviceToHost, stream.ptr)
+                off += v.nbytes
+            stream.synchronize()
+            t3 = time.perf_counter()
+            if r >= 10:
+                gpu_t.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+                host_t.append(t1 - t0)
+                host_pyr_t.append(t3 - t2)
+                st = trk.d_out["status"][:n].get()
+                it = trk.d_out["iterations"][:n].get()
+                tracked.append(np.count_nonzero(st == 0) / n)
+                iters.append(float(it[st == 0].mean()) if np.any(st == 0) else 0.0)
+        out[n] = {"gpu_us_median": 1e6 * float(np.median(gpu_t)), "gpu_us_p90": 1e6 * _pct(gpu_t, 90),
+                  "host_us_median": 1e6 * float(np.median(host_t)), "host_us_p90": 1e6 * _pct(host_t, 90),
+                  "host_pyr_us_median": 1e6 * float(np.median(host_pyr_t)),
+                  "tracked_fraction": float(np.mean(tracked)), "mean_iterations": float(np.mean(iters))}
+    return out
+
+
+# ------------------------------------------------------------------------------------ IMU
+
+
+def bench_imu(device, n_frames):
+    from vilib_ros.frontend import FeatureTracker, FrontendConfig
+    from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
+
+    seq = SyntheticSequence(SequenceConfig(duration_s=n_frames / 20.0, stereo=False, seed=2, preset="fast_rotation"))
+    n = min(n_frames, seq.num_frames)
+    imgs = [seq.render(k)[0] for k in range(n)]
+    t_imu, imu, _, _ = seq.imu()
+    st = seq.frame_stamps_ns
+    res = {}
+    for use in (False, True):
+        ft = FeatureTracker(seq.camera(0), FrontendConfig(imu_prediction=use), device=device)
+        kept, errs, prev = [], [], None
+        for k in range(n):
+            m = (t_imu >= st[k - 1] - 10_000_000) & (t_imu <= st[k] + 10_000_000) if k else np.zeros(len(t_imu), bool)
+            fr = ft.process(imgs[k], int(st[k]), gyro=np.column_stack([t_imu[m], imu[m, :3]]))
+            if prev is not None and len(prev):
+                common, i0, i1 = np.intersect1d(prev.ids, fr.ids, return_indices=True)
+                gt, vis = seq.gt_flow(k - 1, k, prev.uv[i0])
+                errs.append(np.linalg.norm(fr.uv[i1] - gt, axis=1)[vis])
+                kept.append(len(common) / len(prev))
+            prev = fr
+        e = np.concatenate(errs) if errs else np.zeros(0)
+        s = ft.stats
+        res["imu_prediction" if use else "no_prediction"] = {
+            "tracks_kept_per_frame": float(np.mean(kept)), "mean_iterations": s["iterations_total"] / max(1, s["tracked_total"]),
+            "median_error_px": float(np.median(e)) if e.size else float("nan"),
+            "gross_error_fraction": float(np.mean(e > 1.0)) if e.size else float("nan"),
+            "redetections": int(s["redetections"]), "tracks_lost": int(s["tracks_lost"]), "frames": n}
+    return res
+
+
+# ------------------------------------------------------------------------------------ frontend
+
+
+def bench_frontend(frames, n_frames, device, pipelined, use_graph, max_features=0):
+    from vilib_ros.camera import euroc_cam0
+    from vilib_ros.frontend import FeatureTracker, FrontendConfig
+
+    ft = FeatureTracker(euroc_cam0(), FrontendConfig(use_graph=use_graph, max_features=max_features), device=device)
+    pool = None
+    if ft.device == "cuda":
+        import cupy as cp
+
+        pool = cp.get_default_memory_pool()
+    nf = len(frames)
+    warm = 50
+    lat, gpu, ntr = [], [], []
+    mem = {}
+    t_start = None
+    k = 0
+    total = n_frames + warm
+    if pipelined:
+        ft.submit(frames[0], STAMP0)
+        for k in range(1, total + 1):
+            if k == warm:
+                if pool is not None:
+                    mem["start"] = int(pool.used_bytes())
+                t_start = time.perf_counter()
+            if k < total:
+                ft.submit(frames[k % nf], STAMP0 + k * DT_NS)
+            fr = ft.result()
+            if k > warm:
+                lat.append(fr.timings["total_s"])
+                gpu.append(fr.timings.get("gpu_s", np.nan))
+                ntr.append(len(fr))
+    else:
+        for k in range(total):
+            if k == warm:
+                if pool is not None:
+                    mem["start"] = int(pool.used_bytes())
+                t_start = time.perf_counter()
+            t0 = time.perf_counter()
+            fr = ft.process(frames[k % nf], STAMP0 + k * DT_NS)
+            if k >= warm:
+                lat.append(time.perf_counter() - t0)
+                gpu.append(fr.timings.get("gpu_s", np.nan))
+                ntr.append(len(fr))
+    wall = time.perf_counter() - t_start
+    if pool is not None:
+        mem["end"] = int(pool.used_bytes())
+    return {"device": ft.device, "pipelined": pipelined, "graph": bool(use_graph and ft.device == "cuda"),
+            "graph_error": getattr(ft, "graph_error", None), "frames": len(lat), "fps": len(lat) / wall,
+            "latency_ms_p50": 1e3 * _pct(lat, 50), "latency_ms_p99": 1e3 * _pct(lat, 99),
+            "latency_ms_max": 1e3 * float(np.max(lat)), "gpu_us_p50": 1e6 * float(np.nanmedian(gpu)) if np.isfinite(gpu).any() else None,
+            "tracks_per_frame": float(np.mean(ntr)), "redetections": int(ft.stats["redetections"]),
+            "graph_launches": int(ft.stats.get("graph_launches", 0)), "pool_used_bytes": mem}
+
+
+def _host_overhead(frames, device):
+    """Python-side cost per CuPy launch (empty-ish kernel), to explain misses."""
+    if device != "cuda":
+        return None
+    import cupy as cp
+
+    k = cp.RawKernel(r'extern "C" __global__ void nop(int* p) { if (threadIdx.x == 1234) p[0] = 1; }', "nop")
+    a = cp.zeros(1, cp.int32)
+    s = cp.cuda.Stream(non_blocking=True)
+    for _ in range(100):
+        k((1,), (32,), (a,), stream=s)
+    s.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        k((1,), (32,), (a,), stream=s)
+    t1 = time.perf_counter()
+    s.synchronize()
+    ev = cp.cuda.Event()
+    t2 = time.perf_counter()
+    for _ in range(2000):
+        ev.record(s)
+        ev.synchronize()
+    t3 = time.perf_counter()
+    return {"launch_us": 1e6 * (t1 - t0) / 2000, "record_sync_roundtrip_us": 1e6 * (t3 - t2) / 2000}
+
+
+# ------------------------------------------------------------------------------------ report
+
+
+def _md(res) -> str:
+    L = [f"# Tracker / frontend benchmark", "", f"- device: {res['device_name']}", f"- date: {res['date']}",
+         f"- data: {res['data']}", f"- host: {res['host']}", ""]
+    tr = res.get("tracker", {})
+    if tr:
+        L += ["## LK tracker (pyramids on the device; real EuRoC pairs)", "",
+              "| features | mode | GPU us (kernel) | host us (e2e) | host us (+upload+pyramid) | tracked | mean iters | OpenCV CPU us | speed-up (host) |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for n, modes in tr["gpu"].items():
+            ocv = tr["opencv"].get(n, {}).get("host_us_median", float("nan"))
+            for mode, r in modes.items():
+                L.append(f"| {n} | {mode} | {r['gpu_us_median']:.1f} | {r['host_us_median']:.1f} | {r['host_pyr_us_median']:.1f} | "
+                         f"{r['tracked_fraction']:.2f} | {r['mean_iterations']:.1f} | {ocv:.0f} | {ocv / r['host_us_median']:.1f}x |")
+        L.append("")
+    imu = res.get("imu")
+    if imu:
+        L += ["## IMU prediction, fast-rotation synthetic preset", "",
+              "| | tracks kept / frame | mean LK iterations | median error px | > 1 px |", "|---|---:|---:|---:|---:|"]
+        for k, v in imu.items():
+            L.append(f"| {k} | {v['tracks_kept_per_frame']:.1%} | {v['mean_iterations']:.1f} | {v['median_error_px']:.3f} | "
+                     f"{v['gross_error_fraction']:.1%} |")
+        L.append("")
+    fe = res.get("frontend", [])
+    if fe:
+        L += ["## Whole frontend, real frames looped", "",
+              "| pipeline | graph | frames | frames/s | latency p50 ms | p99 ms | max ms | GPU us p50 | tracks/frame | redetections | pool bytes start/end |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in fe:
+            g = r["gpu_us_p50"]
+            L.append(f"| {'submit-ahead' if r['pipelined'] else 'process()'} | {r['graph']} | {r['frames']} | {r['fps']:.0f} | "
+                     f"{r['latency_ms_p50']:.3f} | {r['latency_ms_p99']:.3f} | {r['latency_ms_max']:.2f} | "
+                     f"{'' if g is None else f'{g:.0f}'} | {r['tracks_per_frame']:.0f} | {r['redetections']} | "
+                     f"{r['pool_used_bytes'].get('start')}/{r['pool_used_bytes'].get('end')} |")
+        L.append("")
+    if res.get("launch_overhead"):
+        o = res["launch_overhead"]
+        L += [f"CuPy launch cost from Python: {o['launch_us']:.1f} us per kernel launch, "
+              f"{o['record_sync_roundtrip_us']:.1f} us per event record + synchronize.", ""]
+    L += ["## Targets", ""] + [f"- {t}" for t in res.get("verdicts", [])]
+    return "\n".join(L) + "\n"
+
+
+def _verdicts(res):
+    v = []
+    tr = res.get("tracker", {})
+    g100 = tr.get("gpu", {}).get(100, {}).get("gain_offset")
+    o100 = tr.get("opencv", {}).get(100)
+    if g100:
+        v.append(f"100 features (gain_offset): GPU {g100['gpu_us_median']:.1f} us (target <= {TARGETS['gpu_us_100']:.0f}): "
+                 f"{'met' if g100['gpu_us_median'] <= TARGETS['gpu_us_100'] else 'MISSED'}")
+        v.append(f"100 features (gain_offset): host end to end {g100['host_us_median']:.1f} us (target <= {TARGETS['host_us_100']:.0f}): "
+                 f"{'met' if g100['host_us_median'] <= TARGETS['host_us_100'] else 'MISSED'}")
+        if o100:
+            sp = o100["host_us_median"] / g100["host_us_median"]
+            v.append(f"speed-up vs OpenCV CPU LK at 100 features: {sp:.1f}x (target >= {TARGETS['speedup_vs_opencv']:.0f}x): "
+                     f"{'met' if sp >= TARGETS['speedup_vs_opencv'] else 'MISSED'}")
+    fe = [r for r in res.get("frontend", []) if r["device"] == "cuda"]
+    if fe:
+        best = max(fe, key=lambda r: r["fps"])
+        v.append(f"frontend best {best['fps']:.0f} frames/s ({'submit-ahead' if best['pipelined'] else 'process()'}, graph={best['graph']}) "
+                 f"(target >= {TARGETS['frontend_fps']:.0f}): {'met' if best['fps'] >= TARGETS['frontend_fps'] else 'MISSED'}")
+        bp = min(fe, key=lambda r: r["latency_ms_p99"])
+        v.append(f"frontend best p99 latency {bp['latency_ms_p99']:.3f} ms (target < {TARGETS['frontend_p99_ms']}): "
+                 f"{'met' if bp['latency_ms_p99'] < TARGETS['frontend_p99_ms'] else 'MISSED'}")
+        flat = all(r["pool_used_bytes"].get("start") == r["pool_used_bytes"].get("end") for r in fe)
+        v.append(f"memory pool used bytes flat over every run: {flat}")
+    return v
+
+
+def run_command(args) -> int:
+    from vilib_ros._cuda import device_name, resolve_device
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(args.device)
+    frames = load_frames(args.frames_dir)
+    counts = [int(c) for c in str(args.features).split(",") if c]
+    res = {"device_name": device_name() if device == "cuda" else platform.processor() or "cpu",
+           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "data": f"{args.frames_dir} ({len(frames)} frames {frames[0].shape[1]}x{frames[0].shape[0]})",
+           "host": f"{platform.node()} {platform.python_version()}", "targets": TARGETS}
+    t0 = time.time()
+    pts = _features(frames[0], max(counts))
+    counts = [c for c in counts if c <= len(pts)]
+    res["tracker"] = {"opencv": bench_opencv(frames, pts, counts, args.repeats), "gpu": {}}
+    log.info("OpenCV LK done (%.1f s)", time.time() - t0)
+    if device == "cuda":
+        from vilib_ros.tracker import MODES
+
+        for n in counts:
+            res["tracker"]["gpu"][n] = {}
+        for mode in MODES:
+            r = bench_gpu_tracker(frames, pts, counts, args.repeats, mode)
+            for n in counts:
+                res["tracker"]["gpu"][n][mode] = r[n]
+        log.info("GPU tracker sweep done (%.1f s)", time.time() - t0)
+        res["launch_overhead"] = _host_overhead(frames, device)
+    try:
+        res["imu"] = bench_imu(device, args.imu_frames)
+        log.info("IMU prediction run done (%.1f s)", time.time() - t0)
+    except ImportError as exc:
+        log.warning("synthetic sequences unavailable: %s", exc)
+    res["frontend"] = []
+    variants = [(False, False), (False, True), (True, False), (True, True)] if device == "cuda" else [(False, False)]
+    for pipelined, graph in variants:
+        n = args.frames if device == "cuda" else min(args.frames, 100)
+        r = bench_frontend(frames, n, device, pipelined, graph)
+        res["frontend"].append(r)
+        log.info("frontend pipelined=%s graph=%s: %.0f fps p99 %.3f ms (%.1f s)", pipelined, graph, r["fps"],
+                 r["latency_ms_p99"], time.time() - t0)
+    res["verdicts"] = _verdicts(res)
+    res["tracker"]["gpu"] = {str(k): v for k, v in res["tracker"]["gpu"].items()}
+    res["tracker"]["opencv"] = {str(k): v for k, v in res["tracker"]["opencv"].items()}
+    (out / "tracker_bench.json").write_text(json.dumps(res, indent=2, default=str))
+    res_md = dict(res)
+    res_md["tracker"] = {"gpu": {int(k): v for k, v in res["tracker"]["gpu"].items()},
+                         "opencv": {int(k): v for k, v in res["tracker"]["opencv"].items()}}
+    (out / "tracker_bench.md").write_text(_md(res_md))
+    print(_md(res_md))
+    return 0

@@ -1,0 +1,316 @@
+// Pyramidal inverse-compositional Lucas-Kanade with affine illumination (vilib / IROS 2020,
+// "approximated simultaneous" variant: the Hessian is built once per feature and level from
+// the template and the gain estimate at the start of that level, then reused every iteration).
+//
+// Thread mapping: ONE WARP PER FEATURE (blockDim = (32, LK_WARPS)); feature = blockIdx.x *
+// LK_WARPS + threadIdx.y. A PxP patch (P = 16 on fine levels, 8 on coarse ones) is split so
+// that lane l owns column l % P and rows l / P + k * (32 / P): a half-warp (16x16) or a quarter
+// warp (8x8) reads one patch row of consecutive pixels. Each lane keeps its P*P/32 template
+// pixels and gradients in registers; per iteration every lane accumulates its part of the
+// 4-vector sum U r, then a butterfly (__shfl_xor_sync) reduction leaves the full sum in every
+// lane, so all lanes compute the same update and stay converged/diverged together (no
+// divergence inside the warp). Lane 0 writes the outputs.
+//
+// Parameters q = [tx, ty, alpha (gain), beta (offset)], model I(x + t) = (1 + alpha) T(x) + beta.
+// Intensities are scaled to [0, 1] inside (offset / residual outputs are in 0..255 units).
+// Coordinates: level-0 pixel centres at integers; level l coordinate x_l = (x_0 + 0.5) / 2^l - 0.5
+// (the 2x2-mean pyramid). Level l image: width w0 >> l, height h0 >> l, pitch = width.
+//
+// Status codes (int8), shared with vilib_ros.tracker.TrackStatus.
+#define LK_TRACKED 0
+#define LK_LEFT_IMAGE 1
+#define LK_DIVERGED 2
+#define LK_NOT_CONVERGED 3
+#define LK_INACTIVE 4
+
+#define LK_MODE_TRANSLATION 0
+#define LK_MODE_OFFSET 1
+#define LK_MODE_GAIN 2
+#define LK_MODE_GAIN_OFFSET 3
+
+#ifndef LK_WARPS
+#define LK_WARPS 4
+#endif
+#define FULL_MASK 0xffffffffu
+
+typedef unsigned char uchar;
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    // butterfly: after 5 xor-shuffle steps every lane holds the sum of all 32 lanes
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) v += __shfl_xor_sync(FULL_MASK, v, m);
+    return v;
+}
+
+__device__ __forceinline__ float bilinear(const uchar* __restrict__ img, int pitch, float x, float y)
+{
+    const float fx = floorf(x), fy = floorf(y);
+    const int x0 = (int)fx, y0 = (int)fy;
+    const float ax = x - fx, ay = y - fy;
+    const uchar* p = img + (size_t)y0 * pitch + x0;
+    const float i00 = __ldg(p), i10 = __ldg(p + 1), i01 = __ldg(p + pitch), i11 = __ldg(p + pitch + 1);
+    return (1.f - ay) * ((1.f - ax) * i00 + ax * i10) + ay * ((1.f - ax) * i01 + ax * i11);
+}
+
+// patch of half-extent `half` (pixels from centre to outermost sample) fits for bilinear reads
+__device__ __forceinline__ bool fits(float x, float y, float half, int w, int h)
+{
+    return (x - half >= 0.f) && (y - half >= 0.f) && (x + half < (float)(w - 1)) && (y + half < (float)(h - 1));
+}
+
+// number of estimated parameters and slots of gain / offset in q
+template <int MODE> struct ModeInfo;
+template <> struct ModeInfo<LK_MODE_TRANSLATION> { enum { N = 2, GAIN = -1, OFF = -1 }; };
+template <> struct ModeInfo<LK_MODE_OFFSET>      { enum { N = 3, GAIN = -1, OFF = 2 }; };
+template <> struct ModeInfo<LK_MODE_GAIN>        { enum { N = 3, GAIN = 2, OFF = -1 }; };
+template <> struct ModeInfo<LK_MODE_GAIN_OFFSET> { enum { N = 4, GAIN = 2, OFF = 3 }; };
+
+// Inverse of an N x N symmetric positive definite matrix (the Gram matrix H) through its
+// Cholesky factor, in double; fully unrolled with compile-time indices so everything stays in
+// registers. Every lane does it redundantly on identical data. Returns false if not SPD.
+template <int N>
+__device__ __forceinline__ bool invert(const double (&A)[N][N], double (&Ai)[N][N])
+{
+    double L[N][N], Li[N][N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        double s = A[j][j];
+#pragma unroll
+        for (int k = 0; k < j; ++k) s -= L[j][k] * L[j][k];
+        if (!(s > 0.0)) return false;
+        L[j][j] = sqrt(s);
+        const double inv = 1.0 / L[j][j];
+#pragma unroll
+        for (int i = j + 1; i < N; ++i) {
+            double t = A[i][j];
+#pragma unroll
+            for (int k = 0; k < j; ++k) t -= L[i][k] * L[j][k];
+            L[i][j] = t * inv;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        Li[j][j] = 1.0 / L[j][j];
+#pragma unroll
+        for (int i = j + 1; i < N; ++i) {
+            double t = 0.0;
+#pragma unroll
+            for (int k = j; k < i; ++k) t -= L[i][k] * Li[k][j];
+            Li[i][j] = t / L[i][i];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            double t = 0.0;
+            const int k0 = i > j ? i : j;
+#pragma unroll
+            for (int k = k0; k < N; ++k) t += Li[k][i] * Li[k][j];
+            Ai[i][j] = t;
+        }
+    return true;
+}
+
+// level result codes
+#define LVL_CONVERGED 0
+#define LVL_MAXITER 1
+#define LVL_SKIPPED 2   // coarse level could not be used (patch outside, flat): estimate kept
+#define LVL_LEFT 3
+#define LVL_SINGULAR 4
+
+// One pyramid level for one feature (whole warp). (x, y) = current estimate in level
+// coordinates (updated), (tcx, tcy) = template centre in level coordinates.
+template <int P, int MODE>
+__device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict__ I, int w, int h,
+                           float tcx, float tcy, float& x, float& y, float& alpha, float& beta,
+                           int max_iterations, float eps2, float min_eigen, float& residual, int& iters)
+{
+    typedef ModeInfo<MODE> MI;
+    constexpr int NP = P * P / 32;       // pixels per lane
+    constexpr int RSTEP = 32 / P;        // row step between a lane's pixels
+    constexpr float HALF = 0.5f * (P - 1);
+    const int lane = threadIdx.x;
+    const float ox = (float)(lane % P) - HALF;
+    const float oy0 = (float)(lane / P) - HALF;
+    const float s255 = 1.f / 255.f;
+
+    if (!fits(tcx, tcy, HALF + 1.f, w, h)) return LVL_LEFT;  // template patch (+gradient ring)
+
+    // template values and central-difference gradients, from bilinear samples
+    float tv[NP], gx[NP], gy[NP];
+#pragma unroll
+    for (int k = 0; k < NP; ++k) {
+        const float px = tcx + ox, py = tcy + oy0 + (float)(k * RSTEP);
+        tv[k] = bilinear(T, w, px, py) * s255;
+        gx[k] = 0.5f * (bilinear(T, w, px + 1.f, py) - bilinear(T, w, px - 1.f, py)) * s255;
+        gy[k] = 0.5f * (bilinear(T, w, px, py + 1.f) - bilinear(T, w, px, py - 1.f)) * s255;
+    }
+    // Hessian H = sum U U^T with U = [g gx, g gy, (T), (1)], g = 1 + alpha at level start
+    const float g = (MODE == LK_MODE_OFFSET || MODE == LK_MODE_TRANSLATION) ? 1.f : 1.f + alpha;
+    float hxx = 0, hxy = 0, hyy = 0, hxt = 0, hyt = 0, htt = 0, hx1 = 0, hy1 = 0, ht1 = 0;
+#pragma unroll
+    for (int k = 0; k < NP; ++k) {
+        hxx += gx[k] * gx[k]; hxy += gx[k] * gy[k]; hyy += gy[k] * gy[k];
+        hxt += gx[k] * tv[k]; hyt += gy[k] * tv[k]; htt += tv[k] * tv[k];
+        hx1 += gx[k]; hy1 += gy[k]; ht1 += tv[k];
+    }
+    hxx = warp_sum(hxx); hxy = warp_sum(hxy); hyy = warp_sum(hyy);
+    if (MI::GAIN >= 0) { hxt = warp_sum(hxt); hyt = warp_sum(hyt); htt = warp_sum(htt); }
+    if (MI::OFF >= 0) { hx1 = warp_sum(hx1); hy1 = warp_sum(hy1); }
+    if (MI::GAIN >= 0 && MI::OFF >= 0) ht1 = warp_sum(ht1);
+
+    // flat-patch test: smallest eigenvalue of the gradient matrix per pixel
+    {
+        const float a = hxx / (P * P), b = hxy / (P * P), c = hyy / (P * P);
+        const float lmin = 0.5f * (a + c - sqrtf((a - c) * (a - c) + 4.f * b * b));
+        if (!(lmin >= min_eigen)) return LVL_SINGULAR;
+    }
+    double A[MI::N][MI::N], Hi[MI::N][MI::N];
+    {
+        const double gg = (double)g;
+        A[0][0] = gg * gg * hxx; A[0][1] = gg * gg * hxy; A[1][0] = A[0][1]; A[1][1] = gg * gg * hyy;
+        if (MI::GAIN >= 0) {
+            const int j = MI::GAIN;
+            A[0][j] = gg * hxt; A[j][0] = A[0][j]; A[1][j] = gg * hyt; A[j][1] = A[1][j]; A[j][j] = htt;
+        }
+        if (MI::OFF >= 0) {
+            const int j = MI::OFF;
+            A[0][j] = gg * hx1; A[j][0] = A[0][j]; A[1][j] = gg * hy1; A[j][1] = A[1][j]; A[j][j] = (double)(P * P);
+        }
+        if (MI::GAIN >= 0 && MI::OFF >= 0) { A[MI::GAIN][MI::OFF] = ht1; A[MI::OFF][MI::GAIN] = ht1; }
+    }
+    if (!invert<MI::N>(A, Hi)) return LVL_SINGULAR;
+    float Hf[MI::N][MI::N];
+#pragma unroll
+    for (int i = 0; i < MI::N; ++i)
+#pragma unroll
+        for (int j = 0; j < MI::N; ++j) Hf[i][j] = (float)Hi[i][j];
+
+    const float x_start = x, y_start = y;
+    for (int it = 0; it < max_iterations; ++it) {
+        if (!fits(x, y, HALF, w, h)) { x = x_start; y = y_start; return LVL_LEFT; }
+        const float ga = 1.f + alpha;
+        float bx = 0, by = 0, bt = 0, b1 = 0, ra = 0;
+#pragma unroll
+        for (int k = 0; k < NP; ++k) {
+            const float iv = bilinear(I, w, x + ox, y + oy0 + (float)(k * RSTEP)) * s255;
+            const float r = iv - ga * tv[k] - beta;
+            bx += gx[k] * r; by += gy[k] * r; bt += tv[k] * r; b1 += r; ra += fabsf(r);
+        }
+        bx = warp_sum(bx) * g; by = warp_sum(by) * g;
+        if (MI::GAIN >= 0) bt = warp_sum(bt);
+        if (MI::OFF >= 0) b1 = warp_sum(b1);
+        ra = warp_sum(ra);
+        float b[MI::N];
+        b[0] = bx; b[1] = by;
+        if (MI::GAIN >= 0) b[MI::GAIN] = bt;
+        if (MI::OFF >= 0) b[MI::OFF] = b1;
+        float dq[MI::N];
+#pragma unroll
+        for (int i = 0; i < MI::N; ++i) {
+            float s = 0.f;
+#pragma unroll
+            for (int j = 0; j < MI::N; ++j) s += Hf[i][j] * b[j];
+            dq[i] = s;
+        }
+        x -= dq[0];
+        y -= dq[1];
+        if (MI::GAIN >= 0) alpha += dq[MI::GAIN];
+        if (MI::OFF >= 0) beta += dq[MI::OFF];
+        residual = ra * (255.f / (P * P));
+        ++iters;
+        if (dq[0] * dq[0] + dq[1] * dq[1] < eps2) return LVL_CONVERGED;
+    }
+    return LVL_MAXITER;
+}
+
+template <int MODE>
+__device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels,
+                              const unsigned long long* __restrict__ img_levels,
+                              int w0, int h0, int n_levels, int patch16_mask,
+                              const float2* __restrict__ tmpl_pos, const float2* __restrict__ pred,
+                              const signed char* __restrict__ active, int active_value, int n,
+                              int max_iterations, float eps2, float min_eigen, float max_residual,
+                              float2* __restrict__ out_pos, signed char* __restrict__ out_status,
+                              float* __restrict__ out_residual, float* __restrict__ out_gain,
+                              float* __restrict__ out_offset, int* __restrict__ out_iters)
+{
+    const int f = blockIdx.x * LK_WARPS + threadIdx.y;
+    if (f >= n) return;                       // warp-uniform
+    const int lane = threadIdx.x;
+    const float2 p0 = pred[f];
+    if (active != nullptr && (int)active[f] != active_value) {
+        if (lane == 0) {
+            out_pos[f] = p0; out_status[f] = LK_INACTIVE; out_residual[f] = 0.f;
+            out_gain[f] = 1.f; out_offset[f] = 0.f; out_iters[f] = 0;
+        }
+        return;
+    }
+    const float2 tp = tmpl_pos[f];
+    float alpha = 0.f, beta = 0.f, residual = 0.f;
+    int iters = 0;
+    int status = LK_NOT_CONVERGED;
+    // estimate in level-(L-1) coordinates
+    const float top = 1.f / (float)(1 << (n_levels - 1));
+    float x = (p0.x + 0.5f) * top - 0.5f, y = (p0.y + 0.5f) * top - 0.5f;
+    if (!(isfinite(p0.x) && isfinite(p0.y) && isfinite(tp.x) && isfinite(tp.y))) {
+        status = LK_DIVERGED;
+    } else {
+        for (int l = n_levels - 1; l >= 0; --l) {
+            const float s = 1.f / (float)(1 << l);
+            const int w = w0 >> l, h = h0 >> l;
+            const uchar* T = (const uchar*)tmpl_levels[l];
+            const uchar* I = (const uchar*)img_levels[l];
+            const float tcx = (tp.x + 0.5f) * s - 0.5f, tcy = (tp.y + 0.5f) * s - 0.5f;
+            int r;
+            if ((patch16_mask >> l) & 1)
+                r = track_level<16, MODE>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual, iters);
+            else
+                r = track_level<8, MODE>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual, iters);
+            if (l == 0) {
+                status = (r == LVL_CONVERGED) ? LK_TRACKED
+                       : (r == LVL_MAXITER) ? LK_NOT_CONVERGED
+                       : (r == LVL_LEFT) ? LK_LEFT_IMAGE : LK_DIVERGED;
+            } else {
+                x = 2.f * x + 0.5f;           // level l -> level l-1
+                y = 2.f * y + 0.5f;
+            }
+        }
+        if (!(isfinite(x) && isfinite(y) && isfinite(alpha) && isfinite(beta)) ||
+            !(1.f + alpha > 0.2f && 1.f + alpha < 5.f)) {
+            status = LK_DIVERGED;
+        } else if ((status == LK_TRACKED || status == LK_NOT_CONVERGED) && max_residual > 0.f && residual > max_residual) {
+            status = LK_DIVERGED;
+        }
+    }
+    if (lane == 0) {
+        out_pos[f] = make_float2(x, y);
+        out_status[f] = (signed char)status;
+        out_residual[f] = residual;
+        out_gain[f] = 1.f + alpha;
+        out_offset[f] = beta * 255.f;
+        out_iters[f] = iters;
+    }
+}
+
+#define LK_ARGS                                                                                   \
+    const unsigned long long* __restrict__ tmpl_levels, const unsigned long long* __restrict__ img_levels, \
+    int w0, int h0, int n_levels, int patch16_mask, const float2* __restrict__ tmpl_pos,          \
+    const float2* __restrict__ pred, const signed char* __restrict__ active, int active_value, int n, \
+    int max_iterations, float eps2, float min_eigen, float max_residual, float2* __restrict__ out_pos, \
+    signed char* __restrict__ out_status, float* __restrict__ out_residual, float* __restrict__ out_gain, \
+    float* __restrict__ out_offset, int* __restrict__ out_iters
+#define LK_PASS tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, tmpl_pos, pred, active, \
+    active_value, n, max_iterations, eps2, min_eigen, max_residual, out_pos, out_status, out_residual, \
+    out_gain, out_offset, out_iters
+
+extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_translation(LK_ARGS)
+{ lk_track_impl<LK_MODE_TRANSLATION>(LK_PASS); }
+extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_offset(LK_ARGS)
+{ lk_track_impl<LK_MODE_OFFSET>(LK_PASS); }
+extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_gain(LK_ARGS)
+{ lk_track_impl<LK_MODE_GAIN>(LK_PASS); }
+extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_gain_offset(LK_ARGS)
+{ lk_track_impl<LK_MODE_GAIN_OFFSET>(LK_PASS); }

@@ -1,0 +1,166 @@
+"""Pieces every node shares: the main() wrapper, QoS profiles, diagnostics helpers."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import time
+import traceback
+
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
+                       qos_profile_sensor_data)
+
+log = logging.getLogger("vilib_ros.nodes")
+
+
+def sensor_qos(depth: int = 10) -> QoSProfile:
+    """Best-effort, keep-last ``depth`` (sensor data QoS with a chosen queue length)."""
+    q = QoSProfile(depth=depth)
+    q.reliability = qos_profile_sensor_data.reliability
+    q.durability = qos_profile_sensor_data.durability
+    q.history = HistoryPolicy.KEEP_LAST
+    return q
+
+
+def reliable_qos(depth: int = 10) -> QoSProfile:
+    return QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
+
+
+def latched_qos() -> QoSProfile:
+    """Reliable + transient local, depth 1: late subscribers still get the last message."""
+    return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL, history=HistoryPolicy.KEEP_LAST)
+
+
+def run_node(factory, args=None) -> int:
+    """Initialise rclpy, build the node, spin it (or call its ``run()``), shut down cleanly.
+
+    Ctrl-C (SIGINT) and SIGTERM end the spin through rclpy's signal handlers; the node's
+    ``close()`` (file writing, summaries) runs in every case, then the node is destroyed
+    and the context shut down. Returns the process exit code.
+    """
+    rclpy.init(args=args)
+    node = None
+    rc = 0
+    try:
+        node = factory()
+        if hasattr(node, "run"):
+            rc = int(node.run() or 0)
+        else:
+            rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:  # noqa: BLE001 - report and exit non-zero, never hang
+        traceback.print_exc()
+        rc = 1
+    finally:
+        # rclpy's handler shuts the context down and then chains to Python's, whose
+        # KeyboardInterrupt may surface only now: ignore further signals and retry close().
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        if node is not None:
+            for _attempt in range(3):
+                try:
+                    if hasattr(node, "close"):
+                        node.close()
+                    break
+                except KeyboardInterrupt:
+                    continue
+                except Exception:  # noqa: BLE001
+                    traceback.print_exc()
+                    rc = rc or 1
+                    break
+            try:
+                node.destroy_node()
+            except BaseException:  # noqa: BLE001
+                pass
+        try:
+            rclpy.try_shutdown()
+        except BaseException:  # noqa: BLE001
+            pass
+    return rc
+
+
+class RateMeter:
+    """Counts events; ``rate()`` is the event rate since the previous call to ``rate()``."""
+
+    def __init__(self):
+        self.count = 0
+        self._last_count = 0
+        self._last_t = time.monotonic()
+
+    def tick(self, n: int = 1) -> None:
+        self.count += n
+
+    def rate(self) -> float:
+        now = time.monotonic()
+        dt = now - self._last_t
+        r = (self.count - self._last_count) / dt if dt > 0 else 0.0
+        self._last_t, self._last_count = now, self.count
+        return r
+
+
+class Stat:
+    """Running mean / max / last of a value plus the samples since the last ``window()``."""
+
+    def __init__(self):
+        self.n = 0
+        self.total = 0.0
+        self.max = 0.0
+        self.last = 0.0
+        self.samples: list[float] = []
+        self._window: list[float] = []
+
+    def add(self, v: float) -> None:
+        v = float(v)
+        self.n += 1
+        self.total += v
+        self.max = max(self.max, v)
+        self.last = v
+        self.samples.append(v)
+        self._window.append(v)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else 0.0
+
+    def window(self) -> list[float]:
+        w, self._window = self._window, []
+        return w
+
+    def summary(self) -> dict:
+        import numpy as np
+
+        if not self.samples:
+            return {"n": 0}
+        a = np.asarray(self.samples)
+        return {"n": int(a.size), "mean": float(a.mean()), "median": float(np.median(a)),
+                "p95": float(np.percentile(a, 95)), "max": float(a.max())}
+
+
+def key_values(d: dict) -> list:
+    from diagnostic_msgs.msg import KeyValue
+
+    out = []
+    for k, v in d.items():
+        if isinstance(v, float):
+            v = f"{v:.6g}"
+        out.append(KeyValue(key=str(k), value=str(v)))
+    return out
+
+
+def diagnostic_status(name: str, hardware_id: str, level: int, message: str, values: dict):
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    s = DiagnosticStatus()
+    s.name, s.hardware_id, s.message = name, hardware_id, message
+    s.level = bytes([level]) if isinstance(s.level, bytes) else level
+    s.values = key_values(values)
+    return s
+
+
+def exit_main(factory, args=None) -> None:
+    sys.exit(run_node(factory, args))

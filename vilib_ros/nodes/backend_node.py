@@ -1,0 +1,375 @@
+"""backend_node: visual-inertial odometry from the frontend's tracks and the IMU (separate process).
+
+Runs :class:`vilib_ros.backend.VioEstimator` (IMU preintegration + sliding-window
+bundle adjustment in gtsam) when it is importable and ``estimator`` is ``auto``; otherwise
+(gtsam missing, or ``estimator: none``) it only records what it receives -- counts in
+``diagnostics`` and the summary file -- and says so once in the log. A bad message
+(malformed tracks, non-finite IMU, stamps going backwards) or an estimator failure is
+counted and skipped; the node never dies on one.
+
+Subscribed
+----------
+  tracks (sensor_msgs/PointCloud, reliable, depth 100): VINS-Mono layout from frontend_node
+      (stereo channels ``x_right_of_point``/``y_right_of_point`` used when ``stereo``)
+  imu (sensor_msgs/Imu, sensor-data QoS, depth 2000)
+
+Published
+---------
+  odometry (nav_msgs/Odometry): body pose in ``world_frame`` at frame rate (twist in the body frame)
+  odometry_imu (nav_msgs/Odometry): the same, propagated with the IMU at IMU rate
+  path (nav_msgs/Path): the frame-rate poses so far (at most ``path_max_length``)
+  landmarks (visualization_msgs/MarkerArray): the landmarks in the window (POINTS), on keyframes
+  diagnostics (diagnostic_msgs/DiagnosticArray): rates, per-frame time, keyframes, resets, skip counts
+
+Parameters
+----------
+Node parameters (all read-only):
+  estimator (string, default 'auto', one of auto|none): 'none' = record only
+  camera_yaml, image_width, image_height, intrinsics, distortion_model,
+  distortion_coefficients, T_BS (defaults EuRoC cam0): the tracks' camera, as for frontend_node
+  right.* (same names, defaults EuRoC cam1): the right camera, used when ``stereo``
+  stereo (bool, default false): use the right-camera channels (stereo factors)
+  imu_yaml (string, default ''): EuRoC imu0/sensor.yaml for the IMU noise ('' = EuRoC defaults)
+  trajectory_path (string, default ''): write the trajectory (TUM format) here on shutdown
+  stats_path (string, default ''): write a JSON summary here on shutdown
+  world_frame (string, default 'world'), body_frame (string, default 'body'): frame ids
+  publish_odometry_imu (bool, default true): publish ``odometry_imu``
+  path_max_length (integer, default 100000, range [1, 10000000])
+  diagnostics_period_s (double, default 1.0, range [0.1, 60])
+Estimator parameters (read-only), named as the fields of
+:class:`vilib_ros.backend.BackendConfig` (``window_s``, ``mode``, ``kf_max_interval_s``,
+``pixel_sigma``, ...): run ``python -m vilib_ros.nodes.backend_node --print-parameters``.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import Point, PoseStamped
+from nav_msgs.msg import Odometry
+from nav_msgs.msg import Path as PathMsg
+from rclpy.node import Node
+from sensor_msgs.msg import Imu, PointCloud
+from visualization_msgs.msg import Marker, MarkerArray
+
+from vilib_ros.camera import euroc_cam0
+from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos
+from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, ns_to_stamp, pointcloud_to_trackframe
+from vilib_ros.nodes.params import (ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
+                                    default_right, specs_from_dataclass)
+
+BACKEND_RANGES = {
+    "window_s": (0.1, 600.0),
+    "kf_min_interval_s": (0.001, 10.0),
+    "kf_max_interval_s": (0.001, 60.0),
+    "kf_parallax_px": (0.0, 1000.0),
+    "kf_track_fraction": (0.0, 1.0),
+    "kf_min_tracks": (0, 100000),
+    "max_landmarks_per_kf": (1, 100000),
+    "min_depth": (0.0, 1000.0),
+    "max_depth": (0.0, 100000.0),
+    "min_disparity_px": (0.0, 1000.0),
+    "mono_min_parallax_deg": (0.0, 90.0),
+    "pixel_sigma": (1e-6, 100.0),
+    "huber_k": (1e-6, 100.0),
+    "chi2_stereo": (0.0, 1e6),
+    "chi2_mono": (0.0, 1e6),
+    "max_outlier_count": (0, 1000000),
+    "imu_noise_scale": (1e-6, 1e6),
+    "gravity": (0.0, 100.0),
+    "init_window_s": (0.0, 60.0),
+    "dynamic_init_frames": (2, 1000),
+    "relinearize_threshold": (0.0, 10.0),
+    "relinearize_skip": (1, 1000),
+    "extra_updates": (0, 100),
+    "max_speed": (0.0, 1e4),
+    "max_gyro_bias": (0.0, 100.0),
+    "max_acc_bias": (0.0, 100.0),
+}
+BACKEND_CHOICES = {"mode": ("stereo", "mono", "auto")}
+
+
+def _backend_config_class():
+    from vilib_ros.backend.config import BackendConfig
+
+    return BackendConfig
+
+
+def backend_specs() -> list[ParamSpec]:
+    try:
+        cls = _backend_config_class()
+    except ImportError:
+        return []
+    names = [f.name for f in __import__("dataclasses").fields(cls)]
+    return specs_from_dataclass(cls(), "", BACKEND_RANGES, BACKEND_CHOICES, read_only=names)
+
+
+def node_specs() -> list[ParamSpec]:
+    specs = [ParamSpec("estimator", "auto", "auto = run VioEstimator if gtsam imports; none = record only",
+                       choices=("auto", "none"), read_only=True)]
+    specs += camera_specs("", euroc_cam0(), "left (cam0) camera")
+    specs += camera_specs("right.", default_right(), "right (cam1) camera")
+    specs += [
+        ParamSpec("stereo", False, "use the right-camera channels of the tracks (stereo factors)", read_only=True),
+        ParamSpec("imu_yaml", "", "EuRoC imu0/sensor.yaml for the IMU noise ('' = EuRoC defaults)", read_only=True),
+        ParamSpec("trajectory_path", "", "write the trajectory (TUM format) here on shutdown", read_only=True),
+        ParamSpec("stats_path", "", "write a JSON summary here on shutdown", read_only=True),
+        ParamSpec("world_frame", "world", "frame id of odometry, path and landmarks", read_only=True),
+        ParamSpec("body_frame", "body", "child frame id of odometry", read_only=True),
+        ParamSpec("publish_odometry_imu", True, "publish odometry_imu at IMU rate", read_only=True),
+        ParamSpec("path_max_length", 100000, "longest published path", range=(1, 10_000_000), read_only=True),
+        ParamSpec("diagnostics_period_s", 1.0, "diagnostics publishing period", range=(0.1, 60.0), read_only=True),
+        ParamSpec("imu_wait_s", 0.5, "longest a frame waits for the IMU to reach its stamp", range=(0.0, 60.0),
+                  read_only=True),
+    ]
+    return specs
+
+
+def parameter_table() -> list[ParamSpec]:
+    return node_specs() + backend_specs()
+
+
+def _imu_noise_from_yaml(path: str) -> dict | None:
+    if not path:
+        return None
+    from vilib_ros.camera import load_euroc_yaml
+
+    d = load_euroc_yaml(path)
+    keys = ("gyroscope_noise_density", "gyroscope_random_walk", "accelerometer_noise_density",
+            "accelerometer_random_walk")
+    return {k: float(d[k]) for k in keys if k in d} or None
+
+
+class BackendNode(Node):
+    def __init__(self):
+        super().__init__("backend_node")
+        self.be_specs = backend_specs()
+        self.specs = node_specs() + self.be_specs
+        self.p = declare_all(self, self.specs)
+        self.cam0 = camera_from_params(self.p)
+        self.cam1 = camera_from_params(self.p, "right.") if self.p["stereo"] else None
+        self.estimator = None
+        self.mode = "record-only"
+        if self.p["estimator"] == "auto":
+            try:
+                from vilib_ros.backend import BackendConfig, VioEstimator
+
+                cfg = build_dataclass(BackendConfig, {s.name: self.p[s.name] for s in self.be_specs})
+                self.estimator = VioEstimator(cfg, self.cam0, self.cam1, _imu_noise_from_yaml(self.p["imu_yaml"]))
+                self.mode = f"VioEstimator ({self.estimator.mode})"
+            except ImportError as exc:
+                self.get_logger().warning(f"vilib_ros.backend / gtsam not importable ({exc}): recording only, "
+                                          "no odometry will be published")
+        else:
+            self.get_logger().info("estimator: none -- recording only, no odometry will be published")
+
+        self.pub_odom = self.create_publisher(Odometry, "odometry", reliable_qos(10))
+        self.pub_odom_imu = self.create_publisher(Odometry, "odometry_imu", reliable_qos(50))
+        self.pub_path = self.create_publisher(PathMsg, "path", reliable_qos(2))
+        self.pub_lm = self.create_publisher(MarkerArray, "landmarks", reliable_qos(2))
+        self.pub_diag = self.create_publisher(DiagnosticArray, "diagnostics", reliable_qos(10))
+        self.create_subscription(Imu, "imu", self._on_imu, sensor_qos(2000))
+        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(100))
+        # Frames wait here until the IMU has caught up with their stamp (IMU and tracks come on
+        # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
+        self.pending: collections.deque = collections.deque()
+        self.create_timer(0.02, self._drain)
+
+        self.skips = collections.Counter({k: 0 for k in (
+            "bad_tracks", "tracks_out_of_order", "imu_non_finite", "imu_out_of_order", "estimator_error")})
+        self._warned: set = set()
+        self.frames_rx = RateMeter()
+        self.imu_rx = RateMeter()
+        self.odom_tx = RateMeter()
+        self.frame_ms = Stat()
+        self.last_frame_ns: int | None = None
+        self.last_imu_ns: int | None = None
+        self.path = PathMsg()
+        self.path.header.frame_id = self.p["world_frame"]
+        self.received: list[tuple[int, int]] = []   # (stamp, n tracks) per frame, record-only summary
+        self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
+        self.get_logger().info(f"backend: {self.mode}")
+
+    def _skip(self, reason: str, detail: str) -> None:
+        self.skips[reason] += 1
+        if reason not in self._warned:
+            self._warned.add(reason)
+            self.get_logger().warning(f"{detail} -- skipped (counted as '{reason}'; warned once)")
+
+    # --- callbacks ---------------------------------------------------------------------
+    def _on_imu(self, msg) -> None:
+        try:
+            t, g, a = imu_to_arrays(msg)
+        except ImuConversionError as exc:
+            self._skip(exc.reason, f"imu: {exc}")
+            return
+        if self.last_imu_ns is not None and t <= self.last_imu_ns:
+            self._skip("imu_out_of_order", f"imu: stamp {t} not after {self.last_imu_ns}")
+            return
+        self.last_imu_ns = t
+        self.imu_rx.tick()
+        if self.estimator is None:
+            return
+        try:
+            self.estimator.add_imu(t, g, a)
+        except Exception as exc:  # noqa: BLE001 - never die on one sample
+            self._skip("estimator_error", f"estimator failed on an IMU sample: {exc!r}")
+            return
+        self._drain()
+        if self.p["publish_odometry_imu"] and self.pub_odom_imu.get_subscription_count() > 0:
+            try:
+                s = self.estimator.propagate(t)
+            except Exception as exc:  # noqa: BLE001
+                self._skip("estimator_error", f"IMU propagation failed: {exc!r}")
+                return
+            if s is not None:
+                self.pub_odom_imu.publish(self._odometry(s))
+
+    def _on_tracks(self, msg) -> None:
+        try:
+            frame = pointcloud_to_trackframe(msg)
+        except Exception as exc:  # noqa: BLE001
+            self._skip("bad_tracks", f"tracks: {exc}")
+            return
+        if self.last_frame_ns is not None and frame.stamp_ns <= self.last_frame_ns:
+            self._skip("tracks_out_of_order", f"tracks: stamp {frame.stamp_ns} not after {self.last_frame_ns}")
+            return
+        self.last_frame_ns = frame.stamp_ns
+        self.frames_rx.tick()
+        self.received.append((frame.stamp_ns, len(frame)))
+        if self.estimator is None:
+            return
+        if not self.p["stereo"]:
+            frame.uv_right = frame.xy_right = None
+        self.pending.append((time.monotonic(), frame))
+        self._drain()
+
+    def _drain(self) -> None:
+        now = time.monotonic()
+        while self.pending:
+            t_rx, frame = self.pending[0]
+            imu_ok = self.last_imu_ns is not None and self.last_imu_ns >= frame.stamp_ns
+            if not imu_ok and now - t_rx < self.p["imu_wait_s"]:
+                return
+            self.pending.popleft()
+            self._process_frame(frame)
+
+    def _process_frame(self, frame, publish: bool = True) -> None:
+        t0 = time.monotonic()
+        try:
+            state = self.estimator.add_frame(frame)
+        except Exception as exc:  # noqa: BLE001 - the estimator recovers on the next frame
+            self._skip("estimator_error", f"estimator failed on frame {frame.stamp_ns}: {exc!r}")
+            return
+        self.frame_ms.add((time.monotonic() - t0) * 1e3)
+        if state is None or not publish:
+            return
+        odom = self._odometry(state)
+        self.pub_odom.publish(odom)
+        self.odom_tx.tick()
+        ps = PoseStamped()
+        ps.header = odom.header
+        ps.pose = odom.pose.pose
+        self.path.poses.append(ps)
+        if len(self.path.poses) > self.p["path_max_length"]:
+            del self.path.poses[: len(self.path.poses) - self.p["path_max_length"]]
+        self.path.header.stamp = odom.header.stamp
+        self.pub_path.publish(self.path)
+        if getattr(state, "is_keyframe", False) and self.pub_lm.get_subscription_count() > 0:
+            self.pub_lm.publish(self._landmarks(odom.header.stamp))
+
+    # --- messages ------------------------------------------------------------------------
+    def _odometry(self, s) -> Odometry:
+        o = Odometry()
+        o.header.stamp = ns_to_stamp(s.stamp_ns)
+        o.header.frame_id = self.p["world_frame"]
+        o.child_frame_id = self.p["body_frame"]
+        p = o.pose.pose.position
+        p.x, p.y, p.z = (float(v) for v in s.p)
+        q = o.pose.pose.orientation
+        q.x, q.y, q.z, q.w = (float(v) for v in s.q_xyzw)
+        v_body = s.R.T @ np.asarray(s.v, dtype=np.float64)
+        t = o.twist.twist.linear
+        t.x, t.y, t.z = (float(v) for v in v_body)
+        return o
+
+    def _landmarks(self, stamp) -> MarkerArray:
+        m = Marker()
+        m.header.stamp = stamp
+        m.header.frame_id = self.p["world_frame"]
+        m.ns, m.id, m.type, m.action = "landmarks", 0, Marker.POINTS, Marker.ADD
+        m.pose.orientation.w = 1.0
+        m.scale.x = m.scale.y = 0.05
+        m.color.g, m.color.a = 1.0, 1.0
+        lm = self.estimator.landmarks()
+        pts = []
+        for x, y, z in np.asarray(lm, dtype=np.float64).reshape(-1, 3).tolist():
+            pt = Point()
+            pt.x, pt.y, pt.z = x, y, z
+            pts.append(pt)
+        m.points = pts
+        return MarkerArray(markers=[m])
+
+    def _estimator_stats(self) -> dict:
+        if self.estimator is None:
+            return {}
+        return {k: v for k, v in dict(self.estimator.stats).items() if isinstance(v, (int, float, str))}
+
+    def _publish_diagnostics(self) -> None:
+        w = self.frame_ms.window()
+        d = {"mode": self.mode, "frames_received": self.frames_rx.count, "imu_received": self.imu_rx.count,
+             "odometry_published": self.odom_tx.count, "frame_rate_hz": self.frames_rx.rate(),
+             "imu_rate_hz": self.imu_rx.rate(), "odometry_rate_hz": self.odom_tx.rate(),
+             "frame_ms_mean": float(np.mean(w)) if w else 0.0, "frame_ms_max": float(np.max(w)) if w else 0.0}
+        d.update({f"skipped.{k}": v for k, v in sorted(self.skips.items())})
+        d.update({f"estimator.{k}": v for k, v in sorted(self._estimator_stats().items())})
+        problems = sum(self.skips.values())
+        level = DiagnosticStatus.WARN if (problems or self.estimator is None) else DiagnosticStatus.OK
+        level = level[0] if isinstance(level, bytes) else level
+        msg = DiagnosticArray()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.status = [diagnostic_status(f"vilib_ros: {self.get_name()}", "backend", level,
+                                        f"{self.mode}: {self.frames_rx.count} frames, {problems} skipped", d)]
+        self.pub_diag.publish(msg)
+
+    def summary(self) -> dict:
+        return {"node": self.get_name(), "mode": self.mode, "frames_received": self.frames_rx.count,
+                "imu_received": self.imu_rx.count, "odometry_published": self.odom_tx.count,
+                "skipped": dict(self.skips), "frame_ms": self.frame_ms.summary(),
+                "estimator": self._estimator_stats()}
+
+    def close(self) -> None:
+        while self.pending and self.estimator is not None:
+            self._process_frame(self.pending.popleft()[1], publish=False)
+        if self.p["trajectory_path"]:
+            if self.estimator is not None:
+                try:
+                    self.estimator.write_tum(self.p["trajectory_path"])
+                except Exception as exc:  # noqa: BLE001
+                    print(f"backend_node: could not write the trajectory: {exc!r}")
+            else:
+                print("backend_node: record-only mode, no trajectory written")
+        if self.p["stats_path"]:
+            path = Path(self.p["stats_path"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.summary(), indent=2, default=str))
+
+
+def main(args=None):
+    import sys
+
+    argv = sys.argv if args is None else args
+    if "--print-parameters" in argv:
+        from vilib_ros.nodes.params import format_table
+
+        print(format_table(parameter_table()))
+        return
+    exit_main(BackendNode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""player_node: replay a EuRoC dataset (ASL folder, ROS 1 .bag, ROS 2 bag) as ROS 2 topics.
+
+The dataset is opened with :func:`vilib_ros.euroc.open_dataset`; its events are published
+in time order: IMU samples first, then the images of the same instant. IMU samples are
+replayed from ``imu_margin_s`` before the first image to the last image (EuRoC IMU logs run
+longer than a cut image sequence).
+
+Timing: ``rate`` > 0 replays at ``rate`` x real time (1.0 = real time). ``rate`` = 0 is the
+backpressure mode: before each cam0 image the player waits until the frontend's ``tracks``
+message for the previous cam0 image has arrived (at most ``backpressure_timeout_s``, then
+it goes on and counts a timeout), so nothing is dropped however slow the pipeline is.
+
+A tqdm progress bar (images) goes to stderr. When the replay ends the player publishes
+``True`` on ``player_done`` (latched: transient local) and, with ``exit_when_done``, exits
+``done_linger_s`` later.
+
+Subscribed
+----------
+  tracks (sensor_msgs/PointCloud, reliable): only in backpressure mode (``rate`` = 0)
+
+Published
+---------
+  cam0/image_raw (sensor_msgs/Image, mono8, reliable)
+  cam1/image_raw (sensor_msgs/Image, mono8, reliable): when the dataset has a second camera and ``publish_cam1``
+  imu0 (sensor_msgs/Imu, reliable)
+  player_done (std_msgs/Bool, reliable + transient local): True once everything is published
+
+Parameters
+----------
+  dataset (string, default '', read-only): ASL folder (containing mav0/), ROS 1 .bag, or ROS 2 bag folder
+  rate (double, default 1.0, range [0, 1000]): replay speed factor; 0 = backpressure mode
+  max_frames (integer, default 0, range [0, 1000000000], read-only): stop after this many cam0 images (0 = all)
+  publish_cam1 (bool, default true, read-only): publish the second camera when there is one
+  imu_margin_s (double, default 0.5, range [0, 3600], read-only): IMU replayed this long before the first image
+  wait_for_subscribers (integer, default 1, range [0, 100], read-only): wait until cam0/image_raw has this many subscribers
+  wait_timeout_s (double, default 30.0, range [0, 3600], read-only): give up waiting for subscribers after this long (then start anyway)
+  backpressure_timeout_s (double, default 5.0, range [0.01, 3600]): longest wait for a tracks message in backpressure mode
+  start_delay_s (double, default 0.5, range [0, 60], read-only): pause after discovery before the first message
+  exit_when_done (bool, default false, read-only): exit the process when the replay is over
+  done_linger_s (double, default 1.0, range [0, 60], read-only): stay alive this long after ``player_done`` (lets reliable traffic drain)
+  progress (bool, default true, read-only): show a tqdm progress bar on stderr
+  cam0_frame_id, cam1_frame_id, imu_frame_id (string, defaults 'cam0', 'cam1', 'imu0', read-only): header frame ids
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import rclpy
+from rclpy.node import Node
+from sensor_msgs.msg import Image, Imu, PointCloud
+from std_msgs.msg import Bool
+
+from vilib_ros.nodes._common import exit_main, latched_qos, reliable_qos
+from vilib_ros.nodes.conversions import arrays_to_imu, numpy_to_image, stamp_to_ns
+from vilib_ros.nodes.params import ParamSpec, check_on_set, declare_all
+
+
+def parameter_table() -> list[ParamSpec]:
+    return [
+        ParamSpec("dataset", "", "ASL folder (with mav0/), ROS 1 .bag, or ROS 2 bag folder", read_only=True),
+        ParamSpec("rate", 1.0, "replay speed factor (1.0 = real time); 0 = backpressure mode", range=(0.0, 1000.0)),
+        ParamSpec("max_frames", 0, "stop after this many cam0 images (0 = all)", range=(0, 1_000_000_000),
+                  read_only=True),
+        ParamSpec("publish_cam1", True, "publish the second camera when the dataset has one", read_only=True),
+        ParamSpec("imu_margin_s", 0.5, "IMU is replayed from this long before the first image", range=(0.0, 3600.0),
+                  read_only=True),
+        ParamSpec("wait_for_subscribers", 1, "wait until cam0/image_raw has this many subscribers",
+                  range=(0, 100), read_only=True),
+        ParamSpec("wait_timeout_s", 30.0, "give up waiting for subscribers after this long (start anyway)",
+                  range=(0.0, 3600.0), read_only=True),
+        ParamSpec("backpressure_timeout_s", 5.0, "longest wait for a tracks message in backpressure mode",
+                  range=(0.01, 3600.0)),
+        ParamSpec("start_delay_s", 0.5, "pause after discovery before the first message", range=(0.0, 60.0),
+                  read_only=True),
+        ParamSpec("exit_when_done", False, "exit the process when the replay is over", read_only=True),
+        ParamSpec("done_linger_s", 1.0, "stay alive this long after player_done", range=(0.0, 60.0),
+                  read_only=True),
+        ParamSpec("progress", True, "show a tqdm progress bar on stderr", read_only=True),
+        ParamSpec("cam0_frame_id", "cam0", "header frame id of cam0 images", read_only=True),
+        ParamSpec("cam1_frame_id", "cam1", "header frame id of cam1 images", read_only=True),
+        ParamSpec("imu_frame_id", "imu0", "header frame id of IMU messages", read_only=True),
+    ]
+
+
+class PlayerNode(Node):
+    def __init__(self):
+        super().__init__("player_node")
+        self.specs = parameter_table()
+        self.p = declare_all(self, self.specs)
+        self.add_on_set_parameters_callback(check_on_set(self.specs))
+        if not self.p["dataset"]:
+            raise ValueError("player_node: parameter 'dataset' is required (ASL folder, .bag or ROS 2 bag)")
+        from vilib_ros.euroc import open_dataset
+
+        self.ds = open_dataset(self.p["dataset"])
+        self.n_cams = len(self.ds.cameras) if self.p["publish_cam1"] else 1
+        self.pub_img = [self.create_publisher(Image, f"cam{c}/image_raw", reliable_qos(10))
+                        for c in range(min(self.n_cams, 2))]
+        self.pub_imu = self.create_publisher(Imu, "imu0", reliable_qos(200))
+        self.pub_done = self.create_publisher(Bool, "player_done", latched_qos())
+        self.last_tracks_ns = -1
+        self.tracks_received = 0
+        if self.p["rate"] <= 0.0:
+            self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(10))
+        self.stats = {"images": [0, 0], "imu": 0, "backpressure_timeouts": 0}
+        self.get_logger().info(f"opened {self.ds!r}")
+
+    def _on_tracks(self, msg) -> None:
+        self.tracks_received += 1
+        self.last_tracks_ns = max(self.last_tracks_ns, stamp_to_ns(msg.header.stamp))
+
+    # --- replay -------------------------------------------------------------------------
+    def _spin_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while rclpy.ok():
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            rclpy.spin_once(self, timeout_sec=min(left, 0.05))
+
+    def _wait_for_pipeline(self) -> None:
+        need = self.p["wait_for_subscribers"]
+        t_end = time.monotonic() + self.p["wait_timeout_s"]
+        backpressure = self.p["rate"] <= 0.0
+        while rclpy.ok() and time.monotonic() < t_end:
+            ok = self.pub_img[0].get_subscription_count() >= need
+            if backpressure:
+                ok = ok and self.count_publishers("tracks") >= 1
+            if ok:
+                return
+            rclpy.spin_once(self, timeout_sec=0.05)
+        self.get_logger().warning(
+            f"starting without the expected pipeline after {self.p['wait_timeout_s']} s "
+            f"(cam0 subscribers: {self.pub_img[0].get_subscription_count()}, "
+            f"tracks publishers: {self.count_publishers('tracks')})")
+
+    def _events(self):
+        stamps0 = self.ds.image_stamps(0)
+        n = len(stamps0)
+        if self.p["max_frames"] > 0:
+            n = min(n, self.p["max_frames"])
+        if n == 0:
+            return 0, iter(())
+        t_first, t_last = int(stamps0[0]), int(stamps0[n - 1])
+        t_imu0 = t_first - int(self.p["imu_margin_s"] * 1e9)
+
+        def gen():
+            for ev in self.ds.iter_events():
+                if ev[0] == "imu":
+                    if t_imu0 <= ev[1] <= t_last:
+                        yield ev
+                    elif ev[1] > t_last:
+                        continue
+                else:
+                    cam, t = ev[1], ev[2]
+                    if cam >= len(self.pub_img):
+                        continue
+                    if t > t_last:
+                        if cam == 0:
+                            return
+                        continue
+                    if t < t_first and cam == 0:
+                        continue
+                    yield ev
+        return n, gen()
+
+    def _wait_backpressure(self, prev_stamp: int) -> None:
+        t_end = time.monotonic() + self.p["backpressure_timeout_s"]
+        while rclpy.ok() and self.last_tracks_ns < prev_stamp:
+            if time.monotonic() > t_end:
+                self.stats["backpressure_timeouts"] += 1
+                return
+            rclpy.spin_once(self, timeout_sec=0.01)
+
+    def run(self) -> int:
+        self._wait_for_pipeline()
+        self._spin_for(self.p["start_delay_s"])
+        n, events = self._events()
+        from tqdm import tqdm
+
+        bar = tqdm(total=n, unit="img", desc="player", file=sys.stderr, disable=not self.p["progress"],
+                   mininterval=0.5)
+        t0_wall = None
+        t0_data = None
+        prev_cam0 = None
+        t_start = time.monotonic()
+        for ev in events:
+            if not rclpy.ok():
+                break
+            t_ev = ev[1] if ev[0] == "imu" else ev[2]
+            rate = float(self.get_parameter("rate").value)
+            if rate > 0.0:
+                if t0_wall is None:
+                    t0_wall, t0_data = time.monotonic(), t_ev
+                target = t0_wall + (t_ev - t0_data) * 1e-9 / rate
+                if target - time.monotonic() > 0:
+                    self._spin_for(target - time.monotonic())
+            if ev[0] == "imu":
+                self.pub_imu.publish(arrays_to_imu(t_ev, ev[2], ev[3], self.p["imu_frame_id"]))
+                self.stats["imu"] += 1
+                continue
+            cam, index = ev[1], ev[3]
+            if cam == 0 and rate <= 0.0 and prev_cam0 is not None:
+                self._wait_backpressure(prev_cam0)
+            img = self.ds.load_image(cam, index)
+            frame_id = self.p["cam0_frame_id"] if cam == 0 else self.p["cam1_frame_id"]
+            self.pub_img[cam].publish(numpy_to_image(img, "mono8", t_ev, frame_id))
+            self.stats["images"][cam] += 1
+            if cam == 0:
+                prev_cam0 = t_ev
+                bar.update(1)
+            rclpy.spin_once(self, timeout_sec=0)
+        bar.close()
+        if not rclpy.ok():
+            return 0
+        if self.p["rate"] <= 0.0 and prev_cam0 is not None:
+            self._wait_backpressure(prev_cam0)
+        elapsed = time.monotonic() - t_start
+        self.get_logger().info(
+            f"replay done in {elapsed:.1f} s: cam0 {self.stats['images'][0]}, cam1 {self.stats['images'][1]}, "
+            f"imu {self.stats['imu']}, backpressure timeouts {self.stats['backpressure_timeouts']}")
+        self.pub_done.publish(Bool(data=True))
+        if self.p["exit_when_done"]:
+            self._spin_for(self.p["done_linger_s"])
+            return 0
+        while rclpy.ok():
+            rclpy.spin_once(self, timeout_sec=0.1)
+        return 0
+
+    def close(self) -> None:
+        try:
+            self.ds.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def main(args=None):
+    exit_main(PlayerNode, args)
+
+
+if __name__ == "__main__":
+    main()

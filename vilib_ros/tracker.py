@@ -1,0 +1,467 @@
+"""Pyramidal inverse-compositional Lucas-Kanade tracker with affine illumination.
+
+The algorithm of vilib / "Faster than FAST" (IROS 2020): parameters q = [tx, ty, alpha, beta]
+with I(x + t) = (1 + alpha) T(x) + beta, the Hessian built once per feature and level from the
+template and the gain at the start of the level ("approximated simultaneous inverse
+compositional"), PxP patches (16 on fine levels, 8 on coarse ones), bilinear sampling, up to
+``max_iterations`` per level, stop when the squared translation update < ``eps``.
+
+* :func:`track_cpu` - the NumPy reference (vectorised over features), mirror of
+  ``kernels/lk.cu`` step by step; test reference and CPU fallback.
+* :class:`CpuLKTracker` / :class:`GpuLKTracker` - same interface, made by :func:`make_tracker`.
+* :class:`TrackStatus` - the int8 status enum shared with the kernel.
+
+Conventions: level-0 pixel centres at integer coordinates; level l coordinate
+``x_l = (x_0 + 0.5) / 2**l - 0.5`` (2x2-mean pyramid of :mod:`vilib_ros.pyramid`).
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger("vilib_ros.tracker")
+
+MODES = ("translation", "offset", "gain", "gain_offset")
+_MODE_INFO = {  # n params, gain slot, offset slot (as in ModeInfo<> of lk.cu)
+    "translation": (2, -1, -1),
+    "offset": (3, -1, 2),
+    "gain": (3, 2, -1),
+    "gain_offset": (4, 2, 3),
+}
+LK_WARPS = 4
+
+
+class TrackStatus(enum.IntEnum):
+    """Per-feature outcome (int8), the same codes as ``LK_*`` in ``kernels/lk.cu``."""
+
+    TRACKED = 0
+    LEFT_IMAGE = 1
+    DIVERGED = 2
+    NOT_CONVERGED = 3
+    INACTIVE = 4
+
+
+@dataclass
+class TrackerConfig:
+    mode: str = "gain_offset"                 # translation | offset | gain | gain_offset
+    levels: int = 5                           # pyramid levels used (0..levels-1)
+    patch_sizes: tuple = (16, 16, 16, 8, 8)   # per level, 16 or 8
+    max_iterations: int = 30                  # per level
+    eps: float = 5e-4                         # stop when dtx^2 + dty^2 < eps (level pixels)
+    min_eigen: float = 1e-5                   # flat-patch test: min eigenvalue of the gradient matrix / P^2 (intensities in [0,1])
+    max_residual: float = 0.0                 # mean |residual| (0..255) above which -> DIVERGED; 0 = off
+    oscillation_stop: bool = False            # extra stop (as OpenCV): a step that undoes the previous one
+                                              # (|dq + dq_prev| < 0.01 px in x and y) -> half step back, converged
+    cpu_backend: str = "numpy"                # numpy | opencv (translation only)
+
+    def validate(self) -> "TrackerConfig":
+        if self.mode not in MODES:
+            raise ValueError(f"TrackerConfig.mode must be one of {MODES}, got {self.mode!r}")
+        if int(self.levels) != self.levels or not 1 <= self.levels <= 8:
+            raise ValueError(f"TrackerConfig.levels must be in 1..8, got {self.levels!r}")
+        ps = tuple(int(p) for p in self.patch_sizes)
+        if len(ps) < self.levels or any(p not in (8, 16) for p in ps[: self.levels]):
+            raise ValueError(f"TrackerConfig.patch_sizes needs one of 8/16 per level (levels={self.levels}), got {self.patch_sizes!r}")
+        if not 1 <= int(self.max_iterations) <= 1000:
+            raise ValueError(f"TrackerConfig.max_iterations must be in 1..1000, got {self.max_iterations!r}")
+        if not self.eps > 0:
+            raise ValueError(f"TrackerConfig.eps must be > 0, got {self.eps!r}")
+        if not self.min_eigen >= 0 or not self.max_residual >= 0:
+            raise ValueError("TrackerConfig.min_eigen and max_residual must be >= 0")
+        if self.cpu_backend not in ("numpy", "opencv"):
+            raise ValueError(f"TrackerConfig.cpu_backend must be numpy|opencv, got {self.cpu_backend!r}")
+        if self.cpu_backend == "opencv" and self.mode != "translation":
+            raise ValueError("TrackerConfig.cpu_backend='opencv' supports mode='translation' only")
+        return self
+
+    @property
+    def patch16_mask(self) -> int:
+        return sum(1 << l for l in range(self.levels) if int(self.patch_sizes[l]) == 16)
+
+
+@dataclass
+class TrackResult:
+    pos: np.ndarray        # float32 (N, 2) level-0 positions
+    status: np.ndarray     # int8 (N,) TrackStatus
+    residual: np.ndarray   # float32 (N,) final mean |I - (1+a)T - b| on level 0, 0..255 units
+    gain: np.ndarray       # float32 (N,) 1 + alpha
+    offset: np.ndarray     # float32 (N,) beta, 0..255 units
+    iterations: np.ndarray  # int32 (N,) total iterations over all levels
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def tracked(self) -> np.ndarray:
+        return self.status == TrackStatus.TRACKED
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy reference
+
+
+def _bilinear(img: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Bilinear samples of a uint8 image at float coordinates (all in bounds), float64."""
+    fx, fy = np.floor(x), np.floor(y)
+    x0, y0 = fx.astype(np.intp), fy.astype(np.intp)
+    ax, ay = x - fx, y - fy
+    w = img.shape[1]
+    flat = img.reshape(-1)
+    i = y0 * w + x0
+    i00 = flat[i].astype(np.float64)
+    i10 = flat[i + 1]
+    i01 = flat[i + w]
+    i11 = flat[i + w + 1]
+    return (1 - ay) * ((1 - ax) * i00 + ax * i10) + ay * ((1 - ax) * i01 + ax * i11)
+
+
+def _fits(x, y, half, w, h):
+    return (x - half >= 0) & (y - half >= 0) & (x + half < w - 1) & (y + half < h - 1)
+
+
+def _as_pyramid(img_or_pyr, levels: int) -> list[np.ndarray]:
+    if isinstance(img_or_pyr, (list, tuple)):
+        if len(img_or_pyr) < levels:
+            raise ValueError(f"pyramid has {len(img_or_pyr)} levels, the tracker needs {levels}")
+        return list(img_or_pyr)
+    from vilib_ros.pyramid import build_pyramid_cpu
+
+    return build_pyramid_cpu(img_or_pyr, levels)
+
+
+def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | None = None,
+              active=None) -> TrackResult:
+    """NumPy reference of ``lk_track_<mode>``: track ``tmpl_pos`` (N, 2) from the template
+    pyramid into the image pyramid starting at ``pred`` (default: ``tmpl_pos``).
+
+    ``tmpl_pyr`` / ``img_pyr``: uint8 images or lists of pyramid levels.
+    """
+    cfg = (config or TrackerConfig()).validate()
+    L = int(cfg.levels)
+    tp = _as_pyramid(tmpl_pyr, L)
+    ip = _as_pyramid(img_pyr, L)
+    if tp[0].shape != ip[0].shape:
+        raise ValueError(f"template and image sizes differ: {tp[0].shape} vs {ip[0].shape}")
+    h0, w0 = tp[0].shape
+    tmpl_pos = np.asarray(tmpl_pos, dtype=np.float32).reshape(-1, 2)
+    pred = tmpl_pos if pred is None else np.asarray(pred, dtype=np.float32).reshape(-1, 2)
+    if pred.shape != tmpl_pos.shape:
+        raise ValueError(f"pred shape {pred.shape} differs from tmpl_pos shape {tmpl_pos.shape}")
+    n = tmpl_pos.shape[0]
+    npar, gslot, oslot = _MODE_INFO[cfg.mode]
+    act = np.ones(n, bool) if active is None else np.asarray(active, bool).reshape(n)
+
+    tpd = tmpl_pos.astype(np.float64)
+    top = 1.0 / (1 << (L - 1))
+    x = (pred[:, 0].astype(np.float64) + 0.5) * top - 0.5
+    y = (pred[:, 1].astype(np.float64) + 0.5) * top - 0.5
+    alpha = np.zeros(n)
+    beta = np.zeros(n)
+    residual = np.zeros(n)
+    iters = np.zeros(n, np.int32)
+    status = np.full(n, TrackStatus.NOT_CONVERGED, np.int8)
+    finite = np.isfinite(pred).all(1) & np.isfinite(tmpl_pos).all(1)
+    run = act & finite
+    status[act & ~finite] = TrackStatus.DIVERGED
+
+    for lvl in range(L - 1, -1, -1):
+        P = int(cfg.patch_sizes[lvl])
+        half = 0.5 * (P - 1)
+        T, I = tp[lvl], ip[lvl]
+        h, w = h0 >> lvl, w0 >> lvl
+        if T.shape != (h, w) or I.shape != (h, w):
+            raise ValueError(f"pyramid level {lvl} has shape {T.shape}/{I.shape}, expected {(h, w)}")
+        s = 1.0 / (1 << lvl)
+        tcx = (tpd[:, 0] + 0.5) * s - 0.5
+        tcy = (tpd[:, 1] + 0.5) * s - 0.5
+        code = np.full(n, 2, np.int8)  # LVL_SKIPPED by default
+        idx = np.flatnonzero(run & _fits(tcx, tcy, half + 1.0, w, h))
+        code[run] = 3  # LVL_LEFT where the template does not fit
+        if idx.size:
+            o = np.arange(P, dtype=np.float64) - half
+            OX, OY = np.meshgrid(o, o)          # (P, P): row = y offset
+            OX, OY = OX.ravel()[None], OY.ravel()[None]
+            px = tcx[idx, None] + OX
+            py = tcy[idx, None] + OY
+            tv = _bilinear(T, px, py) / 255.0
+            gx = 0.5 * (_bilinear(T, px + 1, py) - _bilinear(T, px - 1, py)) / 255.0
+            gy = 0.5 * (_bilinear(T, px, py + 1) - _bilinear(T, px, py - 1)) / 255.0
+            g = np.ones(idx.size) if gslot < 0 else 1.0 + alpha[idx]
+            # flat-patch test
+            a = (gx * gx).sum(1) / (P * P)
+            b = (gx * gy).sum(1) / (P * P)
+            c = (gy * gy).sum(1) / (P * P)
+            lmin = 0.5 * (a + c - np.sqrt((a - c) ** 2 + 4 * b * b))
+            U = [g[:, None] * gx, g[:, None] * gy]
+            if gslot >= 0:
+                U.append(tv)
+            if oslot >= 0:
+                U.append(np.ones_like(tv))
+            U = np.stack(U, axis=2)                           # (m, PP, npar)
+            H = np.einsum("mpi,mpj->mij", U, U)
+            ok = lmin >= cfg.min_eigen
+            det = np.linalg.det(H)
+            ok &= np.isfinite(det) & (np.abs(det) > 1e-300)
+            code[idx[~ok]] = 4  # LVL_SINGULAR
+            keep = np.flatnonzero(ok)
+            idx, U, tv, px0, py0 = idx[keep], U[keep], tv[keep], OX, OY
+            Hi = np.linalg.inv(H[keep]) if keep.size else np.zeros((0, npar, npar))
+            xs, ys = x[idx].copy(), y[idx].copy()
+            live = np.ones(idx.size, bool)
+            pdq = np.full((idx.size, 2), np.inf)
+            for _ in range(int(cfg.max_iterations)):
+                li = np.flatnonzero(live)
+                if li.size == 0:
+                    break
+                f = idx[li]
+                out = ~_fits(x[f], y[f], half, w, h)
+                if out.any():
+                    fo = f[out]
+                    x[fo], y[fo] = xs[li[out]], ys[li[out]]
+                    code[fo] = 3
+                    live[li[out]] = False
+                    li, f = li[~out], f[~out]
+                    if li.size == 0:
+                        break
+                iv = _bilinear(I, x[f, None] + px0, y[f, None] + py0) / 255.0
+                r = iv - (1.0 + alpha[f, None]) * tv[li] - beta[f, None]
+                bvec = np.einsum("mpi,mp->mi", U[li], r)
+                dq = np.einsum("mij,mj->mi", Hi[li], bvec)
+                x[f] -= dq[:, 0]
+                y[f] -= dq[:, 1]
+                if gslot >= 0:
+                    alpha[f] += dq[:, gslot]
+                if oslot >= 0:
+                    beta[f] += dq[:, oslot]
+                residual[f] = np.abs(r).mean(1) * 255.0
+                iters[f] += 1
+                conv = dq[:, 0] ** 2 + dq[:, 1] ** 2 < cfg.eps
+                if cfg.oscillation_stop:
+                    osc = ~conv & (np.abs(dq[:, 0] + pdq[li, 0]) < 0.01) & (np.abs(dq[:, 1] + pdq[li, 1]) < 0.01)
+                    x[f[osc]] += 0.5 * dq[osc, 0]
+                    y[f[osc]] += 0.5 * dq[osc, 1]
+                    conv |= osc
+                    pdq[li] = dq[:, :2]
+                code[f[conv]] = 0
+                live[li[conv]] = False
+            code[idx[live]] = 1  # LVL_MAXITER
+        if lvl == 0:
+            m = run
+            status[m & (code == 0)] = TrackStatus.TRACKED
+            status[m & (code == 1)] = TrackStatus.NOT_CONVERGED
+            status[m & (code == 3)] = TrackStatus.LEFT_IMAGE
+            status[m & ((code == 4) | (code == 2))] = TrackStatus.DIVERGED
+        else:
+            x = 2.0 * x + 0.5
+            y = 2.0 * y + 0.5
+
+    bad = run & ~(np.isfinite(x) & np.isfinite(y) & np.isfinite(alpha) & np.isfinite(beta)
+                  & (1 + alpha > 0.2) & (1 + alpha < 5.0))
+    status[bad] = TrackStatus.DIVERGED
+    if cfg.max_residual > 0:
+        ok_st = (status == TrackStatus.TRACKED) | (status == TrackStatus.NOT_CONVERGED)
+        status[run & ok_st & (residual > cfg.max_residual)] = TrackStatus.DIVERGED
+    pos = np.stack([x, y], 1).astype(np.float32)
+    pos[~act] = pred[~act]
+    status[~act] = TrackStatus.INACTIVE
+    gain = (1.0 + alpha).astype(np.float32)
+    gain[~act] = 1.0
+    off = (beta * 255.0).astype(np.float32)
+    off[~act] = 0.0
+    residual[~act] = 0.0
+    return TrackResult(pos, status, residual.astype(np.float32), gain, off, iters)
+
+
+def track_opencv(tmpl_img, img, tmpl_pos, pred=None, window: int = 21, levels: int = 3,
+                 max_iterations: int = 30, eps: float = 0.01) -> TrackResult:
+    """OpenCV ``calcOpticalFlowPyrLK`` (translation only) in the same result format."""
+    import cv2
+
+    p0 = np.ascontiguousarray(np.asarray(tmpl_pos, np.float32).reshape(-1, 1, 2))
+    n = p0.shape[0]
+    if n == 0:
+        z = np.zeros(0, np.float32)
+        return TrackResult(np.zeros((0, 2), np.float32), np.zeros(0, np.int8), z, z, z, np.zeros(0, np.int32))
+    flags = 0
+    p1 = None
+    if pred is not None:
+        p1 = np.ascontiguousarray(np.asarray(pred, np.float32).reshape(-1, 1, 2)).copy()
+        flags = cv2.OPTFLOW_USE_INITIAL_FLOW
+    p1, st, err = cv2.calcOpticalFlowPyrLK(
+        tmpl_img, img, p0, p1, winSize=(window, window), maxLevel=levels - 1,
+        criteria=(cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, max_iterations, eps), flags=flags)
+    status = np.where(st.ravel() == 1, TrackStatus.TRACKED, TrackStatus.DIVERGED).astype(np.int8)
+    return TrackResult(p1.reshape(-1, 2).astype(np.float32), status, err.ravel().astype(np.float32),
+                       np.ones(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Trackers with one interface
+
+
+class CpuLKTracker:
+    """CPU twin of :class:`GpuLKTracker` (NumPy reference, or OpenCV for translation)."""
+
+    device = "cpu"
+
+    def __init__(self, width: int, height: int, config: TrackerConfig | None = None, max_features: int = 1024):
+        self.config = (config or TrackerConfig()).validate()
+        self.width, self.height, self.max_features = int(width), int(height), int(max_features)
+
+    def _check(self, img):
+        if isinstance(img, (list, tuple)):
+            img = img[0]
+        img = np.asarray(img)
+        if img.dtype != np.uint8 or img.shape != (self.height, self.width):
+            raise ValueError(f"tracker built for uint8 {self.height}x{self.width} images, got {img.dtype} {img.shape}")
+
+    def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
+        """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists)."""
+        self._check(tmpl)
+        self._check(img)
+        tmpl_pos = np.asarray(tmpl_pos, np.float32).reshape(-1, 2)
+        if tmpl_pos.shape[0] > self.max_features:
+            raise ValueError(f"{tmpl_pos.shape[0]} features exceed max_features={self.max_features}")
+        if self.config.cpu_backend == "opencv":
+            t0 = tmpl[0] if isinstance(tmpl, (list, tuple)) else tmpl
+            i0 = img[0] if isinstance(img, (list, tuple)) else img
+            res = track_opencv(t0, i0, tmpl_pos, pred, window=int(self.config.patch_sizes[0]) + 1,
+                               levels=self.config.levels, max_iterations=self.config.max_iterations)
+            if active is not None:
+                a = np.asarray(active, bool)
+                res.status[~a] = TrackStatus.INACTIVE
+            return res
+        return track_cpu(tmpl, img, tmpl_pos, pred, self.config, active)
+
+
+def _ptr_table(cp, pyramid_levels):
+    return cp.asarray(np.array([lv.data.ptr for lv in pyramid_levels], dtype=np.uint64))
+
+
+class GpuLKTracker:
+    """One warp per feature LK on device pyramids (``kernels/lk.cu``).
+
+    Device buffers for ``max_features`` features are allocated here; :meth:`track_device`
+    enqueues the kernel on given device pyramids without synchronising or allocating;
+    :meth:`track` is the host convenience twin of :meth:`CpuLKTracker.track`.
+    """
+
+    device = "cuda"
+
+    def __init__(self, width: int, height: int, config: TrackerConfig | None = None, max_features: int = 1024):
+        import cupy as cp
+
+        from vilib_ros._cuda import get_module
+
+        self.config = (config or TrackerConfig()).validate()
+        self.width, self.height, self.max_features = int(width), int(height), int(max_features)
+        mod = get_module("lk", {"LK_WARPS": LK_WARPS})
+        self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
+        self._tables: dict[int, object] = {}
+        m = self.max_features
+        self.d_tmpl_pos = cp.zeros((m, 2), cp.float32)
+        self.d_pred = cp.zeros((m, 2), cp.float32)
+        self.d_active = cp.zeros(m, cp.int8)
+        self.d_out = self.alloc_outputs(m)
+        self._pyrs = None
+        self._events = (cp.cuda.Event(), cp.cuda.Event())
+
+    @staticmethod
+    def alloc_outputs(m: int) -> dict:
+        import cupy as cp
+
+        return {"pos": cp.zeros((m, 2), cp.float32), "status": cp.zeros(m, cp.int8),
+                "residual": cp.zeros(m, cp.float32), "gain": cp.zeros(m, cp.float32),
+                "offset": cp.zeros(m, cp.float32), "iterations": cp.zeros(m, cp.int32)}
+
+    def level_table(self, pyramid):
+        """Device table of level pointers for a GpuPyramid (made once per pyramid)."""
+        key = id(pyramid)
+        t = self._tables.get(key)
+        if t is None:
+            import cupy as cp
+
+            if pyramid.n_levels < self.config.levels:
+                raise ValueError(f"pyramid has {pyramid.n_levels} levels, the tracker needs {self.config.levels}")
+            if pyramid.shapes[0] != (self.height, self.width):
+                raise ValueError(f"pyramid is {pyramid.shapes[0]}, tracker built for {(self.height, self.width)}")
+            t = (_ptr_table(cp, pyramid.levels), pyramid)  # keep the pyramid alive with its table
+            self._tables[key] = t
+        return t[0]
+
+    def launch_args(self, tmpl_table, img_table, tmpl_pos, pred, active, active_value, n, out):
+        c = self.config
+        return (tmpl_table, img_table, np.int32(self.width), np.int32(self.height), np.int32(c.levels),
+                np.int32(c.patch16_mask), tmpl_pos, pred, active, np.int32(active_value), np.int32(n),
+                np.int32(c.max_iterations), np.float32(c.eps), np.float32(c.min_eigen), np.float32(c.max_residual),
+                out["pos"], out["status"], out["residual"], out["gain"], out["offset"], out["iterations"])
+
+    def track_device(self, tmpl_pyramid, img_pyramid, tmpl_pos, pred, active, n: int, out: dict | None = None,
+                     stream=None, active_value: int = 1, checked: bool = True) -> None:
+        """Enqueue tracking of ``n`` slots (device arrays) on ``stream``; no sync, no allocation."""
+        from vilib_ros._cuda import launch
+
+        if n <= 0:
+            return
+        out = self.d_out if out is None else out
+        args = self.launch_args(self.level_table(tmpl_pyramid), self.level_table(img_pyramid), tmpl_pos, pred,
+                                active, active_value, n, out)
+        grid = ((n + LK_WARPS - 1) // LK_WARPS, 1, 1)
+        if checked:
+            launch(self.kernel, grid, (32, LK_WARPS, 1), args, stream=stream)
+        else:
+            self.kernel(grid, (32, LK_WARPS, 1), args, stream=stream)
+
+    def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
+        """Host convenience: upload two images, build pyramids, track, download (synchronous)."""
+        import cupy as cp
+
+        from vilib_ros.pyramid import GpuPyramid
+
+        for im in (tmpl, img):
+            a = np.asarray(im[0] if isinstance(im, (list, tuple)) else im)
+            if a.dtype != np.uint8 or a.shape != (self.height, self.width):
+                raise ValueError(f"tracker built for uint8 {self.height}x{self.width} images, got {a.dtype} {a.shape}")
+        tmpl_pos = np.asarray(tmpl_pos, np.float32).reshape(-1, 2)
+        n = tmpl_pos.shape[0]
+        if n > self.max_features:
+            raise ValueError(f"{n} features exceed max_features={self.max_features}")
+        pred = tmpl_pos if pred is None else np.asarray(pred, np.float32).reshape(n, 2)
+        if self._pyrs is None:
+            self._pyrs = [GpuPyramid(self.width, self.height, self.config.levels) for _ in range(2)]
+        for pyr, im in zip(self._pyrs, (tmpl, img)):
+            im0 = im[0] if isinstance(im, (list, tuple)) else im
+            pyr.upload(np.asarray(im0))
+            pyr.build()
+        if n == 0:
+            z = np.zeros(0, np.float32)
+            return TrackResult(np.zeros((0, 2), np.float32), np.zeros(0, np.int8), z, z, z, np.zeros(0, np.int32))
+        self.d_tmpl_pos[:n].set(tmpl_pos)
+        self.d_pred[:n].set(pred)
+        self.d_active[:n].set(np.ones(n, np.int8) if active is None else np.asarray(active, np.int8).reshape(n))
+        e0, e1 = self._events
+        stream = cp.cuda.get_current_stream()
+        e0.record(stream)
+        self.track_device(self._pyrs[0], self._pyrs[1], self.d_tmpl_pos, self.d_pred, self.d_active, n, stream=stream)
+        e1.record(stream)
+        e1.synchronize()
+        o = {k: v[:n].get() for k, v in self.d_out.items()}
+        return TrackResult(o["pos"], o["status"], o["residual"], o["gain"], o["offset"], o["iterations"],
+                           timings={"gpu_s": cp.cuda.get_elapsed_time(e0, e1) * 1e-3})
+
+
+def make_tracker(width: int, height: int, config: TrackerConfig | None = None, device: str = "auto",
+                 max_features: int = 1024):
+    """GpuLKTracker where CUDA is available (``device='auto'|'cuda'``), else CpuLKTracker."""
+    from vilib_ros._cuda import CudaUnavailable, resolve_device
+
+    dev = resolve_device(device)
+    if dev == "cuda":
+        try:
+            return GpuLKTracker(width, height, config, max_features)
+        except CudaUnavailable:
+            if device == "cuda":
+                raise
+            log.warning("LK kernel unavailable, using the CPU tracker", exc_info=True)
+    return CpuLKTracker(width, height, config, max_features)
