@@ -147,6 +147,22 @@ class TestImu:
         np.testing.assert_array_equal(SyntheticSequence(cfg).imu()[1], data)
 
 
+class TestGroundtruthInterpolation:
+    def test_against_analytic_trajectory(self, seq_fast):
+        gt = seq_fast.groundtruth()
+        rng = np.random.default_rng(0)
+        tq = np.sort(rng.integers(gt.t_ns[0], gt.t_ns[-1], 200)).astype(np.int64)
+        tq[0], tq[-1] = gt.t_ns[0], gt.t_ns[-1]
+        p, q, valid = gt.interpolate(tq)
+        assert valid.all()
+        s = seq_fast.trajectory.sample(seq_fast._t(tq))
+        assert np.abs(p - s.p).max() < 1e-4  # linear interpolation over 5 ms
+        ang = Rotation.from_matrix(np.einsum("nji,njk->nik", Rotation.from_quat(q).as_matrix(), s.R)).magnitude()
+        assert ang.max() < 1e-3
+        p2, _, v2 = gt.interpolate([gt.t_ns[0] - 1, gt.t_ns[-1] + 1])
+        assert not v2.any() and np.isnan(p2).all()
+
+
 class TestRender:
     def test_depth_matches_ray_casting(self, seq_clean):
         for k in (0, 57):
@@ -322,6 +338,11 @@ class TestGenerate:
         np.testing.assert_allclose(gt.q_xyzw, ref.q_xyzw, atol=1e-10)
         np.testing.assert_allclose(gt.bg, bg, atol=1e-14)
         np.testing.assert_allclose(gt.ba, ba, atol=1e-14)
+        from vilib_ros.euroc import read_tum
+
+        tum = read_tum(out / "groundtruth_tum.txt")
+        np.testing.assert_array_equal(tum.t_ns, ref.t_ns)
+        np.testing.assert_allclose(tum.p, ref.p, atol=1e-8)
         # the bag, through rosbags directly and through open_dataset
         bag = out / "synthetic_ros2"
         with AnyReader([bag]) as r:

@@ -66,7 +66,7 @@ class TestGpuMatchesReference:
         print(f"\n{mode}: {n_all} features, status agrees {n_status / n_all:.1%}, "
               f"|gpu - cpu| median {np.median(d):.5f} max {d.max():.4f} px, within 0.02 px {n_close / len(d):.1%}")
         assert n_status >= 0.97 * n_all
-        assert n_close >= 0.99 * len(d)
+        assert n_close >= 0.98 * len(d)
         assert np.median(d) < 0.002
 
     def test_inactive_and_left_image(self, pairs):

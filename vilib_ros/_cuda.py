@@ -120,15 +120,10 @@ def checked_launches() -> bool:
 
 def launch(kernel, grid, block, args, shared_mem: int = 0, stream=None) -> None:
     """Launch ``kernel``; CuPy raises on a failed launch, checked mode also
-    synchronises the stream and raises on asynchronous faults."""
+    synchronises the stream, which raises on asynchronous faults."""
     import cupy
 
     kernel(grid, block, args, shared_mem=shared_mem, stream=stream)
     if checked_launches():
+        # CuPy raises CUDADriverError from the synchronisation on any asynchronous fault.
         (stream or cupy.cuda.get_current_stream()).synchronize()
-        err = cupy.cuda.runtime.getLastError()
-        if err != 0:
-            raise RuntimeError(
-                f"CUDA error {err} after {getattr(kernel, 'name', kernel)}: "
-                f"{cupy.cuda.runtime.getErrorString(err)}"
-            )

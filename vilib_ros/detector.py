@@ -293,7 +293,7 @@ class GpuFastDetector:
     SMEM_LIMIT = 48 * 1024
 
     def __init__(self, width: int, height: int, config: DetectorConfig | None = None,
-                 warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "smem"):
+                 warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "global"):
         from vilib_ros._cuda import CudaUnavailable, cuda_available, cuda_unavailable_reason, get_module
         from vilib_ros.pyramid import GpuPyramid
 
@@ -313,8 +313,10 @@ class GpuFastDetector:
         self.grid_shape = grid_shape_for(self.width, self.height, c)
         self.n_cells = self.grid_shape[0] * self.grid_shape[1]
         self.warps_per_cell = int(warps_per_cell)
-        # NMS-C variant: 'smem' stages each cell (+ nms_radius apron, every level) in shared
-        # memory before the neighbourhood tests; 'global' reads the score maps through L1.
+        # NMS-C variant: 'global' (default) reads the score maps through L1; 'smem' first
+        # stages each cell (+ nms_radius apron, every level) in shared memory. Identical
+        # results; on the H100 'global' measured faster for n <= 3, 'smem' for n = 4, l = 1
+        # (bench/results/detector_bench.md).
         r = c.nms_radius
         self.nms_smem_bytes = 4 * sum(((c.cell_width >> k) + 2 * r) * ((c.cell_height >> k) + 2 * r)
                                       for k in range(c.levels))

@@ -76,6 +76,32 @@ class Groundtruth:
     def __len__(self) -> int:
         return int(self.t_ns.shape[0])
 
+    def interpolate(self, t_ns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Poses at stamps ``t_ns``: ``(p (N,3) linear, q_xyzw (N,4) slerp, valid (N,))``.
+
+        Outside ``[t_ns[0], t_ns[-1]]`` the pose is NaN and ``valid`` False.
+        """
+        from scipy.spatial.transform import Rotation
+
+        tq = np.atleast_1d(np.asarray(t_ns, dtype=np.int64))
+        t = self.t_ns
+        valid = (tq >= t[0]) & (tq <= t[-1]) if len(t) else np.zeros(tq.shape, bool)
+        p = np.full((tq.size, 3), np.nan)
+        q = np.full((tq.size, 4), np.nan)
+        if not valid.any():
+            return p, q, valid
+        if len(t) == 1:
+            p[valid], q[valid] = self.p[0], self.q_xyzw[0]
+            return p, q, valid
+        tv = tq[valid]
+        i = np.clip(np.searchsorted(t, tv, side="right") - 1, 0, len(t) - 2)
+        a = ((tv - t[i]).astype(np.float64) / (t[i + 1] - t[i]).astype(np.float64))[:, None]
+        p[valid] = (1 - a) * self.p[i] + a * self.p[i + 1]
+        r0 = Rotation.from_quat(self.q_xyzw[i])
+        delta = (r0.inv() * Rotation.from_quat(self.q_xyzw[i + 1])).as_rotvec()
+        q[valid] = (r0 * Rotation.from_rotvec(a * delta)).as_quat()
+        return p, q, valid
+
     def write_tum(self, path: str | Path) -> None:
         """Write ``timestamp[s] tx ty tz qx qy qz qw`` (stamps with full ns precision)."""
         with open(path, "w") as f:

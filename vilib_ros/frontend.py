@@ -32,7 +32,8 @@ import numpy as np
 from vilib_ros.detector import DetectorConfig, make_detector
 from vilib_ros.imu_prediction import ImuGapError, camera_rotation, integrate_gyro, predict_points
 from vilib_ros.pyramid import build_pyramid_cpu
-from vilib_ros.tracker import TrackerConfig, TrackStatus, make_tracker
+from vilib_ros.tracker import Layout as _Layout
+from vilib_ros.tracker import TrackerConfig, TrackStatus, checked_launch, make_tracker, output_fields
 from vilib_ros.types import TrackFrame
 
 log = logging.getLogger("vilib_ros.frontend")
@@ -84,31 +85,13 @@ def _cam_params(cam) -> np.ndarray:
     return np.array([cam.fx, cam.fy, cam.cx, cam.cy, *d, _CAM_MODEL_CODE[model], 0], np.float32)
 
 
-class _Layout:
-    """Named, 16-byte aligned fields in one flat byte buffer (host pinned or device)."""
-
-    def __init__(self, fields):
-        self.spec = {}
-        off = 0
-        for name, dt, shape in fields:
-            nb = int(np.dtype(dt).itemsize * int(np.prod(shape)))
-            self.spec[name] = (off, np.dtype(dt), tuple(shape), nb)
-            off += (nb + 15) // 16 * 16
-        self.nbytes = max(off, 16)
-
-    def views(self, buf) -> dict:
-        return {n: buf[o:o + nb].view(dt).reshape(shape) for n, (o, dt, shape, nb) in self.spec.items()}
-
-
 _OUT_SETS = ("fwd", "fb", "st")
 
 
 def _out_fields(S):
     f = []
     for p in _OUT_SETS:
-        f += [(f"{p}_pos", np.float32, (S, 2)), (f"{p}_xy", np.float32, (S, 2)), (f"{p}_residual", np.float32, (S,)),
-              (f"{p}_gain", np.float32, (S,)), (f"{p}_offset", np.float32, (S,)), (f"{p}_iterations", np.int32, (S,)),
-              (f"{p}_status", np.int8, (S,))]
+        f += output_fields(S, f"{p}_") + [(f"{p}_xy", np.float32, (S, 2))]
     f += [("pred", np.float32, (S, 2)), ("pred_r", np.float32, (S, 2))]
     return f
 
@@ -178,6 +161,8 @@ class FeatureTracker:
             self._E_rl = tx @ R  # x_r^T E x_l = 0
         self.stats: dict[str, int] = collections.defaultdict(int)
         self._queue: collections.deque[_Entry] = collections.deque()
+        self._uploaded: collections.deque[_Entry] = collections.deque()
+        self._computing: _Entry | None = None
         self._last_stamp: int | None = None
         self._init_state()
         if self.device == "cuda":
@@ -206,6 +191,8 @@ class FeatureTracker:
             self._cs.synchronize()
             self._us.synchronize()
         self._queue.clear()
+        self._uploaded.clear()
+        self._computing = None
         self._last_stamp = None
         self._init_state()
         self.stats["resets"] += 1
@@ -262,10 +249,11 @@ class FeatureTracker:
                 log.warning("no IMU prediction for frame %d: %s", stamp_ns, exc)
         e.stereo = want_stereo
         if self.device == "cuda":
-            while sum(1 for q in self._queue if q.state in ("uploaded", "computing")) >= 2:
+            while (self._computing is not None) + len(self._uploaded) >= 2:
                 self._pump(block=True)
             self._upload(e, image, image_right if want_stereo else None)
             self._queue.append(e)
+            self._uploaded.append(e)
             self._pump(block=False)
         else:
             e.image, e.image_right = image, (image_right if want_stereo else None)
@@ -588,13 +576,7 @@ class FeatureTracker:
         e.state = "uploaded"
 
     def _launch(self, kern, n, args, checked):
-        from vilib_ros._cuda import launch
-
-        grid = ((n + 127) // 128, 1, 1)
-        if checked:
-            launch(kern, grid, (128, 1, 1), args, stream=self._cs)
-        else:
-            kern(grid, (128, 1, 1), args, stream=self._cs)
+        checked_launch(kern, ((n + 127) // 128, 1, 1), (128, 1, 1), args, stream=self._cs, checked=checked)
 
     def _enqueue_stereo(self, s, tmpl_pos, xy, active, active_value, build, checked):
         d, S = self._d_out, self.S
@@ -683,18 +665,18 @@ class FeatureTracker:
         self._slot_last_use[sp] = self._ev_done[s]
         e.state = "computing"
         e.image = (s, sp)
+        self._computing = e
 
     def _pump(self, block: bool) -> None:
         if self.device != "cuda":
             return
-        comp = next((q for q in self._queue if q.state == "computing"), None)
-        if comp is not None:
+        if self._computing is not None:
             if not block:
                 return
+            comp, self._computing = self._computing, None
             self._gpu_finalize(comp)
-        nxt = next((q for q in self._queue if q.state == "uploaded"), None)
-        if nxt is not None:
-            self._enqueue_compute(nxt)
+        if self._uploaded:
+            self._enqueue_compute(self._uploaded.popleft())
 
     def _gpu_finalize(self, e: _Entry):
         s, sp = e.image

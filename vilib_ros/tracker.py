@@ -53,8 +53,6 @@ class TrackerConfig:
     eps: float = 5e-4                         # stop when dtx^2 + dty^2 < eps (level pixels)
     min_eigen: float = 1e-5                   # flat-patch test: min eigenvalue of the gradient matrix / P^2 (intensities in [0,1])
     max_residual: float = 0.0                 # mean |residual| (0..255) above which -> DIVERGED; 0 = off
-    oscillation_stop: bool = False            # extra stop (as OpenCV): a step that undoes the previous one
-                                              # (|dq + dq_prev| < 0.01 px in x and y) -> half step back, converged
     cpu_backend: str = "numpy"                # numpy | opencv (translation only)
 
     def validate(self) -> "TrackerConfig":
@@ -209,7 +207,6 @@ def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | No
             Hi = np.linalg.inv(H[keep]) if keep.size else np.zeros((0, npar, npar))
             xs, ys = x[idx].copy(), y[idx].copy()
             live = np.ones(idx.size, bool)
-            pdq = np.full((idx.size, 2), np.inf)
             for _ in range(int(cfg.max_iterations)):
                 li = np.flatnonzero(live)
                 if li.size == 0:
@@ -237,12 +234,6 @@ def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | No
                 residual[f] = np.abs(r).mean(1) * 255.0
                 iters[f] += 1
                 conv = dq[:, 0] ** 2 + dq[:, 1] ** 2 < cfg.eps
-                if cfg.oscillation_stop:
-                    osc = ~conv & (np.abs(dq[:, 0] + pdq[li, 0]) < 0.01) & (np.abs(dq[:, 1] + pdq[li, 1]) < 0.01)
-                    x[f[osc]] += 0.5 * dq[osc, 0]
-                    y[f[osc]] += 0.5 * dq[osc, 1]
-                    conv |= osc
-                    pdq[li] = dq[:, :2]
                 code[f[conv]] = 0
                 live[li[conv]] = False
             code[idx[live]] = 1  # LVL_MAXITER
@@ -298,6 +289,45 @@ def track_opencv(tmpl_img, img, tmpl_pos, pred=None, window: int = 21, levels: i
 
 # ---------------------------------------------------------------------------------------------
 # Trackers with one interface
+
+
+def checked_launch(kernel, grid, block, args, stream=None, checked: bool = True) -> None:
+    """Launch ``kernel``; in checked mode (``VILIB_ROS_CHECK_LAUNCHES=1``, set by the tests) also
+    synchronise the stream, so that an asynchronous fault raises here (CuPy raises
+    ``CUDARuntimeError`` from ``synchronize``). ``checked=False`` inside graph capture."""
+    kernel(grid, block, args, stream=stream)
+    if checked:
+        from vilib_ros._cuda import checked_launches
+
+        if checked_launches():
+            import cupy
+
+            (stream if stream is not None else cupy.cuda.get_current_stream()).synchronize()
+
+
+class Layout:
+    """Named, 16-byte aligned fields in one flat byte buffer (host pinned or device), so that
+    one copy moves them all."""
+
+    def __init__(self, fields):
+        self.spec = {}
+        off = 0
+        for name, dt, shape in fields:
+            nb = int(np.dtype(dt).itemsize * int(np.prod(shape)))
+            self.spec[name] = (off, np.dtype(dt), tuple(shape), nb)
+            off += (nb + 15) // 16 * 16
+        self.nbytes = max(off, 16)
+
+    def views(self, buf) -> dict:
+        return {n: buf[o:o + nb].view(dt).reshape(shape) for n, (o, dt, shape, nb) in self.spec.items()}
+
+
+OUTPUT_FIELDS = (("pos", np.float32, 2), ("status", np.int8, 0), ("residual", np.float32, 0), ("gain", np.float32, 0),
+                 ("offset", np.float32, 0), ("iterations", np.int32, 0))
+
+
+def output_fields(m: int, prefix: str = "") -> list:
+    return [(prefix + n, dt, (m, k) if k else (m,)) for n, dt, k in OUTPUT_FIELDS]
 
 
 class CpuLKTracker:
@@ -360,20 +390,17 @@ class GpuLKTracker:
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
         self._tables: dict[int, object] = {}
         m = self.max_features
-        self.d_tmpl_pos = cp.zeros((m, 2), cp.float32)
-        self.d_pred = cp.zeros((m, 2), cp.float32)
-        self.d_active = cp.zeros(m, cp.int8)
-        self.d_out = self.alloc_outputs(m)
+        # inputs and outputs each in one buffer: one upload, one download per call
+        self.in_layout = Layout([("tmpl_pos", np.float32, (m, 2)), ("pred", np.float32, (m, 2)),
+                                 ("active", np.int8, (m,))])
+        self.out_layout = Layout(output_fields(m))
+        self.d_in_buf = cp.zeros(self.in_layout.nbytes, cp.uint8)
+        self.d_out_buf = cp.zeros(self.out_layout.nbytes, cp.uint8)
+        d_in = self.in_layout.views(self.d_in_buf)
+        self.d_tmpl_pos, self.d_pred, self.d_active = d_in["tmpl_pos"], d_in["pred"], d_in["active"]
+        self.d_out = self.out_layout.views(self.d_out_buf)
         self._pyrs = None
         self._events = (cp.cuda.Event(), cp.cuda.Event())
-
-    @staticmethod
-    def alloc_outputs(m: int) -> dict:
-        import cupy as cp
-
-        return {"pos": cp.zeros((m, 2), cp.float32), "status": cp.zeros(m, cp.int8),
-                "residual": cp.zeros(m, cp.float32), "gain": cp.zeros(m, cp.float32),
-                "offset": cp.zeros(m, cp.float32), "iterations": cp.zeros(m, cp.int32)}
 
     def level_table(self, pyramid):
         """Device table of level pointers for a GpuPyramid (made once per pyramid)."""
@@ -400,18 +427,13 @@ class GpuLKTracker:
     def track_device(self, tmpl_pyramid, img_pyramid, tmpl_pos, pred, active, n: int, out: dict | None = None,
                      stream=None, active_value: int = 1, checked: bool = True) -> None:
         """Enqueue tracking of ``n`` slots (device arrays) on ``stream``; no sync, no allocation."""
-        from vilib_ros._cuda import launch
-
         if n <= 0:
             return
         out = self.d_out if out is None else out
         args = self.launch_args(self.level_table(tmpl_pyramid), self.level_table(img_pyramid), tmpl_pos, pred,
                                 active, active_value, n, out)
         grid = ((n + LK_WARPS - 1) // LK_WARPS, 1, 1)
-        if checked:
-            launch(self.kernel, grid, (32, LK_WARPS, 1), args, stream=stream)
-        else:
-            self.kernel(grid, (32, LK_WARPS, 1), args, stream=stream)
+        checked_launch(self.kernel, grid, (32, LK_WARPS, 1), args, stream=stream, checked=checked)
 
     def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
         """Host convenience: upload two images, build pyramids, track, download (synchronous)."""

@@ -78,7 +78,7 @@ class _Keyframe:
     T: np.ndarray                 # 4x4 body->world, latest estimate
     v: np.ndarray
     bias: np.ndarray              # (6,) [ba, bg] like gtsam ConstantBias.vector()
-    obs: dict = field(default_factory=dict)   # track id -> xy (for keyframe selection)
+    obs: tuple = (np.zeros(0, np.int64), np.zeros((0, 2)))   # (track ids, xy) for keyframe selection
 
 
 class VioEstimator:
@@ -116,6 +116,7 @@ class VioEstimator:
             self._R_c0_c1 = T_c0_c1[:3, :3]
             t = T_c0_c1[:3, 3]
             self._baseline = float(np.linalg.norm(t))
+            self._T_c1c0 = np.linalg.inv(T_c0_c1)
             ang = np.degrees(np.arccos(np.clip((np.trace(self._R_c0_c1) - 1) / 2, -1, 1)))
             self._rectified = bool(t[0] > 0 and np.hypot(t[1], t[2]) < 0.05 * self._baseline and ang < 3.0)
             self._K_stereo = gtsam.Cal3_S2Stereo(1.0, 1.0, 0.0, 0.0, 0.0, self._baseline)
@@ -328,7 +329,7 @@ class VioEstimator:
         T_pred, v_pred = self._predict()
         kf = self._last_kf
         if t == kf.t_ns:      # first frame after (re)initialisation is the keyframe itself
-            kf.obs = {int(i): xy for i, xy in zip(fr.ids, fr.xy)}
+            kf.obs = (fr.ids.copy(), fr.xy.copy())
             self._record_pending(fr, kf.idx)
             state = self._state_of(kf, True)
             self._emit(t, kf.idx, np.eye(4), kf.T, state)
@@ -364,12 +365,13 @@ class VioEstimator:
         if len(fr) < cfg.kf_min_tracks:
             self.stats["kf_tracks"] += 1
             return True
-        common = [(kf.obs[int(i)], xy) for i, xy in zip(fr.ids, fr.xy) if int(i) in kf.obs]
-        if len(common) < cfg.kf_track_fraction * max(len(kf.obs), 1):
+        kf_ids, kf_xy = kf.obs
+        _, ia, ib = np.intersect1d(kf_ids, fr.ids, assume_unique=True, return_indices=True)
+        if len(ia) == 0 or len(ia) < cfg.kf_track_fraction * max(len(kf_ids), 1):
             self.stats["kf_tracks"] += 1
             return True
-        a = np.array([c[0] for c in common])
-        b = np.array([c[1] for c in common])
+        a = kf_xy[ia]
+        b = fr.xy[ib]
         # rotation-compensated parallax: rotate current bearings into the keyframe camera
         R_bb = kf.T[:3, :3].T @ T_pred[:3, :3]
         R_cc = self._T_BS0[:3, :3].T @ R_bb @ self._T_BS0[:3, :3]
@@ -438,6 +440,7 @@ class VioEstimator:
         vals.insert(B, gtsam.imuBias.ConstantBias(prev.bias[:3], prev.bias[3:]))
 
         # ---- visual factors
+        self._proj_cache = {}
         horizon = fr.stamp_ns - int(0.85 * cfg.window_s * 1e9)
         n_added = self._add_visual(fr, k, X, T_pred, graph, vals, stamps, horizon)
 
@@ -466,7 +469,7 @@ class VioEstimator:
         # ---- book-keeping from the new estimate
         t_py2 = time.perf_counter()
         self._kf_idx = k
-        kf = _Keyframe(k, fr.stamp_ns, T_new, v_new, b_new, {int(i): xy for i, xy in zip(fr.ids, fr.xy)})
+        kf = _Keyframe(k, fr.stamp_ns, T_new, v_new, b_new, (fr.ids.copy(), fr.xy.copy()))
         self._kfs[k] = kf
         self._last_kf = kf
         old = [i for i, f in self._kfs.items() if f.t_ns < horizon and i != k]
@@ -498,7 +501,7 @@ class VioEstimator:
 
     def _after_reset(self, fr, t_start, t_sm) -> VioState:
         kf = self._last_kf
-        kf.obs = {int(i): xy for i, xy in zip(fr.ids, fr.xy)}
+        kf.obs = (fr.ids.copy(), fr.xy.copy())
         self._record_pending(fr, kf.idx)
         state = self._state_of(kf, True)
         self._emit(fr.stamp_ns, kf.idx, np.eye(4), kf.T, state)
@@ -634,6 +637,14 @@ class VioEstimator:
     def _kf_pose(self, ki, k, T_pred):
         return T_pred if ki == k else self._kfs[ki].T
 
+    def _proj(self, ki, k, T_pred):
+        """3x4 [R|t] world -> cam0 of keyframe ki (cached per keyframe update)."""
+        P = self._proj_cache.get(ki)
+        if P is None:
+            R, t = self._cam_T_cw(self._kf_pose(ki, k, T_pred), self._T_BS0)
+            P = self._proj_cache[ki] = np.hstack([R, t[:, None]])
+        return P
+
     def _init_landmark(self, obs, k, T_pred):
         """(world position, inlier observations) for a new landmark, or (None, []).
 
@@ -642,59 +653,54 @@ class VioEstimator:
         it fails the gate (x4 for the current keyframe, whose pose is only IMU-predicted)."""
         cfg = self.config
         stereo = self.mode == "stereo"
-        T_c1c0 = np.linalg.inv(self._T_c0_c1) if stereo else None
         obs = list(obs)
+        Pl = np.array([self._proj(o[0], k, T_pred) for o in obs])          # (n,3,4)
+        xy = np.array([o[1] for o in obs])
         if not stereo:
             # mono: wait for enough triangulation angle between first and last ray
-            Ta = self._kf_pose(obs[0][0], k, T_pred) @ self._T_BS0
-            Tb = self._kf_pose(obs[-1][0], k, T_pred) @ self._T_BS0
-            fa = Ta[:3, :3] @ np.array([obs[0][1][0], obs[0][1][1], 1.0])
-            fb = Tb[:3, :3] @ np.array([obs[-1][1][0], obs[-1][1][1], 1.0])
+            fa = Pl[0, :, :3].T @ np.array([xy[0, 0], xy[0, 1], 1.0])
+            fb = Pl[-1, :, :3].T @ np.array([xy[-1, 0], xy[-1, 1], 1.0])
             c = fa @ fb / (np.linalg.norm(fa) * np.linalg.norm(fb))
             if np.degrees(np.arccos(np.clip(c, -1, 1))) < cfg.mono_min_parallax_deg:
                 return None, []
-        Ps = {}
-        for o in obs:
-            R, t = self._cam_T_cw(self._kf_pose(o[0], k, T_pred), self._T_BS0)
-            Ps[o[0]] = np.hstack([R, t[:, None]])
-        for _ in range(len(obs)):
-            A = []
-            n_right = 0
-            for o in obs:
-                Pm = Ps[o[0]]
-                A.append(o[1][0] * Pm[2] - Pm[0])
-                A.append(o[1][1] * Pm[2] - Pm[1])
-                if stereo and o[2] is not None:
-                    Pr = T_c1c0[:3, :3] @ Pm + np.hstack([np.zeros((3, 3)), T_c1c0[:3, 3:4]])
-                    A.append(o[2][0] * Pr[2] - Pr[0])
-                    A.append(o[2][1] * Pr[2] - Pr[1])
-                    n_right += 1
-            if len(obs) < 2 or (stereo and n_right == 0):
+            has_r = np.zeros(len(obs), bool)
+        else:
+            has_r = np.array([o[2] is not None for o in obs])
+            if not has_r.any():
                 return None, []
-            A = np.array(A)
+            xr = np.array([o[2] if o[2] is not None else (0.0, 0.0) for o in obs])
+            Pr = np.einsum("ij,njk->nik", self._T_c1c0[:3, :3], Pl)
+            Pr[:, :, 3] += self._T_c1c0[:3, 3]
+        keep = np.ones(len(obs), bool)
+        gate = np.where(has_r, cfg.chi2_stereo, cfg.chi2_mono) * np.array([4.0 if o[0] == k else 1.0 for o in obs])
+        gate = gate * self._sigma_n ** 2
+        for _ in range(len(obs)):
+            if keep.sum() < 2 or (stereo and not (has_r & keep).any()):
+                return None, []
+            rows = [xy[keep, 0:1] * Pl[keep, 2] - Pl[keep, 0], xy[keep, 1:2] * Pl[keep, 2] - Pl[keep, 1]]
+            m = keep & has_r
+            if m.any():
+                rows += [xr[m, 0:1] * Pr[m, 2] - Pr[m, 0], xr[m, 1:2] * Pr[m, 2] - Pr[m, 1]]
+            A = np.vstack(rows)
             A /= np.linalg.norm(A[:, :3], axis=1, keepdims=True) + 1e-12
-            _, _, Vt = np.linalg.svd(A)
-            h = Vt[-1]
+            h = np.linalg.svd(A)[2][-1]
             if abs(h[3]) < 1e-12:
                 return None, []
-            P = h[:3] / h[3]
-            e2s = []
-            for o in obs:
-                pc = Ps[o[0]] @ np.append(P, 1.0)
-                if pc[2] < cfg.min_depth or pc[2] > cfg.max_depth:
-                    e2s.append(np.inf)
-                    continue
-                e2 = np.sum((pc[:2] / pc[2] - o[1]) ** 2)
-                chi = cfg.chi2_mono
-                if stereo and o[2] is not None:
-                    pr = T_c1c0[:3, :3] @ pc + T_c1c0[:3, 3]
-                    e2 += np.sum((pr[:2] / pr[2] - o[2]) ** 2) if pr[2] > 0 else np.inf
-                    chi = cfg.chi2_stereo
-                e2s.append(e2 / self._sigma_n ** 2 / (chi * (4.0 if o[0] == k else 1.0)))
-            worst = int(np.argmax(e2s))
-            if e2s[worst] <= 1.0:
-                return P, obs
-            obs.pop(worst)
+            X = np.append(h[:3] / h[3], 1.0)
+            pc = Pl @ X                                                        # (n,3)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                e2 = np.sum((pc[:, :2] / pc[:, 2:3] - xy) ** 2, axis=1)
+                if stereo:
+                    pr = Pr @ X
+                    er = np.sum((pr[:, :2] / pr[:, 2:3] - xr) ** 2, axis=1)
+                    e2 = e2 + np.where(has_r, np.where(pr[:, 2] > 0, er, np.inf), 0.0)
+            bad_depth = (pc[:, 2] < cfg.min_depth) | (pc[:, 2] > cfg.max_depth)
+            ratio = np.where(bad_depth, np.inf, e2 / gate)
+            ratio[~keep] = -1.0
+            worst = int(np.argmax(ratio))
+            if ratio[worst] <= 1.0:
+                return X[:3], [o for o, kk in zip(obs, keep) if kk]
+            keep[worst] = False
             self.stats["outliers_rejected"] += 1
         return None, []
 

@@ -115,7 +115,8 @@ class ImuBuffer:
             w = m[:3]
             th = (w - bg) * (0.5 * dt)
             # first-order rotation is exact enough for |th| ~ 1e-3
-            a = m[3:] + np.cross(th, m[3:])
+            f = m[3:]
+            a = f + np.array([th[1] * f[2] - th[2] * f[1], th[2] * f[0] - th[0] * f[2], th[0] * f[1] - th[1] * f[0]])
             pim.integrateMeasurement(a, w, dt)
             n += 1
         return n

@@ -7,12 +7,16 @@
   velocity is zero. The accelerometer bias cannot be separated from a tilt at rest and starts
   at zero (the smoother estimates it once the body moves).
 * Moving start, stereo (:func:`dynamic_init_stereo`): over the first frames (default 20, 1 s)
-  the body positions p_k relative to the first body frame come from PnP of the first frame's
-  stereo-triangulated points (metric). The IMU, preintegrated from the first frame, gives the
+  the body positions p_k relative to the first body frame come from multi-view structure from
+  motion over the window (as for mono, below) scaled to metres by the median ratio of the first
+  frame's stereo depths to the triangulated depths; where that fails (little parallax), from PnP
+  of the first frame's stereo-triangulated points. The IMU, preintegrated from the first frame, gives the
   gravity-free double integral alpha_k (``deltaPij``) in the first body frame. With the unknown
   initial velocity v0 and gravity g0 (both in the first body frame):
   ``p_k - alpha_k = v0 t_k + 0.5 g0 t_k^2`` - linear least squares for (v0, g0); then |g0| is fixed
-  to 9.81 and v0 re-solved. Roll/pitch come from g0 (yaw 0), the gyro bias starts at 0.
+  to 9.81 (Gauss-Newton on the gravity sphere) and v0 re-solved. Before that the gyro bias is
+  estimated from the PnP rotations vs the preintegrated gyro rotations (Gauss-Newton, numerical
+  Jacobian), and alpha_k is preintegrated with it. Roll/pitch come from g0 (yaw 0).
 * Moving start, mono (:func:`dynamic_init_mono`): up-to-scale poses over ~1 s (essential
   matrix first/last frame, triangulation, PnP in between) and the same linear system with the
   scale s as a seventh unknown (VINS-Mono-style visual-inertial alignment, without the gyro
@@ -115,13 +119,20 @@ def dynamic_init_stereo(frames, imu_buffer, cam0, cam1, params, gravity=9.81, mi
     P = P[ok]
     if len(ids0) < min_points:
         return None
+    sfm = _sfm_window(frames, cam0) if len(frames) >= 5 else None
+    if sfm is not None:
+        # metric scale of the multi-view structure from the first frame's stereo depths
+        common, ia, ib = np.intersect1d(ids0, sfm["ids"], return_indices=True)
+        if len(common) >= min_points:
+            ratio = P[ia, 2] / sfm["X"][ib, 2]
+            scale = float(np.median(ratio))
+            if scale > 0 and np.isfinite(scale):
+                stamps, R_vis = sfm["stamps"], sfm["R_vis"]
+                pos = [scale * a + c for a, c in zip(sfm["a"], sfm["c"])]
+                return _finish_stereo(imu_buffer, params, f0.stamp_ns, stamps, pos, R_vis, gravity, "sfm")
     lut = {int(i): k for k, i in enumerate(ids0)}
-    pim = gtsam.PreintegratedCombinedMeasurements(params, gtsam.imuBias.ConstantBias())
-    t_prev = f0.stamp_ns
-    tk, alpha, pos = [], [], []
+    stamps, pos, R_vis = [], [], []
     for fr in frames[1:]:
-        imu_buffer.integrate(pim, t_prev, fr.stamp_ns)
-        t_prev = fr.stamp_ns
         idx = [(lut[int(i)], j) for j, i in enumerate(fr.ids) if int(i) in lut]
         if len(idx) < min_points:
             continue
@@ -135,17 +146,24 @@ def dynamic_init_stereo(frames, imu_buffer, cam0, cam1, params, gravity=9.81, mi
         T_ck_c0 = np.eye(4)
         T_ck_c0[:3, :3], T_ck_c0[:3, 3] = R, tvec.ravel()
         T_b0_bk = T_BS0 @ np.linalg.inv(T_ck_c0) @ np.linalg.inv(T_BS0)
-        tk.append(pim.deltaTij())
-        alpha.append(np.asarray(pim.deltaPij()))
+        stamps.append(fr.stamp_ns)
         pos.append(T_b0_bk[:3, 3])
-    if len(tk) < 3:
+        R_vis.append(T_b0_bk[:3, :3])
+    if len(stamps) < 3:
         return None
-    sol = _lsq_gravity_velocity(None, pos, alpha, tk, gravity)
+    return _finish_stereo(imu_buffer, params, f0.stamp_ns, stamps, pos, R_vis, gravity, "pnp")
+
+
+def _finish_stereo(imu_buffer, params, t0, stamps, pos, R_vis, gravity, how):
+    bg = estimate_gyro_bias(imu_buffer, params, t0, stamps, R_vis)
+    snaps = preintegrate_snapshots(imu_buffer, params, t0, stamps, bg)
+    sol = _lsq_gravity_velocity(None, pos, [a for _, a, _ in snaps], [t for _, _, t in snaps], gravity)
     if sol is None:
         return None
     _, v0, g0 = sol
+    log.debug("stereo alignment (%s): v0 %s g0 %s bg %s", how, v0, g0, bg)
     R_wb = gravity_aligned_rotation(-g0)
-    return InitResult(R_wb, R_wb @ v0, np.zeros(3), np.zeros(3), "dynamic_stereo", 0.1, 0.03)
+    return InitResult(R_wb, R_wb @ v0, bg, np.zeros(3), "dynamic_stereo", 0.1, 0.03)
 
 
 def _lsq_gravity_velocity(A_s, c, alpha, tk, gravity, iterations=5, extra=None, extra_prior=None):
@@ -204,17 +222,10 @@ def _lsq_gravity_velocity(A_s, c, alpha, tk, gravity, iterations=5, extra=None, 
     return s, y[ns:ns + 3], g0
 
 
-def dynamic_init_mono(frames, imu_buffer, cam0, params, gravity=9.81, min_points=16, ba_prior=0.1):
-    """Visual-inertial alignment for a moving monocular start (VINS-Mono style, simplified).
-
-    Up-to-scale camera poses over the window: essential matrix between the first and the last
-    frame (RANSAC), triangulation, PnP for the frames in between. With the extrinsics
-    T_BS = (R_BS, t_BS), body positions in the first body frame are ``s * a_k + c_k`` with
-    ``a_k = R_BS t_c0ck`` and ``c_k = t_BS - R_b0bk t_BS``. Together with the preintegrated
-    ``alpha_k``: ``s a_k + c_k - alpha_k = v0 t_k + 0.5 g0 t_k^2`` - linear in (s, v0, g0).
-    Returns InitResult or None (too little parallax / too few points)."""
+def _sfm_window(frames, cam0, min_points=16):
+    """Up-to-scale structure and motion over the window (see dynamic_init_mono) ->
+    dict(X (N,3) in first-camera coordinates, ids (N,), a, c, stamps, R_vis) or None."""
     import cv2
-    import gtsam
 
     if len(frames) < 5:
         return None
@@ -264,6 +275,23 @@ def dynamic_init_mono(frames, imu_buffer, cam0, params, gravity=9.81, min_points
         R_vis.append(R_b0bk)
     if len(stamps) < 4:
         return None
+    return {"X": X, "ids": ids3, "a": A_s, "c": c, "stamps": stamps, "R_vis": R_vis}
+
+
+def dynamic_init_mono(frames, imu_buffer, cam0, params, gravity=9.81, min_points=16, ba_prior=0.1):
+    """Visual-inertial alignment for a moving monocular start (VINS-Mono style, simplified).
+
+    Up-to-scale camera poses over the window: essential matrix between the first and the last
+    frame (RANSAC), triangulation, PnP for the frames in between. With the extrinsics
+    T_BS = (R_BS, t_BS), body positions in the first body frame are ``s * a_k + c_k`` with
+    ``a_k = R_BS t_c0ck`` and ``c_k = t_BS - R_b0bk t_BS``. Together with the preintegrated
+    ``alpha_k``: ``s a_k + c_k - alpha_k = v0 t_k + 0.5 g0 t_k^2`` - linear in (s, v0, g0).
+    Returns InitResult or None (too little parallax / too few points)."""
+    sfm = _sfm_window(frames, cam0, min_points)
+    if sfm is None:
+        return None
+    f0 = frames[0]
+    A_s, c, stamps, R_vis = sfm["a"], sfm["c"], sfm["stamps"], sfm["R_vis"]
     bg = estimate_gyro_bias(imu_buffer, params, f0.stamp_ns, stamps, R_vis)
     snaps = preintegrate_snapshots(imu_buffer, params, f0.stamp_ns, stamps, bg)
     alpha = [a for _, a, _ in snaps]

@@ -167,14 +167,17 @@ def bench_gpu_config(frames, cfg, repeat) -> dict:
                 det.stream.synchronize()
                 graph_gpu.append(cp.cuda.get_elapsed_time(events[0], events[1]) * 1e3)
 
-    nms_global = []
-    if det.nms_kernel == "smem":   # the other NMS-C variant, same frames, launch path
-        det.nms_kernel = "global"
+    # the other NMS-C variant (identical results), same frames, launch path
+    other = "smem" if det.nms_kernel == "global" else "global"
+    nms_other = []
+    if other == "global" or det.nms_smem_bytes <= det.SMEM_LIMIT:
+        default = det.nms_kernel
+        det.nms_kernel = other
         for _ in range(repeat):
             for buf in ring:
                 det.detect_timed(buf, events, spin_cycles=SPIN_CYCLES)
-                nms_global.append(cp.cuda.get_elapsed_time(events[3], events[4]) * 1e3)
-        det.nms_kernel = "smem"
+                nms_other.append(cp.cuda.get_elapsed_time(events[3], events[4]) * 1e3)
+        det.nms_kernel = default
 
     def e2e(source, graph):
         det.use_graph = graph
@@ -198,7 +201,8 @@ def bench_gpu_config(frames, cfg, repeat) -> dict:
         "gpu_total": stats_us(total),
         "gpu_graph_total": stats_us(graph_gpu) if graph_gpu else None,
         "nms_kernel": det.nms_kernel, "nms_smem_bytes": det.nms_smem_bytes,
-        "nms_global": stats_us(nms_global) if nms_global else None,
+        "nms_variants": {det.nms_kernel: stats_us(stages["nms"]),
+                         **({other: stats_us(nms_other)} if nms_other else {})},
         "baseline_nms": stats_us(base_nms), "baseline_gpu_total": stats_us(base_total),
         "e2e_graph_pinned": stats_us(e2e_graph) if e2e_graph else None,
         "e2e_launch_pinned": stats_us(e2e_launch),
@@ -270,16 +274,19 @@ def write_markdown(res: dict, path: Path) -> None:
     L.append("")
     L.append("## NMS: combined NMS-C vs full-map spiral NMS + cell selection (CUDA events, median us)")
     L.append("")
-    L.append("NMS-C = the combined kernel used by the detector (cell + apron staged in shared memory); "
-             "NMS-C global = the same algorithm reading the score map through L1 (no staging).")
+    L.append("NMS-C global = the combined kernel reading the score map through L1 (the detector's default); "
+             "NMS-C smem = the same algorithm with the cell + apron staged in shared memory first. "
+             "Both give identical cells (tests).")
     L.append("")
-    L.append("| l | score | n | NMS-C | NMS-C global | baseline (full map + cells) | baseline / NMS-C | baseline / NMS-C global |")
+    L.append("| l | score | n | NMS-C global | NMS-C smem | baseline (full map + cells) | baseline / NMS-C global | "
+             "baseline / NMS-C smem |")
     L.append("|---|---|---|---:|---:|---:|---:|---:|")
     for c in res["configs"]:
-        a, b = c["stages"]["nms"]["median_us"], c["baseline_nms"]["median_us"]
-        g = (c.get("nms_global") or {}).get("median_us")
-        L.append(f"| {c['levels']} | {c['score']} | {c['nms_radius']} | {_fmt(a)} | {_fmt(g)} | {_fmt(b)} | {b / a:.2f}x | "
-                 + (f"{b / g:.2f}x |" if g else "- |"))
+        v = c.get("nms_variants") or {}
+        g, m = (v.get("global") or {}).get("median_us"), (v.get("smem") or {}).get("median_us")
+        b = c["baseline_nms"]["median_us"]
+        L.append(f"| {c['levels']} | {c['score']} | {c['nms_radius']} | {_fmt(g)} | {_fmt(m)} | {_fmt(b)} | "
+                 + (f"{b / g:.2f}x" if g else "-") + " | " + (f"{b / m:.2f}x" if m else "-") + " |")
     L.append("")
     L.append("## Targets (H100)")
     L.append("")
@@ -307,7 +314,8 @@ def evaluate_targets(res: dict) -> list[dict]:
         r = c["baseline_nms"]["median_us"] / c["stages"]["nms"]["median_us"]
         worst[c["nms_radius"]] = min(worst.get(c["nms_radius"], np.inf), r)
     for n in sorted(worst):
-        out.append({"target": f"NMS-C >= {TARGET_NMS_RATIO}x faster than full-map baseline, n={n} (worst over l, score)",
+        out.append({"target": f"NMS-C (detector's kernel) >= {TARGET_NMS_RATIO}x faster than full-map baseline, "
+                              f"n={n} (worst over l, score)",
                     "measured": f"{worst[n]:.2f}x", "met": bool(worst[n] >= TARGET_NMS_RATIO)})
     return out
 

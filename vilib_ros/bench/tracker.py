@@ -102,6 +102,9 @@ def bench_opencv(frames, pts_all, counts, repeats):
 
 
 def bench_gpu_tracker(frames, pts_all, counts, repeats, mode):
+    """Per feature count: GPU kernel time (CUDA events), host end to end (one packed upload of
+    positions + initial guesses, the kernel, one packed download into pinned memory, synchronise),
+    and the same with the new frame's upload from pinned memory + pyramid build."""
     import cupy as cp
 
     from vilib_ros.pyramid import GpuPyramid
@@ -119,63 +122,103 @@ def bench_gpu_tracker(frames, pts_all, counts, repeats, mode):
         p.upload(frames[i])
         p.build()
         pyrs[i] = p
-    pin_in = cp.cuda.alloc_pinned_memory(m * 8)
-    h_in = np.frombuffer(pin_in, np.float32, m * 2).reshape(m, 2)
-    nbytes_out = sum(v.nbytes for v in trk.d_out.values())
-    pin_out = cp.cuda.alloc_pinned_memory(nbytes_out)
-    d_in = trk.d_tmpl_pos
-    trk.d_active.fill(1)
-    up_img_pin = cp.cuda.alloc_pinned_memory(W * H)
-    h_img = np.frombuffer(up_img_pin, np.uint8, W * H).reshape(H, W)
+    cp.cuda.Device().synchronize()
+    pin_in = cp.cuda.alloc_pinned_memory(trk.in_layout.nbytes)
+    h_in_buf = np.frombuffer(pin_in, np.uint8, trk.in_layout.nbytes)
+    h_in = trk.in_layout.views(h_in_buf)
+    pin_out = cp.cuda.alloc_pinned_memory(trk.out_layout.nbytes)
+    h_out = trk.out_layout.views(np.frombuffer(pin_out, np.uint8, trk.out_layout.nbytes))
+    pin_img = cp.cuda.alloc_pinned_memory(W * H)
+    h_img = np.frombuffer(pin_img, np.uint8, W * H).reshape(H, W)
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     rt = cp.cuda.runtime
+    H2D, D2H = rt.memcpyHostToDevice, rt.memcpyDeviceToHost
     scratch = GpuPyramid(W, H, cfg.levels)
     trk.level_table(scratch)
+    for p in pyrs.values():
+        trk.level_table(p)
     out = {}
     for n in counts:
-        h_in[:n] = pts_all[:n]
-        gpu_t, host_t, host_pyr_t, iters, tracked = [], [], [], [], []
+        h_in["tmpl_pos"][:n] = pts_all[:n]
+        h_in["pred"][:n] = pts_all[:n]
+        h_in["active"][:] = 1
+        gpu_t, host_t, host_pyr_t, iters, tracked, max_it = [], [], [], [], [], 0
         for r in range(repeats + 10):
             a, b = pairs[r % len(pairs)]
-            t0 = time.perf_counter()
-            rt.memcpyAsync(d_in.data.ptr, h_in.ctypes.data, n * 8, rt.memcpyHostToDevice, stream.ptr)
-            rt.memcpyAsync(trk.d_pred.data.ptr, h_in.ctypes.data, n * 8, rt.memcpyHostToDevice, stream.ptr)
+            # 1) GPU time of the kernel alone
             e0.record(stream)
-            trk.track_device(pyrs[a], pyrs[b], d_in, trk.d_pred, trk.d_active, n, stream=stream, checked=False)
+            trk.track_device(pyrs[a], pyrs[b], trk.d_tmpl_pos, trk.d_pred, trk.d_active, n, stream=stream, checked=False)
             e1.record(stream)
-            off = 0
-            for v in trk.d_out.values():
-                rt.memcpyAsync(pin_out.ptr + off, v.data.ptr, v.itemsize * (n * (v.size // v.shape[0])),
-                               rt.memcpyDeviceToHost, stream.ptr)
-                off += v.nbytes
+            e1.synchronize()
+            # 2) host end to end, pyramids on the device
+            t0 = time.perf_counter()
+            rt.memcpyAsync(trk.d_in_buf.data.ptr, h_in_buf.ctypes.data, trk.in_layout.nbytes, H2D, stream.ptr)
+            trk.track_device(pyrs[a], pyrs[b], trk.d_tmpl_pos, trk.d_pred, trk.d_active, n, stream=stream, checked=False)
+            rt.memcpyAsync(pin_out.ptr, trk.d_out_buf.data.ptr, trk.out_layout.nbytes, D2H, stream.ptr)
             stream.synchronize()
             t1 = time.perf_counter()
-            # + image upload and pyramid build of the new frame
-            np.copyto(h_img, frames[b])
+            st, it = h_out["status"][:n].copy(), h_out["iterations"][:n].copy()
+            # 3) + the new frame: copy into pinned, upload, pyramid
             t2 = time.perf_counter()
-            rt.memcpyAsync(scratch.levels[0].data.ptr, h_img.ctypes.data, W * H, rt.memcpyHostToDevice, stream.ptr)
+            np.copyto(h_img, frames[b])
+            rt.memcpyAsync(scratch.levels[0].data.ptr, h_img.ctypes.data, W * H, H2D, stream.ptr)
             scratch.launches(stream=stream, checked=False)
-            rt.memcpyAsync(d_in.data.ptr, h_in.ctypes.data, n * 8, rt.memcpyHostToDevice, stream.ptr)
-            trk.track_device(pyrs[a], scratch, d_in, d_in, trk.d_active, n, stream=stream, checked=False)
-            off = 0
-            for v in trk.d_out.values():
-                rt.memcpyAsync(pin_out.ptr + off, v.data.ptr, v.itemsize * (n * (v.size // v.shape[0])),
-                               rt.memcpyDeviceToHost, stream.ptr)
-                off += v.nbytes
+            rt.memcpyAsync(trk.d_in_buf.data.ptr, h_in_buf.ctypes.data, trk.in_layout.nbytes, H2D, stream.ptr)
+            trk.track_device(pyrs[a], scratch, trk.d_tmpl_pos, trk.d_pred, trk.d_active, n, stream=stream, checked=False)
+            rt.memcpyAsync(pin_out.ptr, trk.d_out_buf.data.ptr, trk.out_layout.nbytes, D2H, stream.ptr)
             stream.synchronize()
             t3 = time.perf_counter()
             if r >= 10:
                 gpu_t.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
                 host_t.append(t1 - t0)
                 host_pyr_t.append(t3 - t2)
-                st = trk.d_out["status"][:n].get()
-                it = trk.d_out["iterations"][:n].get()
                 tracked.append(np.count_nonzero(st == 0) / n)
                 iters.append(float(it[st == 0].mean()) if np.any(st == 0) else 0.0)
+                max_it = max(max_it, int(it.max()))
         out[n] = {"gpu_us_median": 1e6 * float(np.median(gpu_t)), "gpu_us_p90": 1e6 * _pct(gpu_t, 90),
                   "host_us_median": 1e6 * float(np.median(host_t)), "host_us_p90": 1e6 * _pct(host_t, 90),
                   "host_pyr_us_median": 1e6 * float(np.median(host_pyr_t)),
-                  "tracked_fraction": float(np.mean(tracked)), "mean_iterations": float(np.mean(iters))}
+                  "tracked_fraction": float(np.mean(tracked)), "mean_iterations": float(np.mean(iters)),
+                  "max_iterations": max_it}
+    return out
+
+
+def bench_iteration_cap(frames, pts_all, n=100, mode="gain_offset", caps=(1, 2, 5, 10, 20, 30), repeats=50):
+    """GPU kernel time against the per-level iteration cap: one warp per feature makes the kernel
+    as long as its slowest feature, so the time follows the cap (the tail), not the mean."""
+    import cupy as cp
+
+    from vilib_ros.pyramid import GpuPyramid
+    from vilib_ros.tracker import GpuLKTracker, TrackerConfig
+
+    W, H = frames[0].shape[1], frames[0].shape[0]
+    pyrs = []
+    for i in range(9):
+        p = GpuPyramid(W, H, 5)
+        p.upload(frames[i])
+        p.build()
+        pyrs.append(p)
+    stream = cp.cuda.Stream(non_blocking=True)
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    out = {}
+    for cap in caps:
+        trk = GpuLKTracker(W, H, TrackerConfig(mode=mode, max_iterations=cap), max_features=n)
+        trk.d_tmpl_pos.set(pts_all[:n])
+        trk.d_pred.set(pts_all[:n])
+        trk.d_active.fill(1)
+        cp.cuda.Device().synchronize()
+        ts, mx = [], 0
+        for r in range(repeats + 5):
+            a = r % 8
+            e0.record(stream)
+            trk.track_device(pyrs[a], pyrs[a + 1], trk.d_tmpl_pos, trk.d_pred, trk.d_active, n, stream=stream,
+                             checked=False)
+            e1.record(stream)
+            e1.synchronize()
+            if r >= 5:
+                ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+                mx = max(mx, int(trk.d_out["iterations"].get().max()))
+        out[cap] = {"gpu_us_median": 1e6 * float(np.median(ts)), "max_total_iterations": mx}
     return out
 
 
@@ -271,6 +314,24 @@ def bench_frontend(frames, n_frames, device, pipelined, use_graph, max_features=
             "graph_launches": int(ft.stats.get("graph_launches", 0)), "pool_used_bytes": mem}
 
 
+def profile_frontend(frames, n_frames, device):
+    """Where the host time of the fastest frontend variant goes (cProfile, per frame)."""
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    bench_frontend(frames, n_frames, device, True, True)
+    pr.disable()
+    st = pstats.Stats(pr)
+    rows = []
+    for (fn, line, name), (cc, nc, tt, ct, _) in st.stats.items():
+        rows.append({"function": f"{Path(fn).name}:{line}:{name}", "calls_per_frame": nc / (n_frames + 50),
+                     "self_us_per_frame": 1e6 * tt / (n_frames + 50), "cum_us_per_frame": 1e6 * ct / (n_frames + 50)})
+    rows.sort(key=lambda r: -r["self_us_per_frame"])
+    return rows[:25]
+
+
 def _host_overhead(frames, device):
     """Python-side cost per CuPy launch (empty-ish kernel), to explain misses."""
     if device != "cuda":
@@ -306,13 +367,14 @@ def _md(res) -> str:
     tr = res.get("tracker", {})
     if tr:
         L += ["## LK tracker (pyramids on the device; real EuRoC pairs)", "",
-              "| features | mode | GPU us (kernel) | host us (e2e) | host us (+upload+pyramid) | tracked | mean iters | OpenCV CPU us | speed-up (host) |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "| features | mode | GPU us (kernel) | host us (e2e) | host us (+upload+pyramid) | tracked | mean iters | max iters | OpenCV CPU us | speed-up (host) |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for n, modes in tr["gpu"].items():
             ocv = tr["opencv"].get(n, {}).get("host_us_median", float("nan"))
             for mode, r in modes.items():
                 L.append(f"| {n} | {mode} | {r['gpu_us_median']:.1f} | {r['host_us_median']:.1f} | {r['host_pyr_us_median']:.1f} | "
-                         f"{r['tracked_fraction']:.2f} | {r['mean_iterations']:.1f} | {ocv:.0f} | {ocv / r['host_us_median']:.1f}x |")
+                         f"{r['tracked_fraction']:.2f} | {r['mean_iterations']:.1f} | {r['max_iterations']} | {ocv:.0f} | "
+                         f"{ocv / r['host_us_median']:.1f}x |")
         L.append("")
     imu = res.get("imu")
     if imu:
@@ -333,6 +395,18 @@ def _md(res) -> str:
                      f"{r['latency_ms_p50']:.3f} | {r['latency_ms_p99']:.3f} | {r['latency_ms_max']:.2f} | "
                      f"{'' if g is None else f'{g:.0f}'} | {r['tracks_per_frame']:.0f} | {r['redetections']} | "
                      f"{r['pool_used_bytes'].get('start')}/{r['pool_used_bytes'].get('end')} |")
+        L.append("")
+    if res.get("iteration_cap"):
+        L += ["## LK kernel time vs the per-level iteration cap (100 features, gain_offset)", "",
+              "| cap | GPU us | max total iterations of a feature |", "|---:|---:|---:|"]
+        for k, v in res["iteration_cap"].items():
+            L.append(f"| {k} | {v['gpu_us_median']:.1f} | {v['max_total_iterations']} |")
+        L.append("")
+    if res.get("host_profile"):
+        L += ["## Host time per frame, submit-ahead + graph (cProfile, top 25 by self time; profiler overhead included)", "",
+              "| function | calls/frame | self us/frame | cumulative us/frame |", "|---|---:|---:|---:|"]
+        for r in res["host_profile"]:
+            L.append(f"| `{r['function']}` | {r['calls_per_frame']:.2f} | {r['self_us_per_frame']:.1f} | {r['cum_us_per_frame']:.1f} |")
         L.append("")
     if res.get("launch_overhead"):
         o = res["launch_overhead"]
@@ -397,6 +471,7 @@ def run_command(args) -> int:
                 res["tracker"]["gpu"][n][mode] = r[n]
         log.info("GPU tracker sweep done (%.1f s)", time.time() - t0)
         res["launch_overhead"] = _host_overhead(frames, device)
+        res["iteration_cap"] = {str(k): v for k, v in bench_iteration_cap(frames, pts).items()}
     try:
         res["imu"] = bench_imu(device, args.imu_frames)
         log.info("IMU prediction run done (%.1f s)", time.time() - t0)
@@ -410,6 +485,8 @@ def run_command(args) -> int:
         res["frontend"].append(r)
         log.info("frontend pipelined=%s graph=%s: %.0f fps p99 %.3f ms (%.1f s)", pipelined, graph, r["fps"],
                  r["latency_ms_p99"], time.time() - t0)
+    if device == "cuda":
+        res["host_profile"] = profile_frontend(frames, 2000, device)
     res["verdicts"] = _verdicts(res)
     res["tracker"]["gpu"] = {str(k): v for k, v in res["tracker"]["gpu"].items()}
     res["tracker"]["opencv"] = {str(k): v for k, v in res["tracker"]["opencv"].items()}

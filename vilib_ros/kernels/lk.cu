@@ -67,23 +67,25 @@ template <> struct ModeInfo<LK_MODE_GAIN>        { enum { N = 3, GAIN = 2, OFF =
 template <> struct ModeInfo<LK_MODE_GAIN_OFFSET> { enum { N = 4, GAIN = 2, OFF = 3 }; };
 
 // Inverse of an N x N symmetric positive definite matrix (the Gram matrix H) through its
-// Cholesky factor, in double; fully unrolled with compile-time indices so everything stays in
-// registers. Every lane does it redundantly on identical data. Returns false if not SPD.
+// Cholesky factor; fully unrolled with compile-time indices so everything stays in registers.
+// Every lane does it redundantly on identical data. Returns false if not SPD. (Single precision
+// is enough: intensities are scaled to [0, 1], and the converged position is where sum U r = 0,
+// which the accuracy of H^-1 does not move.)
 template <int N>
-__device__ __forceinline__ bool invert(const double (&A)[N][N], double (&Ai)[N][N])
+__device__ __forceinline__ bool invert(const float (&A)[N][N], float (&Ai)[N][N])
 {
-    double L[N][N], Li[N][N];
+    float L[N][N], Li[N][N];
 #pragma unroll
     for (int j = 0; j < N; ++j) {
-        double s = A[j][j];
+        float s = A[j][j];
 #pragma unroll
         for (int k = 0; k < j; ++k) s -= L[j][k] * L[j][k];
-        if (!(s > 0.0)) return false;
-        L[j][j] = sqrt(s);
-        const double inv = 1.0 / L[j][j];
+        if (!(s > 0.f)) return false;
+        L[j][j] = sqrtf(s);
+        const float inv = 1.f / L[j][j];
 #pragma unroll
         for (int i = j + 1; i < N; ++i) {
-            double t = A[i][j];
+            float t = A[i][j];
 #pragma unroll
             for (int k = 0; k < j; ++k) t -= L[i][k] * L[j][k];
             L[i][j] = t * inv;
@@ -91,10 +93,10 @@ __device__ __forceinline__ bool invert(const double (&A)[N][N], double (&Ai)[N][
     }
 #pragma unroll
     for (int j = 0; j < N; ++j) {
-        Li[j][j] = 1.0 / L[j][j];
+        Li[j][j] = 1.f / L[j][j];
 #pragma unroll
         for (int i = j + 1; i < N; ++i) {
-            double t = 0.0;
+            float t = 0.f;
 #pragma unroll
             for (int k = j; k < i; ++k) t -= L[i][k] * Li[k][j];
             Li[i][j] = t / L[i][i];
@@ -104,7 +106,7 @@ __device__ __forceinline__ bool invert(const double (&A)[N][N], double (&Ai)[N][
     for (int i = 0; i < N; ++i)
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-            double t = 0.0;
+            float t = 0.f;
             const int k0 = i > j ? i : j;
 #pragma unroll
             for (int k = k0; k < N; ++k) t += Li[k][i] * Li[k][j];
@@ -132,20 +134,39 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
     constexpr int RSTEP = 32 / P;        // row step between a lane's pixels
     constexpr float HALF = 0.5f * (P - 1);
     const int lane = threadIdx.x;
-    const float ox = (float)(lane % P) - HALF;
-    const float oy0 = (float)(lane / P) - HALF;
+    const int col = lane % P, row0 = lane / P;
     const float s255 = 1.f / 255.f;
 
     if (!fits(tcx, tcy, HALF + 1.f, w, h)) return LVL_LEFT;  // template patch (+gradient ring)
 
-    // template values and central-difference gradients, from bilinear samples
+    // Every sample of a patch has the same sub-pixel fraction (the offsets from the centre are
+    // integers + HALF), so the 4 bilinear weights are computed once per patch position.
+    // Template values and central-difference gradients from bilinear samples:
     float tv[NP], gx[NP], gy[NP];
+    {
+        const float bx = tcx - HALF, by = tcy - HALF;
+        const float fx = floorf(bx), fy = floorf(by);
+        const float ax = bx - fx, ay = by - fy;
+        const float w00 = (1.f - ax) * (1.f - ay), w10 = ax * (1.f - ay), w01 = (1.f - ax) * ay, w11 = ax * ay;
+        const uchar* base = T + (size_t)((int)fy + row0) * w + (int)fx + col;
 #pragma unroll
-    for (int k = 0; k < NP; ++k) {
-        const float px = tcx + ox, py = tcy + oy0 + (float)(k * RSTEP);
-        tv[k] = bilinear(T, w, px, py) * s255;
-        gx[k] = 0.5f * (bilinear(T, w, px + 1.f, py) - bilinear(T, w, px - 1.f, py)) * s255;
-        gy[k] = 0.5f * (bilinear(T, w, px, py + 1.f) - bilinear(T, w, px, py - 1.f)) * s255;
+        for (int k = 0; k < NP; ++k) {
+            const uchar* p = base + (size_t)(k * RSTEP) * w;
+            // 4x4 neighbourhood p[-w-1 .. 2w+2] covers the centre sample and its 4 neighbours
+            const float c00 = __ldg(p), c10 = __ldg(p + 1), c01 = __ldg(p + w), c11 = __ldg(p + w + 1);
+            const float l0 = __ldg(p - 1), l1 = __ldg(p + w - 1);          // column x-1
+            const float r0 = __ldg(p + 2), r1 = __ldg(p + w + 2);          // column x+2
+            const float u0 = __ldg(p - w), u1 = __ldg(p - w + 1);          // row y-1
+            const float d0 = __ldg(p + 2 * w), d1 = __ldg(p + 2 * w + 1);  // row y+2
+            const float centre = w00 * c00 + w10 * c10 + w01 * c01 + w11 * c11;
+            const float left = w00 * l0 + w10 * c00 + w01 * l1 + w11 * c01;
+            const float right = w00 * c10 + w10 * r0 + w01 * c11 + w11 * r1;
+            const float up = w00 * u0 + w10 * u1 + w01 * c00 + w11 * c10;
+            const float down = w00 * c01 + w10 * c11 + w01 * d0 + w11 * d1;
+            tv[k] = centre * s255;
+            gx[k] = 0.5f * (right - left) * s255;
+            gy[k] = 0.5f * (down - up) * s255;
+        }
     }
     // Hessian H = sum U U^T with U = [g gx, g gy, (T), (1)], g = 1 + alpha at level start
     const float g = (MODE == LK_MODE_OFFSET || MODE == LK_MODE_TRANSLATION) ? 1.f : 1.f + alpha;
@@ -167,9 +188,9 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
         const float lmin = 0.5f * (a + c - sqrtf((a - c) * (a - c) + 4.f * b * b));
         if (!(lmin >= min_eigen)) return LVL_SINGULAR;
     }
-    double A[MI::N][MI::N], Hi[MI::N][MI::N];
+    float A[MI::N][MI::N], Hf[MI::N][MI::N];
     {
-        const double gg = (double)g;
+        const float gg = g;
         A[0][0] = gg * gg * hxx; A[0][1] = gg * gg * hxy; A[1][0] = A[0][1]; A[1][1] = gg * gg * hyy;
         if (MI::GAIN >= 0) {
             const int j = MI::GAIN;
@@ -177,25 +198,27 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
         }
         if (MI::OFF >= 0) {
             const int j = MI::OFF;
-            A[0][j] = gg * hx1; A[j][0] = A[0][j]; A[1][j] = gg * hy1; A[j][1] = A[1][j]; A[j][j] = (double)(P * P);
+            A[0][j] = gg * hx1; A[j][0] = A[0][j]; A[1][j] = gg * hy1; A[j][1] = A[1][j]; A[j][j] = (float)(P * P);
         }
         if (MI::GAIN >= 0 && MI::OFF >= 0) { A[MI::GAIN][MI::OFF] = ht1; A[MI::OFF][MI::GAIN] = ht1; }
     }
-    if (!invert<MI::N>(A, Hi)) return LVL_SINGULAR;
-    float Hf[MI::N][MI::N];
-#pragma unroll
-    for (int i = 0; i < MI::N; ++i)
-#pragma unroll
-        for (int j = 0; j < MI::N; ++j) Hf[i][j] = (float)Hi[i][j];
+    if (!invert<MI::N>(A, Hf)) return LVL_SINGULAR;
 
     const float x_start = x, y_start = y;
     for (int it = 0; it < max_iterations; ++it) {
         if (!fits(x, y, HALF, w, h)) { x = x_start; y = y_start; return LVL_LEFT; }
         const float ga = 1.f + alpha;
         float bx = 0, by = 0, bt = 0, b1 = 0, ra = 0;
+        const float qx = x - HALF, qy = y - HALF;
+        const float fx = floorf(qx), fy = floorf(qy);
+        const float ax = qx - fx, ay = qy - fy;
+        const float w00 = (1.f - ax) * (1.f - ay) * s255, w10 = ax * (1.f - ay) * s255;
+        const float w01 = (1.f - ax) * ay * s255, w11 = ax * ay * s255;
+        const uchar* base = I + (size_t)((int)fy + row0) * w + (int)fx + col;
 #pragma unroll
         for (int k = 0; k < NP; ++k) {
-            const float iv = bilinear(I, w, x + ox, y + oy0 + (float)(k * RSTEP)) * s255;
+            const uchar* p = base + (size_t)(k * RSTEP) * w;
+            const float iv = w00 * __ldg(p) + w10 * __ldg(p + 1) + w01 * __ldg(p + w) + w11 * __ldg(p + w + 1);
             const float r = iv - ga * tv[k] - beta;
             bx += gx[k] * r; by += gy[k] * r; bt += tv[k] * r; b1 += r; ra += fabsf(r);
         }

@@ -164,12 +164,16 @@ def node_specs(has_stereo_field: bool) -> list[ParamSpec]:
         specs.append(ParamSpec("stereo", False, "subscribe to image_right and track stereo", read_only=True))
     specs += [
         ParamSpec("queue_size", 10, "image subscription depth", range=(1, 1000), read_only=True),
+        ParamSpec("input_reliability", "best_effort",
+                  "QoS reliability of the image and IMU subscriptions: best_effort (sensor data) matches every "
+                  "publisher; reliable is needed for images larger than Fast DDS's 512 KB shared-memory segment, "
+                  "whose best-effort UDP fragments get dropped", choices=("best_effort", "reliable"), read_only=True),
         ParamSpec("publish_debug_image", True, "allow the tracks_image debug output"),
         ParamSpec("debug_image_encoding", "bgr8", "encoding of tracks_image", choices=("bgr8", "mono8")),
         ParamSpec("diagnostics_period_s", 1.0, "diagnostics publishing period", range=(0.1, 60.0), read_only=True),
         ParamSpec("stats_path", "", "write a JSON summary here on shutdown ('' = none)", read_only=True),
         ParamSpec("tracks_frame_id", "", "frame id of tracks ('' = the image's frame id)", read_only=True),
-        ParamSpec("stereo_timeout_s", 0.1, "a left image whose right image has not come after this long is "
+        ParamSpec("stereo_timeout_s", 0.2, "a left image whose right image has not come after this long is "
                   "processed alone", range=(0.0, 10.0), read_only=True),
     ]
     for s in specs:
@@ -205,15 +209,16 @@ class FrontendNode(Node):
 
         self.imu_lock = threading.Lock()
         q = int(self.p["queue_size"])
+        in_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
         self.pub_tracks = self.create_publisher(PointCloud, "tracks", reliable_qos(10))
         self.pub_debug = self.create_publisher(Image, "tracks_image", sensor_qos(2))
         self.pub_diag = self.create_publisher(DiagnosticArray, "diagnostics", reliable_qos(10))
-        self.create_subscription(Image, "image", self._on_image, sensor_qos(q))
+        self.create_subscription(Image, "image", self._on_image, in_qos(q))
         self.sub_right = None
         if self.stereo:
-            self.sub_right = self.create_subscription(Image, "image_right", self._on_image_right, sensor_qos(q))
+            self.sub_right = self.create_subscription(Image, "image_right", self._on_image_right, in_qos(q))
             self.create_timer(0.01, self._flush_pending)
-        self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, sensor_qos(1000))
+        self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, in_qos(1000))
 
         self.skips = collections.Counter({r: 0 for r in IMAGE_SKIP_REASONS})
         self.skips.update({"frame_gap": 0, "imu_non_finite": 0, "imu_out_of_order": 0, "stereo_unmatched": 0})

@@ -38,7 +38,7 @@ TEXEL = 0.005  # metres per texel of the room textures (about one pixel at 2.3 m
 MIP_LEVELS = 4
 
 _SKIMAGE_NAMES = ("camera", "astronaut", "brick", "coffee", "chelsea", "coins", "grass", "gravel", "moon",
-                  "hubble_deep_field", "immunohistochemistry", "retina", "rocket", "cell", "page", "text", "clock")
+                  "hubble_deep_field", "immunohistochemistry", "retina", "rocket", "cell", "page")
 
 
 @dataclass
@@ -132,7 +132,19 @@ def _augment(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.ascontiguousarray(img)
 
 
-def mosaic(sources: list[np.ndarray], rng: np.random.Generator, width_m: float, height_m: float,
+class _Deck:
+    """Draws source images in shuffled rounds, so one view rarely shows the same image twice."""
+
+    def __init__(self, sources: list[np.ndarray], rng: np.random.Generator):
+        self.sources, self.rng, self.order = sources, rng, []
+
+    def draw(self) -> np.ndarray:
+        if not self.order:
+            self.order = list(self.rng.permutation(len(self.sources)))
+        return self.sources[int(self.order.pop())]
+
+
+def mosaic(sources, rng: np.random.Generator, width_m: float, height_m: float,
            texel: float, tile_m: float) -> np.ndarray:
     """A texture of ``width_m x height_m`` metres: a grid of natural images, each ~``tile_m`` wide."""
     wt = int(round(width_m / texel / 16)) * 16
@@ -144,7 +156,7 @@ def mosaic(sources: list[np.ndarray], rng: np.random.Generator, width_m: float, 
     out = np.empty((ht, wt), np.uint8)
     for i in range(ny):
         for j in range(nx):
-            src = _augment(sources[int(rng.integers(0, len(sources)))], rng)
+            src = _augment(sources.draw() if isinstance(sources, _Deck) else sources[int(rng.integers(0, len(sources)))], rng)
             th, tw = ys[i + 1] - ys[i], xs[j + 1] - xs[j]
             # crop to the tile's aspect ratio, then resize
             sh, sw = src.shape
@@ -317,7 +329,7 @@ def build_room(rng: np.random.Generator, room_size=(8.0, 6.0, 3.0), n_boxes: int
                use_skimage: bool = True, keep_out=(2.1, 1.6)) -> Scene:
     """Room centred at x = y = 0 (floor z = 0) with ``n_boxes`` boxes outside ``|x|<keep_out[0], |y|<keep_out[1]``."""
     L, W, H = room_size
-    src = load_source_images(rng, use_skimage)
+    src = _Deck(load_source_images(rng, use_skimage), rng)
     quads: list[Quad] = []
     x0, x1, y0, y1 = -L / 2, L / 2, -W / 2, W / 2
     # Walls face inwards: normal = U x V points into the room.

@@ -41,8 +41,8 @@ class SequenceConfig:
     rate_hz: float = 20.0
     imu_rate_hz: float = 200.0
     preset: str = "default"            # 'default' | 'fast_rotation' | 'slow'
-    speed: float | None = None         # RMS body speed, m/s (None: from the preset)
-    angular_rate: float | None = None  # RMS angular rate, rad/s (None: from the preset)
+    speed: float | None = None         # RMS body speed (long-run), m/s (None: from the preset)
+    angular_rate: float | None = None  # RMS body angular rate (long-run), rad/s (None: from the preset)
     stereo: bool = True
     baseline: float = 0.11             # metres, along cam0's x axis
     seed: int = 0
@@ -376,7 +376,9 @@ def generate_sequence(out_dir: str | Path, config: SequenceConfig | None = None,
         for ti, row in zip(t, data):
             f.write(f"{int(ti)}," + ",".join(f"{x:.17g}" for x in row) + "\n")
     (mav / "state_groundtruth_estimate0").mkdir(parents=True)
-    seq.groundtruth().write_euroc_csv(mav / "state_groundtruth_estimate0" / "data.csv")
+    gt = seq.groundtruth()
+    gt.write_euroc_csv(mav / "state_groundtruth_estimate0" / "data.csv")
+    gt.write_tum(out / "groundtruth_tum.txt")  # for evo: `evo_ape tum groundtruth_tum.txt est.txt`
     (mav / "state_groundtruth_estimate0" / "sensor.yaml").write_text(_yaml_dump(
         {"sensor_type": "visual-inertial", "comment": "exact synthetic ground truth of the body (IMU) frame"}))
     (mav / "body.yaml").write_text(_yaml_dump({"comment": "vilib_ros synthetic body (= IMU frame)"}))

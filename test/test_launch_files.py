@@ -1,0 +1,178 @@
+"""Static checks of launch/*.launch.py, config/euroc.yaml and config/vio.rviz.
+
+``launch`` / ``launch_ros`` are not installable from PyPI, so the launch files are parsed
+with ``ast``: every vilib_ros executable they start must be a console script of setup.py,
+every file they name must exist, every node section of config/euroc.yaml must only hold
+parameters that node declares (read from the node module's parameter table, without
+starting ROS), with the declared type, and inside the declared range / choices.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH_FILES = sorted((REPO / "launch").glob("*.launch.py"))
+NODE_MODULES = {"frontend_node", "backend_node", "player_node", "recorder_node"}
+
+
+def console_scripts() -> dict[str, str]:
+    tree = ast.parse((REPO / "setup.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and k.value == "console_scripts":
+                    entries = [ast.literal_eval(e) for e in v.elts]
+                    return {e.split("=")[0].strip(): e.split("=")[1].strip() for e in entries}
+    raise AssertionError("setup.py has no console_scripts")
+
+
+def launch_nodes(path: Path) -> list[dict]:
+    """Keyword constants of every ``Node(...)`` call in a launch file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Node":
+            kw = {k.arg: k.value for k in node.keywords}
+            out.append({k: (v.value if isinstance(v, ast.Constant) else v) for k, v in kw.items()})
+    return out
+
+
+def string_constants(path: Path) -> list[str]:
+    return [n.value for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def load_params_yaml() -> dict:
+    import yaml
+
+    return yaml.safe_load((REPO / "config" / "euroc.yaml").read_text())
+
+
+def declared(node_name: str):
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    import importlib
+
+    mod = importlib.import_module(f"vilib_ros.nodes.{node_name}")
+    return {s.name: s for s in mod.parameter_table()}
+
+
+class TestLaunchFiles:
+    def test_all_three_exist(self):
+        assert {p.name for p in LAUNCH_FILES} >= {"frontend.launch.py", "vio.launch.py", "euroc.launch.py"}
+
+    @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
+    def test_structure_and_executables(self, path):
+        tree = ast.parse(path.read_text())
+        funcs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+        assert "generate_launch_description" in funcs
+        scripts = console_scripts()
+        nodes = launch_nodes(path)
+        ours = [n for n in nodes if n.get("package") == "vilib_ros"]
+        assert ours or "IncludeLaunchDescription" in path.read_text(), f"{path.name} starts no vilib_ros node"
+        for n in ours:
+            exe = n.get("executable")
+            assert isinstance(exe, str), f"{path.name}: executable must be a literal"
+            assert exe in scripts, f"{path.name}: executable {exe!r} is not a console script of setup.py"
+            assert scripts[exe] == f"vilib_ros.nodes.{exe}:main"
+            # the node name must match its section in config/euroc.yaml
+            assert n.get("name") == exe
+
+    @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
+    def test_named_files_exist(self, path):
+        for s in string_constants(path):
+            if re.search(r"\.(yaml|rviz|launch\.py)$", s):
+                folder = "launch" if s.endswith(".launch.py") else "config"
+                assert (REPO / folder / s).is_file(), f"{path.name} names {s} which is not in {folder}/"
+
+    def test_setup_installs_launch_and_config(self):
+        text = (REPO / "setup.py").read_text()
+        assert 'glob("launch/*.launch.py")' in text and 'glob("config/*.yaml")' in text and "*.rviz" in text
+
+    def test_euroc_launch_has_rviz_with_config(self):
+        nodes = launch_nodes(REPO / "launch" / "euroc.launch.py")
+        assert any(n.get("package") == "rviz2" and n.get("executable") == "rviz2" for n in nodes)
+        assert "vio.rviz" in string_constants(REPO / "launch" / "euroc.launch.py")
+        assert "player_node" in [n.get("executable") for n in nodes]
+
+
+class TestParameterFile:
+    def test_sections_are_nodes(self):
+        d = load_params_yaml()
+        assert set(d) <= NODE_MODULES
+        assert {"frontend_node", "backend_node", "player_node"} <= set(d)
+        for section in d.values():
+            assert set(section) == {"ros__parameters"}
+
+    @pytest.mark.parametrize("node_name", ["frontend_node", "backend_node", "player_node"])
+    def test_every_key_is_declared_with_type_and_range(self, node_name):
+        specs = declared(node_name)
+        params = load_params_yaml()[node_name]["ros__parameters"]
+        unknown = sorted(set(params) - set(specs))
+        assert not unknown, f"{node_name}: keys not declared by the node: {unknown}"
+        for key, value in params.items():
+            spec = specs[key]
+            t = spec.ros_type_name()
+            py = {"bool": bool, "integer": int, "double": float, "string": str}
+            if t in py:
+                assert type(value) is py[t], f"{node_name}.{key}: {value!r} is not a {t} (ROS rejects it)"
+            else:
+                assert isinstance(value, list), f"{node_name}.{key} must be a list"
+            assert spec.check(value) is None, spec.check(value)
+
+    def test_frontend_algorithm_parameters_present(self):
+        params = load_params_yaml()["frontend_node"]["ros__parameters"]
+        specs = declared("frontend_node")
+        for key in ("detector.threshold", "detector.arc_length", "detector.score", "detector.levels",
+                    "detector.cell_width", "detector.nms_radius", "tracker.mode", "tracker.levels",
+                    "min_track_fraction", "device"):
+            assert key in specs, key
+            assert key in params, key
+        # names are the dataclass fields
+        from vilib_ros.detector import DetectorConfig
+        from vilib_ros.tracker import TrackerConfig
+        import dataclasses
+
+        for f in dataclasses.fields(DetectorConfig):
+            assert f"detector.{f.name}" in specs
+        for f in dataclasses.fields(TrackerConfig):
+            if isinstance(getattr(TrackerConfig(), f.name), (bool, int, float, str, tuple)):
+                assert f"tracker.{f.name}" in specs
+
+    def test_ranges_and_descriptions(self):
+        specs = declared("frontend_node")
+        assert specs["detector.arc_length"].range[:2] == (9, 12)
+        assert specs["detector.nms_radius"].range[:2] == (1, 4)
+        assert specs["detector.score"].choices == ("sad_circle", "sad_arc", "max_threshold")
+        assert specs["device"].read_only and specs["device"].choices == ("auto", "cuda", "cpu")
+        for s in specs.values():
+            assert s.description, s.name
+
+    def test_descriptor_carries_range(self):
+        pytest.importorskip("rcl_interfaces.msg")
+        from vilib_ros.nodes.params import descriptor_for
+
+        specs = declared("frontend_node")
+        d = descriptor_for(specs["detector.arc_length"])
+        assert (d.integer_range[0].from_value, d.integer_range[0].to_value) == (9, 12)
+        d = descriptor_for(specs["detector.threshold"])
+        assert d.floating_point_range[0].from_value == 1.0
+        assert descriptor_for(specs["device"]).read_only
+
+
+class TestRviz:
+    def test_displays_and_topics(self):
+        import yaml
+
+        d = yaml.safe_load((REPO / "config" / "vio.rviz").read_text())
+        displays = d["Visualization Manager"]["Displays"]
+        by_class = {x["Class"]: x for x in displays}
+        assert by_class["rviz_default_plugins/Image"]["Topic"]["Value"] == "/tracks_image"
+        assert by_class["rviz_default_plugins/Path"]["Topic"]["Value"] == "/path"
+        assert by_class["rviz_default_plugins/Odometry"]["Topic"]["Value"] == "/odometry"
+        assert by_class["rviz_default_plugins/MarkerArray"]["Topic"]["Value"] == "/landmarks"
+        assert d["Visualization Manager"]["Global Options"]["Fixed Frame"] == "world"
+        # the image is published best effort: the display must not ask for reliable
+        assert by_class["rviz_default_plugins/Image"]["Topic"]["Reliability Policy"] == "Best Effort"
