@@ -152,3 +152,40 @@ class TestImageMessages:
             image_msg_to_array(self._msg("yuv422", g.tobytes(), 4, 7, 7))
         with pytest.raises(ValueError, match="bytes"):
             image_msg_to_array(self._msg("mono8", g.tobytes()[:10], 4, 7, 7))
+
+
+class TestZeroHeaderStamps:
+    def test_bag_time_used(self, tmp_path, euroc_frames):
+        """Recorders that leave header stamps at 0: the bag's receive times are used (counted)."""
+        from rosbags.rosbag2 import Writer
+        from rosbags.typesys import Stores, get_typestore
+
+        from vilib_ros.euroc import open_dataset
+
+        ts = get_typestore(Stores.ROS2_JAZZY)
+        T = ts.types
+        zero = T["builtin_interfaces/msg/Time"](sec=0, nanosec=0)
+        out = tmp_path / "zero"
+        with Writer(out, version=9) as w:
+            ci = w.add_connection("/cam0/image_raw", "sensor_msgs/msg/Image", typestore=ts)
+            cu = w.add_connection("/imu0", "sensor_msgs/msg/Imu", typestore=ts)
+            for k in range(3):
+                img = T["sensor_msgs/msg/Image"](header=T["std_msgs/msg/Header"](stamp=zero, frame_id="cam0"),
+                                                 height=480, width=752, encoding="mono8", is_bigendian=0, step=752,
+                                                 data=euroc_frames[k].reshape(-1))
+                w.write(ci, 1000 + k * 50_000_000, ts.serialize_cdr(img, "sensor_msgs/msg/Image"))
+            for j in range(4):
+                v = T["geometry_msgs/msg/Vector3"](x=1.0 * j, y=0.0, z=0.0)
+                imu = T["sensor_msgs/msg/Imu"](header=T["std_msgs/msg/Header"](stamp=zero, frame_id="imu0"),
+                                               orientation=T["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0),
+                                               orientation_covariance=np.zeros(9), angular_velocity=v,
+                                               angular_velocity_covariance=np.zeros(9), linear_acceleration=v,
+                                               linear_acceleration_covariance=np.zeros(9))
+                w.write(cu, 2000 + j * 5_000_000, ts.serialize_cdr(imu, "sensor_msgs/msg/Imu"))
+        with open_dataset(out) as ds:
+            np.testing.assert_array_equal(ds.image_stamps(0), 1000 + 50_000_000 * np.arange(3))
+            np.testing.assert_array_equal(ds.imu_stamps, 2000 + 5_000_000 * np.arange(4))
+            assert ds.stats["header_stamps_missing"] == 7
+            np.testing.assert_array_equal(ds.load_image(0, 2), euroc_frames[2])
+            assert ds.cameras[0].fx == pytest.approx(458.654)  # no camera_info: EuRoC default
+            assert ds.groundtruth is None

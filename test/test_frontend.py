@@ -103,6 +103,7 @@ class TestRedetection:
             else:
                 assert old.sum() >= cfg.min_track_fraction * ft.target
         assert n_redetect >= 1 and ft.stats["redetections"] == n_redetect + 1
+        assert ft.stats["detection_runs"] >= ft.stats["redetections"]
 
     def test_lost_tracks_dropped(self, euroc_frames, device):
         ft = FeatureTracker(euroc_cam0(), _cfg(tracker=TrackerConfig(max_residual=20.0)), device=device)
@@ -341,7 +342,10 @@ class TestGpuPipeline:
         ft.result()
         print(f"\nmemory pool used bytes after 20 / {n} frames: {used}, redetections {ft.stats['redetections']}")
         assert used[0] == used[1]
-        assert ft.stats["redetections"] >= 100       # every frame: live tracks < target
+        # detection ran on every frame (live tracks < target); the 2026-11-22 H100 run showed
+        # 60 of them adding tracks and the pool flat (7116288 B after 20 and 300 frames)
+        assert ft.stats["detection_runs"] >= n - 1
+        assert ft.stats["redetections"] >= 30
 
     def test_kernels_undistort_and_predict(self):
         import cupy as cp

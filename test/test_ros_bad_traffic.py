@@ -136,7 +136,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
         imu_until(7)
         m16 = np.zeros((480, 752 + 8), np.uint16)
         m16[:, :752] = frames[7].astype(np.uint16) * 257
-        send(_image(m16, T0 + 7 * DT, "mono16", step=m16.strides[0], data=m16.tobytes()), True)  # padded mono16
+        send(_image(m16, T0 + 7 * DT, "mono16", step=m16.strides[0], width=752), True)  # padded mono16
         send(_image(np.zeros((480, 752 * 2), np.uint8), T0 + 8 * DT, "yuv422"), False)  # same encoding again
         send(_image(np.zeros((480, 752 * 4), np.uint8), T0 + 8 * DT, "32FC1"), False)   # another one
         imu_until(8)

@@ -221,3 +221,162 @@ class TestSyntheticGroundTruth:
         for m in ("gain", "gain_offset"):
             assert max(med[m]) <= 0.1
         assert min(med["translation"]) > 2 * max(med["gain_offset"])
+
+
+# ------------------------------------------------------------------------------------------------
+# The CUDA source itself, run on the CPU: kernels/lk.cu and kernels/frontend.cu compiled with g++
+# behind a small SIMT shim (one std::thread per lane, __shfl_xor_sync through a barrier), so that
+# the kernel code is checked against the NumPy reference on machines without a GPU.
+
+_SHIM = r"""
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+struct uint3h { int x, y, z; };
+struct float2 { float x, y; };
+static inline float2 make_float2(float a, float b) { return float2{a, b}; }
+thread_local uint3h threadIdx, blockIdx, blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(x)
+using std::isfinite;
+static inline unsigned char __ldg(const unsigned char* p) { return *p; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static std::barrier<>* g_bar;
+static float g_shfl[32];
+static inline float __shfl_xor_sync(unsigned, float v, int m) {
+    int l = threadIdx.x; g_shfl[l] = v; g_bar->arrive_and_wait(); float r = g_shfl[l ^ m]; g_bar->arrive_and_wait(); return r;
+}
+#include "lk.cu"
+#include "frontend.cu"
+typedef void (*lkfn)(const unsigned long long*, const unsigned long long*, int, int, int, int, const float2*, const float2*,
+                     const signed char*, int, int, int, float, float, float, float2*, signed char*, float*, float*, float*, int*);
+extern "C" void run_lk(int mode, const unsigned long long* tl, const unsigned long long* il, int w0, int h0, int L, int mask,
+                       const float* tp, const float* pred, const signed char* act, int n, int maxit, float eps2,
+                       float mineig, float maxres, float* opos, signed char* ost, float* ores, float* ogain, float* ooff, int* oit) {
+    lkfn fns[4] = {lk_track_translation, lk_track_offset, lk_track_gain, lk_track_gain_offset};
+    for (int f = 0; f < n; ++f) {
+        std::barrier<> bar(32);
+        g_bar = &bar;
+        std::vector<std::thread> th;
+        for (int lane = 0; lane < 32; ++lane)
+            th.emplace_back([&, lane, f] {
+                threadIdx = {lane, f % LK_WARPS, 0}; blockIdx = {f / LK_WARPS, 0, 0}; blockDim = {32, LK_WARPS, 1};
+                fns[mode](tl, il, w0, h0, L, mask, (const float2*)tp, (const float2*)pred, act, 1, n, maxit, eps2, mineig,
+                          maxres, (float2*)opos, ost, ores, ogain, ooff, oit);
+            });
+        for (auto& t : th) t.join();
+    }
+}
+extern "C" void run_undistort(const float* uv, const signed char* st, const float* cam, int n, float* xy) {
+    blockDim = {128, 1, 1};
+    for (int i = 0; i < n; ++i) { blockIdx = {i / 128, 0, 0}; threadIdx = {i % 128, 0, 0};
+        undistort_points((const float2*)uv, st, 0, cam, n, (float2*)xy); }
+}
+extern "C" void run_predict(const float* uv, const float* xy, const signed char* act, const float* M, const float* cam,
+                            int n, float* pred) {
+    blockDim = {128, 1, 1};
+    for (int i = 0; i < n; ++i) { blockIdx = {i / 128, 0, 0}; threadIdx = {i % 128, 0, 0};
+        predict_rotation((const float2*)uv, (const float2*)xy, act, 1, M, cam, n, (float2*)pred); }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    import ctypes
+    import shutil
+    import subprocess
+
+    from vilib_ros._cuda import KERNEL_DIR
+
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not found")
+    d = tmp_path_factory.mktemp("simt")
+    (d / "shim.cpp").write_text(_SHIM)
+    lib = d / "libsimt.so"
+    r = subprocess.run([gxx, "-std=c++20", "-O2", "-shared", "-fPIC", f"-I{KERNEL_DIR}", "-DLK_WARPS=4", "-o", str(lib),
+                        str(d / "shim.cpp"), "-lpthread"], capture_output=True, text=True)
+    if r.returncode != 0:
+        if "barrier" in r.stderr:
+            pytest.skip(f"g++ without C++20 <barrier>: {r.stderr[:200]}")
+        pytest.fail(f"kernel source does not compile on the host:\n{r.stderr[:2000]}")
+    return ctypes.CDLL(str(lib))
+
+
+def _run_emulated_lk(lib, tmpl, img, pts, pred, cfg):
+    import ctypes
+
+    from vilib_ros.pyramid import build_pyramid_cpu
+
+    P = ctypes.c_void_p
+    tp, ip = build_pyramid_cpu(tmpl, cfg.levels), build_pyramid_cpu(img, cfg.levels)
+    tl = np.array([a.ctypes.data for a in tp], np.uint64)
+    il = np.array([a.ctypes.data for a in ip], np.uint64)
+    n = len(pts)
+    pts = np.ascontiguousarray(pts, np.float32)
+    pred = np.ascontiguousarray(pred, np.float32)
+    act = np.ones(n, np.int8)
+    opos = np.full((n, 2), np.nan, np.float32)
+    ost = np.full(n, -7, np.int8)
+    ores, og, oo = (np.full(n, np.nan, np.float32) for _ in range(3))
+    oit = np.full(n, -7, np.int32)
+    ptr = lambda a: a.ctypes.data_as(P)  # noqa: E731
+    lib.run_lk(ctypes.c_int(MODES.index(cfg.mode)), ptr(tl), ptr(il), ctypes.c_int(img.shape[1]),
+               ctypes.c_int(img.shape[0]), ctypes.c_int(cfg.levels), ctypes.c_int(cfg.patch16_mask), ptr(pts), ptr(pred),
+               ptr(act), ctypes.c_int(n), ctypes.c_int(cfg.max_iterations), ctypes.c_float(cfg.eps),
+               ctypes.c_float(cfg.min_eigen), ctypes.c_float(cfg.max_residual), ptr(opos), ptr(ost), ptr(ores),
+               ptr(og), ptr(oo), ptr(oit))
+    from vilib_ros.tracker import TrackResult
+
+    return TrackResult(opos, ost, ores, og, oo, oit)
+
+
+@pytest.mark.slow
+class TestKernelSourceOnHost:
+    @pytest.mark.parametrize("mode", MODES)
+    def test_lk_kernel_matches_reference(self, emulated, euroc_frames, mode):
+        from vilib_ros.detector import make_detector
+
+        a, b = euroc_frames[40], euroc_frames[43]
+        pts = make_detector(752, 480, device="cpu").detect(a).points()[::12][:20]
+        pred = pts + np.random.default_rng(1).normal(0, 1.0, pts.shape).astype(np.float32)
+        cfg = TrackerConfig(mode=mode)
+        r = _run_emulated_lk(emulated, a, b, pts, pred, cfg)
+        ref = track_cpu(a, b, pts, pred, cfg)
+        assert np.all(np.isin(r.status, list(TrackStatus)))
+        assert np.mean(r.status == ref.status) >= 0.95
+        both = (r.status == 0) & (ref.status == 0)
+        d = np.linalg.norm(r.pos - ref.pos, axis=1)[both]
+        assert np.mean(d < 0.02) >= 0.9 and np.median(d) < 0.002
+        assert np.median(np.abs(r.iterations - ref.iterations)[both]) == 0
+
+    def test_frontend_helpers(self, emulated):
+        import ctypes
+
+        from vilib_ros.camera import CameraModel, euroc_cam0
+        from vilib_ros.frontend import _cam_params
+        from vilib_ros.imu_prediction import predict_points
+
+        P = ctypes.c_void_p
+        ptr = lambda a: a.ctypes.data_as(P)  # noqa: E731
+        rng = np.random.default_rng(0)
+        uv = np.column_stack([rng.uniform(5, 745, 300), rng.uniform(5, 475, 300)]).astype(np.float32)
+        R = cv2.Rodrigues(np.array([0.02, -0.03, 0.01]))[0]
+        for cam in (euroc_cam0(), CameraModel(752, 480, 460.0, 458.0, 370.0, 250.0, "equidistant",
+                                              np.array([-0.01, 0.02, -0.01, 0.002]))):
+            c = _cam_params(cam)
+            xy = np.full((300, 2), -7, np.float32)
+            emulated.run_undistort(ptr(uv), ptr(np.zeros(300, np.int8)), ptr(c), 300, ptr(xy))
+            assert np.max(np.abs(xy - cam.undistort(uv))) < 1e-5
+            M = np.zeros(12, np.float32)
+            M[:9] = R.T.ravel()
+            M[9] = 1
+            pred = np.full((300, 2), np.nan, np.float32)
+            emulated.run_predict(ptr(uv), ptr(xy), ptr(np.ones(300, np.int8)), ptr(M), ptr(c), 300, ptr(pred))
+            assert np.max(np.abs(pred - predict_points(cam, R, uv, cam.undistort(uv)))) < 1e-3

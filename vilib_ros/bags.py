@@ -9,7 +9,8 @@
   Ground truth: ``geometry_msgs/PoseStamped`` / ``TransformStamped`` / ``nav_msgs/Odometry``
   on a topic containing ``groundtruth``; failing that the official EuRoC Vicon topic
   ``/vicon/firefly_sbx/firefly_sbx`` (note: the Vicon marker pose, not the IMU pose).
-  Stamps are the message header stamps; images are read lazily by bag time.
+  Stamps are the message header stamps (bag time where a stream's header stamps are all zero);
+  images are read lazily by bag time.
 * :func:`write_bag` converts any dataset (usually an ASL folder) to a ROS 1 ``.bag`` or a
   ROS 2 bag, writing the messages above (bag time = header stamp) so that
   ``open_dataset(write_bag(ds, ...))`` reproduces images, IMU, stamps, calibration and poses.
@@ -185,7 +186,7 @@ class BagDataset(Dataset):
         img_t: list[list[int]] = [[] for _ in range(ncam)]
         img_loc: list[list[tuple]] = [[] for _ in range(ncam)]
         img_size: list[tuple | None] = [None] * ncam
-        imu_t, imu_v = [], []
+        imu_t, imu_v, imu_bag_t = [], [], []
         gt_t, gt_p, gt_q = [], [], []
         infos: dict[int, object] = {}
         tfs: dict[str, np.ndarray] = {}
@@ -195,7 +196,7 @@ class BagDataset(Dataset):
                 i = cam_of[k]
                 msg = self._reader.deserialize(raw, conn.msgtype)
                 img_t[i].append(_stamp_ns(msg.header))
-                img_loc[i].append((conn, bag_t))
+                img_loc[i].append((conn, bag_t, img_t[i][-1]))
                 if img_size[i] is None:
                     img_size[i] = (int(msg.width), int(msg.height))
                 continue
@@ -204,6 +205,7 @@ class BagDataset(Dataset):
             if kd == "imu":
                 a, w = msg.linear_acceleration, msg.angular_velocity
                 imu_t.append(_stamp_ns(msg.header))
+                imu_bag_t.append(bag_t)
                 imu_v.append((w.x, w.y, w.z, a.x, a.y, a.z))
             elif kd == "gt":
                 if conn.msgtype == "geometry_msgs/msg/PoseStamped":
@@ -231,6 +233,10 @@ class BagDataset(Dataset):
         self._stamps, self._locs = [], []
         for i in range(ncam):
             t = np.asarray(img_t[i], dtype=np.int64)
+            if t.size > 1 and not np.any(t):
+                log.warning("%s: cam%d images have zero header stamps: using bag time", self.path, i)
+                self.stats["header_stamps_missing"] = self.stats.get("header_stamps_missing", 0) + t.size
+                t = np.asarray([lc[1] for lc in img_loc[i]], dtype=np.int64)
             order = np.argsort(t, kind="stable")
             t = t[order]
             locs = [img_loc[i][j] for j in order]
@@ -254,6 +260,10 @@ class BagDataset(Dataset):
             self.cameras.append(cam)
 
         t = np.asarray(imu_t, dtype=np.int64)
+        if t.size > 1 and not np.any(t):
+            log.warning("%s: IMU messages have zero header stamps: using bag time", self.path)
+            self.stats["header_stamps_missing"] = self.stats.get("header_stamps_missing", 0) + t.size
+            t = np.asarray(imu_bag_t, dtype=np.int64)
         v = np.asarray(imu_v, dtype=np.float64).reshape(-1, 6)
         order = np.argsort(t, kind="stable")
         t, v = t[order], v[order]
@@ -279,8 +289,7 @@ class BagDataset(Dataset):
         n = len(self._locs[cam])
         if not -n <= index < n:
             raise IndexError(f"{self.name}: cam{cam} image index {index} out of range ({n} images)")
-        conn, bag_t = self._locs[cam][index]
-        stamp = int(self._stamps[cam][index])
+        conn, bag_t, stamp = self._locs[cam][index]
         for c, _, raw in self._reader.messages(connections=[conn], start=bag_t, stop=bag_t + 1):
             msg = self._reader.deserialize(raw, c.msgtype)
             if _stamp_ns(msg.header) == stamp:
@@ -290,7 +299,7 @@ class BagDataset(Dataset):
                     raise ValueError(f"{self.path}: cam{cam} image {index} is {img.shape[1]}x{img.shape[0]}, "
                                      f"calibration says {cam_m.width}x{cam_m.height}")
                 return img
-        raise ValueError(f"{self.path}: cam{cam} image {index} (stamp {stamp}) not found at bag time {bag_t}")
+        raise ValueError(f"{self.path}: cam{cam} image {index} (header stamp {stamp}) not found at bag time {bag_t}")
 
     def close(self) -> None:
         r = getattr(self, "_reader", None)

@@ -446,6 +446,7 @@ class FeatureTracker:
                     raw["fb_pos"][idx[okm]] = back.pos
         self._finalize(e, raw)
         if self._need_detection():
+            self.stats["detection_runs"] += 1
             feats = self.detector.detect(e.image, occupancy=self._occupancy())
             self._add_detections(feats.x, feats.y, feats.score, feats.level)
         uv_r = xy_r = None
@@ -700,6 +701,7 @@ class FeatureTracker:
                 self._stereo_merge(uv_r, xy_r, o["st_pos"], o["st_status"], o["st_xy"].astype(np.float64), tracked)
         t_det = 0.0
         if self._need_detection():
+            self.stats["detection_runs"] += 1
             t0 = time.perf_counter()
             new = self._gpu_detect(s)
             if e.stereo and new.size:

@@ -231,8 +231,14 @@ def _wait_for_graph(domain_id: int, need: dict, timeout: float, children) -> boo
         client.close()
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_command(args) -> int:
     t_start = time.monotonic()
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, _raise_interrupt)   # clean up the children on SIGTERM too
     from vilib_ros.euroc import open_dataset
 
     if args.dataset:

@@ -211,12 +211,12 @@ class VioEstimator:
             _, win = self._imu.window(first_imu, t0 + W)
         else:
             return False
-        self.stats["init_attempts"] += 1
         if is_static(win, cfg, cfg.gravity):
             res = static_init(win)
         elif self.mode == "stereo":
             if len(self._pending_frames) < cfg.dynamic_init_frames:
                 return False
+            self.stats["init_attempts"] += 1
             res = dynamic_init_stereo(self._pending_frames, self._imu, self.cam0, self.cam1, self._params,
                                       cfg.gravity)
             if res is None:
@@ -230,6 +230,7 @@ class VioEstimator:
             span = (self._pending_frames[-1].stamp_ns - t0) * 1e-9
             if span < cfg.mono_init_window_s:
                 return False
+            self.stats["init_attempts"] += 1
             res = dynamic_init_mono(self._pending_frames, self._imu, self.cam0, self._params, cfg.gravity)
             if res is None:
                 if span > 4 * cfg.mono_init_window_s:

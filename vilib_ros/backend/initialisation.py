@@ -166,7 +166,8 @@ def _finish_stereo(imu_buffer, params, t0, stamps, pos, R_vis, gravity, how):
     return InitResult(R_wb, R_wb @ v0, bg, np.zeros(3), "dynamic_stereo", 0.1, 0.03)
 
 
-def _lsq_gravity_velocity(A_s, c, alpha, tk, gravity, iterations=5, extra=None, extra_prior=None):
+def _lsq_gravity_velocity(A_s, c, alpha, tk, gravity, iterations=5, extra=None, extra_prior=None,
+                          min_scale_snr=5.0):
     """Solve ``s*A_s + c - alpha = v0 t + 0.5 g0 t^2`` for (s, v0, g0) (s omitted if A_s is None):
     first unconstrained, then with |g0| = gravity by Gauss-Newton on the 2-D tangent space of
     the gravity sphere (VINS-Mono's RefineGravity). Rows are stacked per frame (3 each)."""
@@ -217,8 +218,19 @@ def _lsq_gravity_velocity(A_s, c, alpha, tk, gravity, iterations=5, extra=None, 
         g0 = g0 + B @ y[ns + 3:ns + 5]
         g0 = g0 / np.linalg.norm(g0) * gravity
     s = float(y[0]) if ns else 1.0
-    if ns and s <= 0:
-        return None
+    if ns:
+        # reject a poorly determined scale (constant acceleration is indistinguishable from a
+        # gravity tilt over short windows): require s > min_scale_snr * sigma_s
+        r = A @ y - b
+        dof = max(A.shape[0] - A.shape[1], 1)
+        try:
+            cov = np.linalg.inv(A.T @ A) * float(r @ r) / dof
+            sig = float(np.sqrt(max(cov[0, 0], 0.0)))
+        except np.linalg.LinAlgError:
+            return None
+        log.debug("alignment scale %.4f +- %.4f", s, sig)
+        if s <= 0 or s < min_scale_snr * sig:
+            return None
     return s, y[ns:ns + 3], g0
 
 
@@ -229,10 +241,16 @@ def _sfm_window(frames, cam0, min_points=16):
 
     if len(frames) < 5:
         return None
-    f0, fl = frames[0], frames[-1]
-    common, i0, il = np.intersect1d(f0.ids, fl.ids, return_indices=True)
-    if len(common) < min_points:
+    f0 = frames[0]
+    # the last frame of the window that still shares enough tracks with the first one
+    for last in range(len(frames) - 1, 3, -1):
+        common, i0, il = np.intersect1d(f0.ids, frames[last].ids, return_indices=True)
+        if len(common) >= 2 * min_points:
+            break
+    else:
         return None
+    frames = frames[:last + 1]
+    fl = frames[-1]
     x0, xl = f0.xy[i0], fl.xy[il]
     par = np.median(np.linalg.norm(x0 - xl, axis=1)) * cam0.fx
     if par < 15:

@@ -97,7 +97,7 @@ def load_source_images(rng: np.random.Generator, use_skimage: bool = True) -> li
                     im = cv2.cvtColor(im[..., :3].astype(np.uint8), cv2.COLOR_RGB2GRAY)
                 imgs.append(_normalise(im))
         except ImportError:
-            log.info("scikit-image not installed: procedural textures")
+            log.warning("scikit-image not installed: synthetic scenes use procedural textures")
     if len(imgs) < 4:
         imgs = [procedural_texture(rng, 512, 512) for _ in range(12)]
     return imgs

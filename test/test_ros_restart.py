@@ -1,0 +1,111 @@
+"""Kill the frontend mid-replay (SIGKILL, like a crash) and start it again.
+
+player_node (EuRoC, half real time), frontend_node, backend_node and recorder_node run as
+separate processes. The frontend is killed after some frames and restarted: the player and
+the backend keep running, the new frontend resumes publishing tracks for the frames that
+follow, and the backend goes on receiving them.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+DOMAIN = 120 + (os.getpid() % 25) * 4 + 2
+
+
+@pytest.fixture(scope="module")
+def run(euroc_path, tmp_path_factory):
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
+    from vilib_ros.pipeline import read_jsonl
+
+    tmp = tmp_path_factory.mktemp("ros_restart")
+    env = ros_env(DOMAIN)
+    cam_yaml = str(euroc_path / "mav0" / "cam0" / "sensor.yaml")
+    fe_argv = node_argv("frontend_node", params={"camera_yaml": cam_yaml, "device": "cpu", "queue_size": 100},
+                        remaps={"image": "cam0/image_raw", "imu": "imu0"})
+    client = GraphClient(DOMAIN, "test_restart")
+    procs = {}
+    try:
+        procs["recorder"] = NodeProcess("recorder_node", node_argv("recorder_node", params={
+            "output": str(tmp / "rec.jsonl"),
+            "topics": ["tracks:sensor_msgs/msg/PointCloud", "cam0/image_raw:sensor_msgs/msg/Image",
+                       "diagnostics:diagnostic_msgs/msg/DiagnosticArray"]}), env, tmp / "recorder.log")
+        procs["backend"] = NodeProcess("backend_node", node_argv("backend_node", params={
+            "camera_yaml": cam_yaml, "imu_yaml": str(euroc_path / "mav0" / "imu0" / "sensor.yaml"),
+            "stats_path": str(tmp / "backend_stats.json"), "diagnostics_period_s": 0.5},
+            remaps={"imu": "imu0"}), env, tmp / "backend.log")
+        procs["frontend"] = NodeProcess("frontend_node", fe_argv, env, tmp / "frontend_1.log")
+        assert client.wait_for_subscribers({"/cam0/image_raw": 2, "/tracks": 2, "/imu0": 2}, 90,
+                                           list(procs.values()))
+        procs["player"] = NodeProcess("player_node", node_argv("player_node", params={
+            "dataset": str(euroc_path), "rate": 0.5, "exit_when_done": True, "progress": False,
+            "wait_for_subscribers": 2}), env, tmp / "player.log")
+
+        def n_tracks():
+            return sum(1 for r in read_jsonl(tmp / "rec.jsonl") if r["topic"] == "tracks")
+
+        assert client.spin_until(lambda: n_tracks() >= 15, 90, 0.2), procs["frontend"].tail()
+        procs["frontend"].kill()
+        killed_after = n_tracks()
+        images_at_kill = sum(1 for r in read_jsonl(tmp / "rec.jsonl") if r["topic"] == "cam0/image_raw")
+        client.spin_for(1.0)   # frames published now go nowhere
+        procs["frontend2"] = NodeProcess("frontend_node", fe_argv, env, tmp / "frontend_2.log")
+        player_rc = procs["player"].wait(180)
+        client.spin_until(lambda: n_tracks() >= 95 - 5, 30, 0.5)  # the last frames in flight
+        client.spin_for(1.0)
+        alive = {k: p.alive for k, p in procs.items()}
+        codes = {k: p.stop() for k, p in procs.items()}
+        yield {"records": read_jsonl(tmp / "rec.jsonl"), "alive": alive, "codes": codes, "player_rc": player_rc,
+               "killed_after": killed_after, "images_at_kill": images_at_kill,
+               "backend": json.loads((tmp / "backend_stats.json").read_text()), "procs": procs}
+    finally:
+        for p in procs.values():
+            p.stop()
+        client.close()
+
+
+class TestFrontendRestart:
+    def test_player_and_backend_kept_running(self, run):
+        assert run["player_rc"] == 0, run["procs"]["player"].tail()
+        assert run["alive"]["backend"], run["procs"]["backend"].tail()
+        assert run["alive"]["recorder"] and run["alive"]["frontend2"]
+        assert not run["alive"]["frontend"]
+        assert run["codes"]["backend"] == 0 and run["codes"]["frontend2"] == 0
+
+    def test_frontend_resumed(self, run):
+        recs = run["records"]
+        images = [r["stamp_ns"] for r in recs if r["topic"] == "cam0/image_raw"]
+        tracks = [r["stamp_ns"] for r in recs if r["topic"] == "tracks"]
+        assert len(images) == 95
+        assert tracks == sorted(set(tracks)), "tracks went backwards or repeated"
+        before = tracks[: run["killed_after"]]
+        after = [t for t in tracks if t > before[-1]]
+        assert len(before) >= 15
+        # the restarted frontend tracked the rest of the replay (minus what was sent while it was
+        # down or starting up), up to the last image
+        assert len(after) >= 20, (len(before), len(after))
+        assert after[-1] == images[-1]
+        # every tracks message belongs to an image the player sent
+        assert set(tracks) <= set(images)
+
+    def test_new_tracker_after_restart(self, run):
+        tr = [r for r in run["records"] if r["topic"] == "tracks"]
+        k = run["killed_after"]
+        first_after = next(r for r in tr[k:] if r["stamp_ns"] > tr[k - 1]["stamp_ns"])
+        assert max(first_after["age"]) == 0          # fresh tracks, new detection
+        assert max(tr[k - 1]["age"]) >= 14            # the old ones had been alive all along
+
+    def test_backend_received_both_sessions(self, run):
+        n_tracks = sum(1 for r in run["records"] if r["topic"] == "tracks")
+        be = run["backend"]
+        assert be["frames_received"] == n_tracks
+        assert be["skipped"]["tracks_out_of_order"] == 0
+        assert be["imu_received"] > 900
+        diag = [r for r in run["records"] if r["topic"] == "diagnostics" and
+                "vilib_ros: backend_node" in r["status"]]
+        assert diag, "backend diagnostics missing"
