@@ -380,9 +380,14 @@ def run_command(args) -> int:
         if bar is not None:
             bar.close()
         codes = {}
-        for node in ("player_node", "frontend_node", "backend_node", "recorder_node"):
-            if node in children:
-                codes[node] = children[node].stop(timeout=60.0 if node == "backend_node" else 20.0)
+        try:
+            for node in ("player_node", "frontend_node", "backend_node", "recorder_node"):
+                if node in children:
+                    codes[node] = children[node].stop(timeout=60.0 if node == "backend_node" else 20.0)
+        except KeyboardInterrupt:   # interrupted again while stopping: no more waiting
+            for c in children.values():
+                c.kill()
+            rc, failure = 130, "interrupted"
     if rc:
         print(f"vilib-ros run: FAILED: {failure}", file=sys.stderr)
         for c in children.values():

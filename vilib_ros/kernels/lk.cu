@@ -222,7 +222,7 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
             const float r = iv - ga * tv[k] - beta;
             bx += gx[k] * r; by += gy[k] * r; bt += tv[k] * r; b1 += r; ra += fabsf(r);
         }
-        bx = warp_sum(bx) * g; by = warp_sum(by) * g * 1.3f;
+        bx = warp_sum(bx) * g; by = warp_sum(by) * g;
         if (MI::GAIN >= 0) bt = warp_sum(bt);
         if (MI::OFF >= 0) b1 = warp_sum(b1);
         ra = warp_sum(ra);

@@ -1,0 +1,170 @@
+"""``vilib-ros run`` end to end on a small generated sequence (real processes, real DDS).
+
+One run on a 3 s synthetic stereo sequence must write every output file, with content
+checked against the generator's ground truth read independently (the dataset's own csv
+files); then the same dataset is replayed again and interrupted (SIGINT: exit code 130,
+no child left) and again with the frontend killed (non-zero exit, no child left).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+DOMAIN = 120 + (os.getpid() % 25) * 4 + 3
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _children_of(params_file: Path) -> list[int]:
+    """pids of live processes whose command line names this run's params file."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(params_file) in cmd and "vilib_ros.nodes." in cmd:
+            try:
+                if (d / "stat").read_text().split(")")[-1].split()[0] != "Z":
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    out = tmp_path_factory.mktemp("pipeline") / "out"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "vilib_ros", "run", "--out", str(out), "--duration", "3",
+                           "--domain-id", str(DOMAIN), "--timeout", "400"],
+                          env=_env(), capture_output=True, text=True, timeout=500)
+    return {"out": out, "rc": proc.returncode, "stderr": proc.stderr, "wall": time.monotonic() - t0}
+
+
+def _gt_positions(dataset: Path):
+    rows = [ln.split(",") for ln in (dataset / "mav0" / "state_groundtruth_estimate0" / "data.csv").read_text()
+            .splitlines() if ln and not ln.startswith("#")]
+    t = np.array([int(r[0]) for r in rows], np.int64)
+    p = np.array([[float(v) for v in r[1:4]] for r in rows])
+    return t, p
+
+
+class TestRunEndToEnd:
+    def test_exit_code_and_files(self, first_run):
+        out = first_run["out"]
+        assert first_run["rc"] == 0, first_run["stderr"][-4000:]
+        for f in ("report.md", "trajectory_tum.txt", "trajectory.png", "timing.json", "groundtruth_tum.txt",
+                  "recorded.jsonl", "params.yaml", "logs/frontend_node.log", "logs/backend_node.log",
+                  "logs/player_node.log"):
+            assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+        assert (out / "tracks.mp4").is_file() or ((out / "tracks.gif").is_file() and (out / "tracks_frames").is_dir())
+        assert not _children_of(out / "params.yaml")
+
+    def test_every_frame_tracked_and_in_the_video(self, first_run):
+        import cv2
+
+        out = first_run["out"]
+        n_images = len(list((out / "dataset" / "mav0" / "cam0" / "data").glob("*.png")))
+        assert n_images == 61   # 3 s at 20 Hz
+        report = (out / "report.md").read_text()
+        assert f"recorder got {n_images}/{n_images}" in report
+        if (out / "tracks.mp4").exists():
+            cap = cv2.VideoCapture(str(out / "tracks.mp4"))
+            n = 0
+            while cap.read()[0]:
+                n += 1
+            assert n == n_images
+        else:
+            assert len(list((out / "tracks_frames").glob("*.png"))) == n_images
+
+    def test_trajectory_against_ground_truth(self, first_run):
+        from vilib_ros.pipeline import read_tum
+
+        out = first_run["out"]
+        t_e, p_e, q_e = read_tum(out / "trajectory_tum.txt")
+        t_g, p_g = _gt_positions(out / "dataset")
+        assert len(t_e) >= 30
+        assert np.allclose(np.linalg.norm(q_e, axis=1), 1.0, atol=1e-6)
+        # alignment-free: distances between pose pairs must match the ground truth's
+        idx = np.searchsorted(t_g, t_e)
+        ok = (idx < len(t_g)) & (np.abs(t_g[np.minimum(idx, len(t_g) - 1)] - t_e) < 1_000_000)
+        pe, pg = p_e[ok], p_g[idx[ok]]
+        assert len(pe) >= 30
+        de = np.linalg.norm(pe[-1] - pe[0])
+        dg = np.linalg.norm(pg[-1] - pg[0])
+        assert dg > 0.2
+        assert abs(de - dg) < 0.1 * dg, (de, dg)
+        steps_e = np.linalg.norm(np.diff(pe, axis=0), axis=1)
+        steps_g = np.linalg.norm(np.diff(pg, axis=0), axis=1)
+        assert abs(steps_e.sum() - steps_g.sum()) < 0.1 * steps_g.sum()
+
+    def test_report_and_timing(self, first_run):
+        import json
+
+        out = first_run["out"]
+        report = (out / "report.md").read_text()
+        assert "APE RMSE" in report and "## Timing" in report and "frontend" in report
+        timing = json.loads((out / "timing.json").read_text())
+        assert timing["frontend"]["latency_ms"]["n"] == 61
+        assert timing["frontend"]["stages_ms"]
+        assert timing["backend"]["frame_ms"]["n"] >= 30
+        assert timing["wall_s"]["replay"] > 0
+        print(f"vilib-ros run (3 s synthetic, CPU): {first_run['wall']:.0f} s wall; report:\n{report}")
+
+
+def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int):
+    proc = subprocess.Popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out),
+                             "--domain-id", str(domain), "--rate", "0.5", "--no-video"],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rec = out / "recorded.jsonl"
+    t_end = time.monotonic() + 180
+    while time.monotonic() < t_end and proc.poll() is None:
+        if rec.exists() and rec.read_text().count('"topic": "tracks"') >= 3:
+            return proc
+        time.sleep(0.3)
+    proc.kill()
+    pytest.fail("the run did not start tracking:\n" + (proc.communicate()[1] or "")[-3000:])
+
+
+class TestRunShutdown:
+    def test_ctrl_c_stops_every_child(self, first_run, tmp_path):
+        assert first_run["rc"] == 0
+        out = tmp_path / "interrupted"
+        proc = _start_and_wait_for_tracks(out, first_run["out"] / "dataset", DOMAIN)
+        assert len(_children_of(out / "params.yaml")) == 4
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err[-3000:]
+        assert "interrupted" in err
+        assert not _children_of(out / "params.yaml")
+
+    def test_child_crash_fails_the_run(self, first_run, tmp_path):
+        assert first_run["rc"] == 0
+        out = tmp_path / "crashed"
+        proc = _start_and_wait_for_tracks(out, first_run["out"] / "dataset", DOMAIN)
+        fe = [p for p in _children_of(out / "params.yaml")
+              if "frontend_node" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+        assert len(fe) == 1
+        os.kill(fe[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1, err[-3000:]
+        assert "frontend_node exited unexpectedly" in err
+        assert not _children_of(out / "params.yaml")
