@@ -118,12 +118,13 @@ def checked_launches() -> bool:
     return os.environ.get("VILIB_ROS_CHECK_LAUNCHES", "0") not in ("", "0")
 
 
-def launch(kernel, grid, block, args, shared_mem: int = 0, stream=None) -> None:
-    """Launch ``kernel``; CuPy raises on a failed launch, checked mode also
-    synchronises the stream, which raises on asynchronous faults."""
+def launch(kernel, grid, block, args, shared_mem: int = 0, stream=None, checked: bool = True) -> None:
+    """Launch ``kernel``; CuPy raises on a failed launch. In checked mode
+    (``VILIB_ROS_CHECK_LAUNCHES=1``, set by the tests) also synchronise the stream, which
+    raises on asynchronous faults; pass ``checked=False`` inside CUDA graph capture."""
     import cupy
 
     kernel(grid, block, args, shared_mem=shared_mem, stream=stream)
-    if checked_launches():
+    if checked and checked_launches():
         # CuPy raises CUDADriverError from the synchronisation on any asynchronous fault.
         (stream or cupy.cuda.get_current_stream()).synchronize()

@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from vilib_ros._cuda import launch
 from vilib_ros.fast_lut import CIRCLE, arc_coverage, build_lut, lut_lookup
 from vilib_ros.pyramid import build_pyramid_cpu, level_shapes
 from vilib_ros.types import CellFeatures
@@ -423,8 +424,6 @@ class GpuFastDetector:
 
     # -- kernel sequence
     def _enqueue_crf(self, levels, checked, stream=None):
-        from vilib_ros.pyramid import checked_launch as launch
-
         c = self.config
         for k in range(c.levels):
             img, sc = levels[k], self.scores[k]
@@ -432,10 +431,7 @@ class GpuFastDetector:
             grid = ((w + 31) // 32, (h + 7) // 8, 1)
             args = (img, np.int32(img.shape[1]), np.int32(w), np.int32(h), self.lut, np.int32(c.threshold_int),
                     np.int32(c.border), sc, np.int32(sc.shape[1]))
-            if checked:
-                launch(self._k_crf, grid, (32, 8, 1), args, stream=stream)
-            else:
-                self._k_crf(grid, (32, 8, 1), args, stream=stream)
+            launch(self._k_crf, grid, (32, 8, 1), args, stream=stream, checked=checked)
 
     def _cell_args(self, desc, occ, use_occ):
         c = self.config
@@ -444,16 +440,11 @@ class GpuFastDetector:
                 self.out_x, self.out_y, self.out_score, self.out_level)
 
     def _enqueue_nms(self, occ, use_occ, checked, stream=None, baseline=False):
-        from vilib_ros.pyramid import checked_launch as launch
-
         rows, cols = self.grid_shape
         block = (32, self.warps_per_cell, 1)
 
         def go(kern, grid, blk, args, smem=0):
-            if checked:
-                launch(kern, grid, blk, args, stream=stream, shared_mem=smem)
-            else:
-                kern(grid, blk, args, shared_mem=smem, stream=stream)
+            launch(kern, grid, blk, args, stream=stream, shared_mem=smem, checked=checked)
 
         if baseline:
             h, w = self.height, self.width

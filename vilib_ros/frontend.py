@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vilib_ros._cuda import launch
 from vilib_ros.detector import DetectorConfig, make_detector
 from vilib_ros.imu_prediction import ImuGapError, camera_rotation, integrate_gyro, predict_points
 from vilib_ros.pyramid import build_pyramid_cpu
 from vilib_ros.tracker import Layout as _Layout
-from vilib_ros.tracker import TrackerConfig, TrackStatus, checked_launch, make_tracker, output_fields
+from vilib_ros.tracker import TrackerConfig, TrackStatus, make_tracker, output_fields
 from vilib_ros.types import TrackFrame
 
 log = logging.getLogger("vilib_ros.frontend")
@@ -577,7 +578,7 @@ class FeatureTracker:
         e.state = "uploaded"
 
     def _launch(self, kern, n, args, checked):
-        checked_launch(kern, ((n + 127) // 128, 1, 1), (128, 1, 1), args, stream=self._cs, checked=checked)
+        launch(kern, ((n + 127) // 128, 1, 1), (128, 1, 1), args, stream=self._cs, checked=checked)
 
     def _enqueue_stereo(self, s, tmpl_pos, xy, active, active_value, build, checked):
         d, S = self._d_out, self.S

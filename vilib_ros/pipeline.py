@@ -290,6 +290,8 @@ def run_command(args) -> int:
         (out / f).unlink(missing_ok=True)
     params = {
         "frontend_node": {"ros__parameters": dict(calib, device=args.device, queue_size=100, stereo_timeout_s=1.0,
+                                                  # our own player: reliable, so no image is lost
+                                                  input_reliability="reliable",
                                                   stats_path=str(out / "frontend_stats.json"))},
         "backend_node": {"ros__parameters": dict(calib, estimator="none" if args.no_backend else "auto",
                                                  imu_yaml=str(out / "imu0.yaml"),
@@ -299,7 +301,7 @@ def run_command(args) -> int:
                                             "max_frames": int(args.max_frames), "publish_cam1": stereo,
                                             "exit_when_done": True, "progress": False,
                                             "wait_for_subscribers": 1, "wait_timeout_s": 120.0,
-                                            "backpressure_timeout_s": 30.0}},
+                                            "backpressure_timeout_s": 10.0}},
         "recorder_node": {"ros__parameters": {"output": str(out / "recorded.jsonl"), "topics": [
             "tracks:sensor_msgs/msg/PointCloud", "odometry:nav_msgs/msg/Odometry"]}},
     }

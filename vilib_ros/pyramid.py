@@ -8,23 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from vilib_ros._cuda import launch
+
 MAX_LEVELS = 8
-
-
-def checked_launch(kernel, grid, block, args, stream=None, shared_mem: int = 0) -> None:
-    """Launch; in checked mode (``VILIB_ROS_CHECK_LAUNCHES=1``) synchronise the stream so an
-    asynchronous fault raises here (CuPy raises ``CUDARuntimeError`` from the sync).
-
-    Used instead of ``vilib_ros._cuda.launch``, whose checked mode calls
-    ``cupy.cuda.runtime.getLastError``, which CuPy 14 does not provide.
-    """
-    import cupy
-
-    from vilib_ros._cuda import checked_launches
-
-    kernel(grid, block, args, shared_mem=shared_mem, stream=stream)
-    if checked_launches():
-        (stream if stream is not None else cupy.cuda.get_current_stream()).synchronize()
 
 
 def level_shapes(width: int, height: int, levels: int) -> list[tuple[int, int]]:
@@ -101,7 +87,7 @@ class GpuPyramid:
             grid = ((w + 31) // 32, (h + 7) // 8, 1)
             args = (src, np.int32(src.shape[1]), dst, np.int32(w), np.int32(w), np.int32(h))
             if checked:
-                checked_launch(kern, grid, block, args, stream=stream)
+                launch(kern, grid, block, args, stream=stream)
             else:
                 kern(grid, block, args, stream=stream)
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vilib_ros._cuda import launch
+
 log = logging.getLogger("vilib_ros.tracker")
 
 MODES = ("translation", "offset", "gain", "gain_offset")
@@ -291,20 +293,6 @@ def track_opencv(tmpl_img, img, tmpl_pos, pred=None, window: int = 21, levels: i
 # Trackers with one interface
 
 
-def checked_launch(kernel, grid, block, args, stream=None, checked: bool = True) -> None:
-    """Launch ``kernel``; in checked mode (``VILIB_ROS_CHECK_LAUNCHES=1``, set by the tests) also
-    synchronise the stream, so that an asynchronous fault raises here (CuPy raises
-    ``CUDARuntimeError`` from ``synchronize``). ``checked=False`` inside graph capture."""
-    kernel(grid, block, args, stream=stream)
-    if checked:
-        from vilib_ros._cuda import checked_launches
-
-        if checked_launches():
-            import cupy
-
-            (stream if stream is not None else cupy.cuda.get_current_stream()).synchronize()
-
-
 class Layout:
     """Named, 16-byte aligned fields in one flat byte buffer (host pinned or device), so that
     one copy moves them all."""
@@ -433,7 +421,7 @@ class GpuLKTracker:
         args = self.launch_args(self.level_table(tmpl_pyramid), self.level_table(img_pyramid), tmpl_pos, pred,
                                 active, active_value, n, out)
         grid = ((n + LK_WARPS - 1) // LK_WARPS, 1, 1)
-        checked_launch(self.kernel, grid, (32, LK_WARPS, 1), args, stream=stream, checked=checked)
+        launch(self.kernel, grid, (32, LK_WARPS, 1), args, stream=stream, checked=checked)
 
     def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
         """Host convenience: upload two images, build pyramids, track, download (synchronous)."""

@@ -586,16 +586,22 @@ class VioEstimator:
         # prefer tracks with more keyframe observations
         cands.sort(key=lambda i: -len(self._pending[i]))
         created = 0
+        live = []
         for tid in cands:
-            if created >= budget:
-                break
             obs = [o for o in self._pending[tid] if o[0] == k or (o[0] in self._kfs and self._kfs[o[0]].t_ns >= horizon)]
             self._pending[tid] = obs
-            if len(obs) < 2:
-                continue
-            P, obs = self._init_landmark(obs, k, T_pred)
-            if P is None:
-                continue
+            if len(obs) >= 2:
+                live.append(tid)
+        live = live[:budget + 8]
+        fast = self._triangulate_batch([self._pending[t] for t in live], k, T_pred)
+        for tid, P in zip(live, fast):
+            if created >= budget:
+                break
+            obs = self._pending[tid]
+            if P is None:       # some observation failed the gate: iterative path
+                P, obs = self._init_landmark(obs, k, T_pred)
+                if P is None:
+                    continue
             key = gtsam.symbol("l", self.stats["landmarks_created"])
             self.stats["landmarks_created"] += 1
             vals.insert(key, gtsam.Point3(*P))
@@ -645,6 +651,71 @@ class VioEstimator:
             R, t = self._cam_T_cw(self._kf_pose(ki, k, T_pred), self._T_BS0)
             P = self._proj_cache[ki] = np.hstack([R, t[:, None]])
         return P
+
+    def _triangulate_batch(self, cands, k, T_pred):
+        """Vectorised DLT for many candidate landmarks at once (zero-padded rows do not change
+        the SVD null vector). Returns, per candidate, the world point if every observation
+        passes the gate (as in :meth:`_init_landmark`), else None."""
+        cfg = self.config
+        if not cands:
+            return []
+        stereo = self.mode == "stereo"
+        C = len(cands)
+        N = max(len(c) for c in cands)
+        Pl = np.zeros((C, N, 3, 4))
+        xy = np.zeros((C, N, 2))
+        xr = np.zeros((C, N, 2))
+        m_l = np.zeros((C, N), bool)
+        m_r = np.zeros((C, N), bool)
+        cur = np.zeros((C, N), bool)
+        for ci, obs in enumerate(cands):
+            for j, o in enumerate(obs):
+                Pl[ci, j] = self._proj(o[0], k, T_pred)
+                xy[ci, j] = o[1]
+                m_l[ci, j] = True
+                cur[ci, j] = o[0] == k
+                if stereo and o[2] is not None:
+                    xr[ci, j] = o[2]
+                    m_r[ci, j] = True
+        rows = [xy[..., 0:1] * Pl[:, :, 2] - Pl[:, :, 0], xy[..., 1:2] * Pl[:, :, 2] - Pl[:, :, 1]]
+        rows = [r * m_l[..., None] for r in rows]
+        if stereo:
+            Pr = np.einsum("ij,cnjk->cnik", self._T_c1c0[:3, :3], Pl)
+            Pr[..., 3] += self._T_c1c0[:3, 3]
+            rr = [xr[..., 0:1] * Pr[:, :, 2] - Pr[:, :, 0], xr[..., 1:2] * Pr[:, :, 2] - Pr[:, :, 1]]
+            rows += [r * m_r[..., None] for r in rr]
+        A = np.concatenate(rows, axis=1)                                   # (C, rows, 4)
+        A /= np.linalg.norm(A[..., :3], axis=2, keepdims=True) + 1e-12
+        h = np.linalg.svd(A)[2][:, -1, :]                                  # (C, 4)
+        ok = np.abs(h[:, 3]) > 1e-12
+        X = np.concatenate([h[:, :3] / np.where(ok, h[:, 3], 1.0)[:, None], np.ones((C, 1))], axis=1)
+        pc = np.einsum("cnij,cj->cni", Pl, X)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e2 = np.sum((pc[..., :2] / pc[..., 2:3] - xy) ** 2, axis=2)
+            gate = np.where(m_r, cfg.chi2_stereo, cfg.chi2_mono) * np.where(cur, 4.0, 1.0) * self._sigma_n ** 2
+            if stereo:
+                pr = np.einsum("cnij,cj->cni", Pr, X)
+                er = np.sum((pr[..., :2] / pr[..., 2:3] - xr) ** 2, axis=2)
+                e2 = e2 + np.where(m_r, np.where(pr[..., 2] > 0, er, np.inf), 0.0)
+            good = (e2 <= gate) & (pc[..., 2] >= cfg.min_depth) & (pc[..., 2] <= cfg.max_depth)
+        good |= ~m_l
+        allgood = ok & good.all(axis=1) & np.isfinite(X).all(axis=1)
+        if stereo:
+            allgood &= m_r.any(axis=1)
+        else:
+            # mono: triangulation angle between the first and the last ray
+            out = []
+            for ci, obs in enumerate(cands):
+                if not allgood[ci]:
+                    out.append(None)
+                    continue
+                n = len(obs)
+                fa = Pl[ci, 0, :, :3].T @ np.array([xy[ci, 0, 0], xy[ci, 0, 1], 1.0])
+                fb = Pl[ci, n - 1, :, :3].T @ np.array([xy[ci, n - 1, 0], xy[ci, n - 1, 1], 1.0])
+                c = fa @ fb / (np.linalg.norm(fa) * np.linalg.norm(fb))
+                out.append(X[ci, :3] if np.degrees(np.arccos(np.clip(c, -1, 1))) >= cfg.mono_min_parallax_deg else None)
+            return out
+        return [X[ci, :3] if allgood[ci] else None for ci in range(C)]
 
     def _init_landmark(self, obs, k, T_pred):
         """(world position, inlier observations) for a new landmark, or (None, []).

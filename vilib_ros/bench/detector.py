@@ -79,7 +79,7 @@ def stats_us(samples) -> dict:
 
 def opencv_grid_select(kps, shape, cell_w=32, cell_h=32):
     """The same grid selection on OpenCV's keypoints: strongest response per cell."""
-    rows, cols = -(-shape[0] // cell_h), -(-shape[1] // cell_w)
+    cols = -(-shape[1] // cell_w)
     if not kps:
         return np.zeros(0, np.int64)
     pts = np.array([k.pt for k in kps], np.float32)

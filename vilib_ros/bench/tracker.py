@@ -362,7 +362,7 @@ def _host_overhead(frames, device):
 
 
 def _md(res) -> str:
-    L = [f"# Tracker / frontend benchmark", "", f"- device: {res['device_name']}", f"- date: {res['date']}",
+    L = ["# Tracker / frontend benchmark", "", f"- device: {res['device_name']}", f"- date: {res['date']}",
          f"- data: {res['data']}", f"- host: {res['host']}", ""]
     tr = res.get("tracker", {})
     if tr:
