@@ -176,3 +176,27 @@ class TestRviz:
         assert d["Visualization Manager"]["Global Options"]["Fixed Frame"] == "world"
         # the image is published best effort: the display must not ask for reliable
         assert by_class["rviz_default_plugins/Image"]["Topic"]["Reliability Policy"] == "Best Effort"
+
+
+class TestNodeDocumentation:
+    @pytest.mark.parametrize("node_name", sorted(NODE_MODULES))
+    def test_docstring_documents_interface(self, node_name):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        import importlib
+
+        mod = importlib.import_module(f"vilib_ros.nodes.{node_name}")
+        doc = mod.__doc__
+        for section in ("Subscribed", "Published", "Parameters"):
+            assert f"\n{section}\n" in doc, f"{node_name}: no {section} section"
+        if node_name == "frontend_node":
+            own = mod.node_specs(True)        # node-level parameters (algorithm ones: printed table)
+        elif node_name == "backend_node":
+            own = mod.node_specs()
+        else:
+            own = mod.parameter_table()
+        for s in own:
+            documented = s.name in doc or (s.name.startswith("right.") and "right.*" in doc)
+            assert documented, f"{node_name}: parameter {s.name} is not documented"
+        assert callable(mod.main)
+        src = Path(mod.__file__).read_text()
+        assert 'if __name__ == "__main__":\n    main()' in src

@@ -294,7 +294,8 @@ class GpuFastDetector:
     SMEM_LIMIT = 48 * 1024
 
     def __init__(self, width: int, height: int, config: DetectorConfig | None = None,
-                 warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "global"):
+                 warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "auto",
+                 static_geometry: bool = True):
         from vilib_ros._cuda import CudaUnavailable, cuda_available, cuda_unavailable_reason, get_module
         from vilib_ros.pyramid import GpuPyramid
 
@@ -306,19 +307,23 @@ class GpuFastDetector:
 
         if not 1 <= warps_per_cell <= 32:
             raise ValueError(f"warps_per_cell must be in 1..32, got {warps_per_cell}")
-        if nms_kernel not in ("smem", "global"):
-            raise ValueError(f"nms_kernel must be 'smem' or 'global', got {nms_kernel!r}")
+        if nms_kernel not in ("auto", "smem", "global"):
+            raise ValueError(f"nms_kernel must be 'auto', 'smem' or 'global', got {nms_kernel!r}")
         self._cp = cp
         c = self.config
         self.width, self.height = int(width), int(height)
         self.grid_shape = grid_shape_for(self.width, self.height, c)
         self.n_cells = self.grid_shape[0] * self.grid_shape[1]
         self.warps_per_cell = int(warps_per_cell)
-        # NMS-C variant: 'global' (default) reads the score maps through L1; 'smem' first
-        # stages each cell (+ nms_radius apron, every level) in shared memory. Identical
-        # results; on the H100 'global' measured faster for n <= 3, 'smem' for n = 4, l = 1
-        # (bench/results/detector_bench.md).
+        # NMS-C variant: 'global' reads the score maps through L1; 'smem' first stages each
+        # cell (+ nms_radius apron, every level) in shared memory. Identical results; 'auto'
+        # (default) = 'global' for n = 1, 'smem' for n >= 2 (with static_geometry), the faster
+        # one on the H100 (bench/results/perf_notes.md).
+        # static_geometry: compile the cell size and level count into the NMS kernels (-D),
+        # which turns the per-pixel index divisions into shifts / multiplies.
         r = c.nms_radius
+        if nms_kernel == "auto":
+            nms_kernel = "global" if r <= 1 else "smem"
         self.nms_smem_bytes = 4 * sum(((c.cell_width >> k) + 2 * r) * ((c.cell_height >> k) + 2 * r)
                                       for k in range(c.levels))
         if nms_kernel == "smem" and self.nms_smem_bytes > self.SMEM_LIMIT:
@@ -328,7 +333,11 @@ class GpuFastDetector:
         self.nms_kernel = nms_kernel
         try:
             fast = get_module("fast", {"FAST_N": c.arc_length, "FAST_SCORE": SCORE_CODES[c.score]})
-            nms = get_module("nms", {"NMS_R": c.nms_radius})
+            nms_defs = {"NMS_R": c.nms_radius, "NMS_MAX_THREADS": 512 if self.warps_per_cell <= 16 else 1024}
+            if static_geometry:
+                nms_defs.update(NMS_CW=c.cell_width, NMS_CH=c.cell_height, NMS_LEVELS=c.levels)
+            self.static_geometry = bool(static_geometry)
+            nms = get_module("nms", nms_defs)
             get_module("pyramid")
             self._k_crf = fast.get_function("fast_crf")
             self._k_nms_cell = nms.get_function("nms_cell")

@@ -32,9 +32,6 @@ import numpy as np
 
 from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
 
-NODES = ("recorder_node", "backend_node", "frontend_node", "player_node")
-
-
 def configure_parser(p) -> None:
     p.add_argument("dataset", nargs="?", default=None,
                    help="EuRoC ASL folder, ROS 1 .bag or ROS 2 bag folder (default: generate a synthetic sequence)")
@@ -94,7 +91,8 @@ def read_tum(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def write_tum(path: Path, t_ns, p, q) -> None:
     with open(path, "w") as f:
         for ti, pi, qi in zip(np.asarray(t_ns, np.int64), p, q):
-            f.write(f"{ti // 1_000_000_000}.{ti % 1_000_000_000:09d} " + " ".join(f"{x:.9f}" for x in (*pi, *qi)) + "\n")
+            values = " ".join(f"{x:.9f}" for x in (*pi, *qi))
+            f.write(f"{ti // 1_000_000_000}.{ti % 1_000_000_000:09d} {values}\n")
 
 
 def associate(t_a: np.ndarray, t_b: np.ndarray, max_dt_ns: int = 20_000_000) -> tuple[np.ndarray, np.ndarray]:
@@ -403,7 +401,7 @@ def run_command(args) -> int:
         rc = 1
 
     t_post0 = time.monotonic()
-    summary = write_outputs(out, ds, n_images, args, stereo, t_gen, t_replay1 - t_replay0, domain_id)
+    summary = write_outputs(out, ds, n_images, args, stereo, t_gen, t_replay1 - t_replay0, domain_id, name)
     summary["wall_s"]["outputs"] = time.monotonic() - t_post0
     (out / "timing.json").write_text(json.dumps(summary["timing"] | {"wall_s": summary["wall_s"]}, indent=2))
     print(f"vilib-ros run: {summary['tracks_messages']}/{n_images} frames tracked; outputs in {out}",
@@ -414,7 +412,7 @@ def run_command(args) -> int:
 
 
 def write_outputs(out: Path, ds, n_images: int, args, stereo: bool, t_gen: float, t_replay: float,
-                  domain_id: int) -> dict:
+                  domain_id: int, name: str | None = None) -> dict:
     recs = read_jsonl(out / "recorded.jsonl")
     tracks = [r for r in recs if r.get("topic") == "tracks"]
     odom = [r for r in recs if r.get("topic") == "odometry"]
@@ -451,12 +449,12 @@ def write_outputs(out: Path, ds, n_images: int, args, stereo: bool, t_gen: float
               "backend": {"frame_ms": be.get("frame_ms"), "mode": be.get("mode")}}
     wall = {"prepare": t_gen, "replay": t_replay}
     lines = [
-        f"# vilib_ros run: {ds.name}",
+        f"# vilib_ros run: {name or ds.name}",
         "",
         f"- dataset: `{getattr(args, 'dataset', None) or 'synthetic (generated)'}` "
         f"({n_images} frames, {'stereo' if stereo else 'mono'}, {fps:.0f} Hz)",
-        f"- replay: {'backpressure (as fast as the frontend accepts)' if args.rate <= 0 else f'{args.rate:g} x real time'}"
-        f", {t_replay:.1f} s wall, ROS_DOMAIN_ID {domain_id}",
+        "- replay: " + ("backpressure (as fast as the frontend accepts)" if args.rate <= 0
+                        else f"{args.rate:g} x real time") + f", {t_replay:.1f} s wall, ROS_DOMAIN_ID {domain_id}",
         f"- frontend: device `{fe.get('device', '?')}`; {fe.get('tracks_published', len(tracks))} tracks messages "
         f"for {fe.get('images_received', '?')} images received; recorder got {len(tracks)}/{n_images}",
         f"- tracks per frame: mean {np.mean(n_tracks) if n_tracks else 0:.0f}, min {min(n_tracks) if n_tracks else 0}, "
@@ -476,7 +474,8 @@ def write_outputs(out: Path, ds, n_images: int, args, stereo: bool, t_gen: float
 
     def row(name, s):
         if s and s.get("n"):
-            lines.append(f"| {name} | {s['n']} | {s['mean']:.2f} | {s['median']:.2f} | {s['p95']:.2f} | {s['max']:.2f} |")
+            cells = " | ".join(f"{s[k]:.2f}" for k in ("mean", "median", "p95", "max"))
+            lines.append(f"| {name} | {s['n']} | {cells} |")
 
     for k, s in (fe.get("stages_ms") or {}).items():
         row(f"frontend {k}", s)

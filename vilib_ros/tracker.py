@@ -55,6 +55,9 @@ class TrackerConfig:
     eps: float = 5e-4                         # stop when dtx^2 + dty^2 < eps (level pixels)
     min_eigen: float = 1e-5                   # flat-patch test: min eigenvalue of the gradient matrix / P^2 (intensities in [0,1])
     max_residual: float = 0.0                 # mean |residual| (0..255) above which -> DIVERGED; 0 = off
+    # oscillation stop (both: take back half of the last update, the level ends as converged; 0 = off):
+    osc_eps: float = 0.01                     # OpenCV's 'jumping back and forth': |dq_k + dq_k-1| < osc_eps in x and y (level px)
+    osc_growth: float = 1.0                   # a reversal that does not shrink: dq_k . dq_k-1 < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2
     cpu_backend: str = "numpy"                # numpy | opencv (translation only)
 
     def validate(self) -> "TrackerConfig":
@@ -69,6 +72,8 @@ class TrackerConfig:
             raise ValueError(f"TrackerConfig.max_iterations must be in 1..1000, got {self.max_iterations!r}")
         if not self.eps > 0:
             raise ValueError(f"TrackerConfig.eps must be > 0, got {self.eps!r}")
+        if not (self.osc_eps >= 0 and self.osc_growth >= 0):
+            raise ValueError(f"TrackerConfig.osc_eps and osc_growth must be >= 0, got {self.osc_eps!r}, {self.osc_growth!r}")
         if not self.min_eigen >= 0 or not self.max_residual >= 0:
             raise ValueError("TrackerConfig.min_eigen and max_residual must be >= 0")
         if self.cpu_backend not in ("numpy", "opencv"):
@@ -209,6 +214,7 @@ def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | No
             Hi = np.linalg.inv(H[keep]) if keep.size else np.zeros((0, npar, npar))
             xs, ys = x[idx].copy(), y[idx].copy()
             live = np.ones(idx.size, bool)
+            prev = np.full((idx.size, 2), np.nan)   # previous translation update (NaN: none yet)
             for _ in range(int(cfg.max_iterations)):
                 li = np.flatnonzero(live)
                 if li.size == 0:
@@ -236,6 +242,25 @@ def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | No
                 residual[f] = np.abs(r).mean(1) * 255.0
                 iters[f] += 1
                 conv = dq[:, 0] ** 2 + dq[:, 1] ** 2 < cfg.eps
+                # oscillation stop (see TrackerConfig): checked from the 2nd iteration (prev NaN before)
+                px_, py_ = prev[li, 0], prev[li, 1]
+                osc = np.zeros(li.size, bool)
+                if cfg.osc_eps > 0:
+                    osc |= (np.abs(dq[:, 0] + px_) < cfg.osc_eps) & (np.abs(dq[:, 1] + py_) < cfg.osc_eps)
+                if cfg.osc_growth > 0:
+                    osc |= ((dq[:, 0] * px_ + dq[:, 1] * py_ < 0)
+                            & (dq[:, 0] ** 2 + dq[:, 1] ** 2 >= cfg.osc_growth * (px_ ** 2 + py_ ** 2)))
+                osc &= ~conv
+                if osc.any():
+                    fo, half_dq = f[osc], 0.5 * dq[osc]
+                    x[fo] += half_dq[:, 0]
+                    y[fo] += half_dq[:, 1]
+                    if gslot >= 0:
+                        alpha[fo] -= half_dq[:, gslot]
+                    if oslot >= 0:
+                        beta[fo] -= half_dq[:, oslot]
+                    conv = conv | osc
+                prev[li] = dq[:, :2]
                 code[f[conv]] = 0
                 live[li[conv]] = False
             code[idx[live]] = 1  # LVL_MAXITER
@@ -367,16 +392,23 @@ class GpuLKTracker:
 
     device = "cuda"
 
-    def __init__(self, width: int, height: int, config: TrackerConfig | None = None, max_features: int = 1024):
+    def __init__(self, width: int, height: int, config: TrackerConfig | None = None, max_features: int = 1024,
+                 warps: int | None = None, defines: dict | None = None):
         import cupy as cp
 
         from vilib_ros._cuda import get_module
 
         self.config = (config or TrackerConfig()).validate()
         self.width, self.height, self.max_features = int(width), int(height), int(max_features)
-        mod = get_module("lk", {"LK_WARPS": LK_WARPS})
+        self.warps = int(warps if warps is not None else LK_WARPS)
+        if not 1 <= self.warps <= 32:
+            raise ValueError(f"warps must be in 1..32, got {warps!r}")
+        c = self.config
+        mod = get_module("lk", {"LK_WARPS": self.warps, "LK_OSC_EPS": f"{float(c.osc_eps)!r}f",
+                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", **(defines or {})})
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
         self._tables: dict[int, object] = {}
+        self._arg_cache: dict = {}   # launch arguments per set of buffers (built once: ~10 us of Python)
         m = self.max_features
         # inputs and outputs each in one buffer: one upload, one download per call
         self.in_layout = Layout([("tmpl_pos", np.float32, (m, 2)), ("pred", np.float32, (m, 2)),
@@ -418,10 +450,19 @@ class GpuLKTracker:
         if n <= 0:
             return
         out = self.d_out if out is None else out
-        args = self.launch_args(self.level_table(tmpl_pyramid), self.level_table(img_pyramid), tmpl_pos, pred,
-                                active, active_value, n, out)
-        grid = ((n + LK_WARPS - 1) // LK_WARPS, 1, 1)
-        launch(self.kernel, grid, (32, LK_WARPS, 1), args, stream=stream, checked=checked)
+        # the cached tuple holds every object whose id is in the key, so no id is reused while cached
+        key = (id(tmpl_pyramid), id(img_pyramid), id(tmpl_pos), id(pred), id(active), active_value, n,
+               id(out["pos"]), id(out["status"]), id(out["residual"]), id(out["gain"]), id(out["offset"]),
+               id(out["iterations"]))
+        hit = self._arg_cache.get(key)
+        if hit is None:
+            args = self.launch_args(self.level_table(tmpl_pyramid), self.level_table(img_pyramid), tmpl_pos, pred,
+                                    active, active_value, n, out)
+            if len(self._arg_cache) >= 256:
+                self._arg_cache.clear()
+            grid = ((n + self.warps - 1) // self.warps, 1, 1)
+            hit = self._arg_cache[key] = (grid, (32, self.warps, 1), args, (tmpl_pyramid, img_pyramid))
+        launch(self.kernel, hit[0], hit[1], hit[2], stream=stream, checked=checked)
 
     def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
         """Host convenience: upload two images, build pyramids, track, download (synchronous)."""

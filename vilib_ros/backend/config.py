@@ -10,6 +10,7 @@ import numpy as np
 class BackendConfig:
     # --- sliding window ---
     window_s: float = 2.0               # IncrementalFixedLagSmoother lag, seconds
+    mono_window_s: float = 6.0          # mono mode uses max(window_s, mono_window_s): scale needs it
     mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given)
     # --- keyframe selection ---
     kf_min_interval_s: float = 0.08
@@ -17,6 +18,9 @@ class BackendConfig:
     kf_parallax_px: float = 12.0        # rotation-compensated median parallax vs last keyframe
     kf_track_fraction: float = 0.65     # fewer of the last keyframe's tracks survive -> keyframe
     kf_min_tracks: int = 30             # fewer tracks -> keyframe
+    zero_velocity_updates: bool = True  # at rest: zero-velocity prior + no-motion pose factor
+    still_parallax_px: float = 1.5      # rest = median parallax below this AND a static IMU window
+    still_velocity_sigma: float = 0.005  # m/s
     # --- landmarks ---
     max_landmarks_per_kf: int = 40      # observations added per keyframe (longest tracks first)
     min_depth: float = 0.3
@@ -34,14 +38,15 @@ class BackendConfig:
     gravity: float = 9.81
     # --- initialisation ---
     init_window_s: float = 0.5
-    static_gyro_std: float = 0.02       # rad/s
-    static_acc_std: float = 0.15        # m/s^2
-    static_gyro_mean: float = 0.05      # rad/s (|mean gyro| at rest incl. bias)
+    static_gyro_std: float = 0.01       # rad/s, std of the 10 block means of the init window
+    static_acc_std: float = 0.15        # m/s^2, std of the 10 block means
+    static_gyro_mean: float = 0.15      # rad/s (|mean gyro| at rest = the bias)
     dynamic_init_frames: int = 20       # stereo: frames for the moving-start alignment
     mono_init_window_s: float = 2.0     # mono: window for the moving-start alignment
     # --- optimisation ---
     relinearize_threshold: float = 0.05
     relinearize_skip: int = 1
+    partial_relinearization_check: bool = False
     extra_updates: int = 0              # extra iSAM2 iterations per keyframe
     # --- failure handling ---
     max_speed: float = 30.0             # m/s

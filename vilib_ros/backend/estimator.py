@@ -5,13 +5,34 @@ IMU bias B(k), linked by ``CombinedImuFactor`` (preintegrated between keyframes)
 L(n) in world coordinates with ``GenericStereoFactor3D`` (stereo, normalised calibration
 ``Cal3_S2Stereo(1, 1, 0, 0, 0, baseline)`` and sigma = pixel_sigma / fx) or
 ``GenericProjectionFactorCal3_S2`` (mono, or stereo tracks without a right match), all with
-Huber costs. An ``IncrementalFixedLagSmoother`` keeps ``window_s`` seconds.
+Huber costs. An ``IncrementalFixedLagSmoother`` keeps ``window_s`` seconds (mono:
+``mono_window_s`` when larger: the metric scale needs a longer window). The IMU is
+preintegrated between keyframes with gtsam's noise model from the dataset's imu0 sensor.yaml
+values (``imu_noise``), each accelerometer sample rotated to the middle of its integration step.
+
+Keyframes: a frame becomes a keyframe when ``kf_max_interval_s`` has passed, when fewer than
+``kf_min_tracks`` tracks or fewer than ``kf_track_fraction`` of the last keyframe's tracks
+remain, or when the rotation-compensated median parallax reaches ``kf_parallax_px`` (never
+sooner than ``kf_min_interval_s``). Other frames get the IMU prediction from the last keyframe.
+
+Landmarks: a track becomes a landmark on its second keyframe observation (stereo: at least one
+with a right match; mono: once the ray angle exceeds ``mono_min_parallax_deg``), triangulated by
+linear DLT over all its left (and right) rays in the window, observations failing the chi2 gate
+dropped one by one. Per keyframe at most ``max_landmarks_per_kf`` observations of existing
+landmarks are added (longest tracks first), plus as many new landmarks. Each new landmark gets
+a weak prior (``landmark_prior_sigma``) so that a landmark whose factors all lose their
+Jacobian (point behind a camera) cannot make the system indeterminate.
 
 Smoother timestamps: every time is kept as integer nanoseconds; the smoother receives
 ``(t_ns - t0_ns) * 1e-9`` (seconds since the first frame), so that float rounding never
 reorders or merges keys. A landmark's timestamp is refreshed to the keyframe time on every
 observation; once it has not been observed for a window it is marginalised with the old
 poses, and a re-observed track gets a new landmark key (never a factor on a marginalised key).
+
+At rest (median parallax since the last keyframe below ``still_parallax_px`` and a static IMU
+window) a zero-velocity prior and a no-motion pose factor are added (``zero_velocity_updates``):
+without them a monocular estimator drifts while a vehicle waits on the ground (EuRoC V1_01's
+first 5 s: 38 cm in 4.7 s without, 2.5 cm with).
 
 Outliers: before a factor is added, its whitened residual at the predicted pose is gated
 against chi2 (99 %), with the threshold scaled up by the median residual of the keyframe
@@ -28,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +120,7 @@ class VioEstimator:
         if mode == "stereo" and cam1 is None:
             raise ValueError("mode='stereo' needs cam1")
         self.mode = mode
+        self.window_s = max(cfg.window_s, cfg.mono_window_s) if mode == "mono" else cfg.window_s
         self.imu_noise = normalise_imu_noise(imu_noise)
         self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale)
         self._T_BS0 = cam0.T_BS.copy()
@@ -128,12 +150,13 @@ class VioEstimator:
                       "frames_skipped": 0, "frames_without_tracks": 0, "outliers_rejected": 0,
                       "landmarks_created": 0, "landmarks_active": 0, "blacklisted": 0, "init_kind": "",
                       "init_attempts": 0, "imu_late": 0,
-                      "kf_time": 0, "kf_parallax": 0, "kf_tracks": 0}
+                      "kf_time": 0, "kf_parallax": 0, "kf_tracks": 0, "zero_velocity_updates": 0}
         self.kf_timings: list[dict] = []    # per keyframe: total_s, smoother_s, python_s
         self._imu = ImuBuffer()
         self._traj: list[tuple[int, int, np.ndarray, np.ndarray]] = []   # (t_ns, kf idx, T_rel, T_online)
         self._kf_final: dict[int, np.ndarray] = {}
         self._pending_frames: list[TrackFrame] = []
+        self._parallax_cache = (None, None)
         self._initialised = False
         self._last_state: VioState | None = None
         self._last_frame_t: int | None = None
@@ -267,7 +290,8 @@ class VioEstimator:
         p = gtsam.ISAM2Params()
         p.setRelinearizeThreshold(cfg.relinearize_threshold)
         p.relinearizeSkip = cfg.relinearize_skip
-        self._smoother = gtsam.IncrementalFixedLagSmoother(cfg.window_s, p)
+        p.enablePartialRelinearizationCheck = cfg.partial_relinearization_check
+        self._smoother = gtsam.IncrementalFixedLagSmoother(self.window_s, p)
         if first:
             self._kf_idx = 0
         else:
@@ -366,23 +390,50 @@ class VioEstimator:
         if len(fr) < cfg.kf_min_tracks:
             self.stats["kf_tracks"] += 1
             return True
-        kf_ids, kf_xy = kf.obs
-        _, ia, ib = np.intersect1d(kf_ids, fr.ids, assume_unique=True, return_indices=True)
-        if len(ia) == 0 or len(ia) < cfg.kf_track_fraction * max(len(kf_ids), 1):
+        n_common, par = self._parallax(fr, T_pred)
+        if n_common == 0 or n_common < cfg.kf_track_fraction * max(len(kf.obs[0]), 1):
             self.stats["kf_tracks"] += 1
             return True
-        a = kf_xy[ia]
-        b = fr.xy[ib]
-        # rotation-compensated parallax: rotate current bearings into the keyframe camera
-        R_bb = kf.T[:3, :3].T @ T_pred[:3, :3]
-        R_cc = self._T_BS0[:3, :3].T @ R_bb @ self._T_BS0[:3, :3]
-        f = np.column_stack([b, np.ones(len(b))]) @ R_cc.T
-        bp = f[:, :2] / f[:, 2:3]
-        par = np.median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx
         if par >= cfg.kf_parallax_px:
             self.stats["kf_parallax"] += 1
             return True
         return False
+
+    def _parallax(self, fr: TrackFrame, T_pred):
+        """(tracks shared with the last keyframe, their rotation-compensated median parallax, px)."""
+        kf = self._last_kf
+        ck = (fr.stamp_ns, kf.idx)
+        if self._parallax_cache[0] == ck:
+            return self._parallax_cache[1]
+        res = self._parallax_uncached(fr, T_pred, kf)
+        self._parallax_cache = (ck, res)
+        return res
+
+    def _parallax_uncached(self, fr, T_pred, kf):
+        kf_ids, kf_xy = kf.obs
+        _, ia, ib = np.intersect1d(kf_ids, fr.ids, assume_unique=True, return_indices=True)
+        if len(ia) == 0:
+            return 0, np.inf
+        a = kf_xy[ia]
+        b = fr.xy[ib]
+        # rotate current bearings into the keyframe camera
+        R_bb = kf.T[:3, :3].T @ T_pred[:3, :3]
+        R_cc = self._T_BS0[:3, :3].T @ R_bb @ self._T_BS0[:3, :3]
+        f = np.column_stack([b, np.ones(len(b))]) @ R_cc.T
+        bp = f[:, :2] / f[:, 2:3]
+        return len(ia), float(np.median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx)
+
+    def _is_still(self, fr: TrackFrame, T_pred) -> bool:
+        """No motion since the last keyframe: the tracks show no parallax and the IMU window
+        passes the rest test (both needed: parallax alone is blind to motion along the rays)."""
+        cfg = self.config
+        if not cfg.zero_velocity_updates:
+            return False
+        n, par = self._parallax(fr, T_pred)
+        if n < cfg.kf_min_tracks or par > cfg.still_parallax_px:
+            return False
+        _, win = self._imu.window(self._last_kf.t_ns, fr.stamp_ns)
+        return is_static(win, cfg, cfg.gravity, tolerance=1.5)
 
     def _record_pending(self, fr: TrackFrame, kf_idx: int):
         """Remember this keyframe's observation of every track without a landmark:
@@ -440,9 +491,18 @@ class VioEstimator:
         vals.insert(V, v_pred)
         vals.insert(B, gtsam.imuBias.ConstantBias(prev.bias[:3], prev.bias[3:]))
 
+        # ---- zero-velocity update at rest (no parallax and a static IMU window)
+        if self._is_still(fr, T_pred):
+            dt = (fr.stamp_ns - prev.t_ns) * 1e-9
+            graph.add(gtsam.PriorFactorVector(V, np.zeros(3),
+                                              gtsam.noiseModel.Isotropic.Sigma(3, cfg.still_velocity_sigma)))
+            graph.add(gtsam.BetweenFactorPose3(Xp, X, gtsam.Pose3(), gtsam.noiseModel.Diagonal.Sigmas(
+                np.array([1e-3] * 3 + [cfg.still_velocity_sigma * dt + 1e-4] * 3))))
+            self.stats["zero_velocity_updates"] += 1
+
         # ---- visual factors
         self._proj_cache = {}
-        horizon = fr.stamp_ns - int(0.85 * cfg.window_s * 1e9)
+        horizon = fr.stamp_ns - int(0.85 * self.window_s * 1e9)
         n_added = self._add_visual(fr, k, X, T_pred, graph, vals, stamps, horizon)
 
         # ---- smoother update
@@ -458,7 +518,8 @@ class VioEstimator:
         except Exception as exc:  # IndeterminantLinearSystemException, ValueError, RuntimeError...
             log.debug("smoother exception", exc_info=True)
             t_sm = time.perf_counter() - t_py
-            self._reset(f"smoother failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
+            msg = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())[:200]
+            self._reset(f"smoother failed: {type(exc).__name__}: {msg}",
                         fr.stamp_ns, T_pred, v_pred, prev.bias)
             return self._after_reset(fr, t_start, t_sm)
         t_sm = time.perf_counter() - t_py
@@ -477,11 +538,9 @@ class VioEstimator:
         for i in old:
             del self._kfs[i]
         for i, f in self._kfs.items():
-            if i != k:
-                try:
-                    f.T = est.atPose3(gtsam.symbol("x", i)).matrix()
-                except Exception:
-                    pass
+            xi = gtsam.symbol("x", i)
+            if i != k and est.exists(xi):
+                f.T = est.atPose3(xi).matrix()
             self._kf_final[i] = f.T
         for tid, lm in list(self._lm.items()):
             if lm.last_t < horizon:
@@ -552,7 +611,6 @@ class VioEstimator:
                     pr = (pc[:, 0] - self._baseline) / z
                     er = np.where(has_r, ((xrr[:, 0] - pr) / self._sigma_n) ** 2, 0.0)
                     e2 = e2 + er
-            dof = np.where(has_r, 3, 2)
             chi = np.where(has_r, cfg.chi2_stereo, cfg.chi2_mono)
             med = np.nanmedian(e2 / np.where(has_r, 2.37, 1.39)) if len(e2) else 1.0
             scale = max(1.0, float(med)) if np.isfinite(med) else 1.0
@@ -576,7 +634,6 @@ class VioEstimator:
                 stamps[lm.key] = self._ts(fr.stamp_ns)
                 n_added += 1
                 accepted.append(tid)
-            del dof
         # --- new tracks: record, then create landmarks from pending observations
         self._record_pending(fr, k)
         budget = cfg.max_landmarks_per_kf - n_added
@@ -592,7 +649,7 @@ class VioEstimator:
             self._pending[tid] = obs
             if len(obs) >= 2:
                 live.append(tid)
-        live = live[:budget + 8]
+        live = live[:2 * budget + 8]
         fast = self._triangulate_batch([self._pending[t] for t in live], k, T_pred)
         for tid, P in zip(live, fast):
             if created >= budget:
@@ -618,7 +675,7 @@ class VioEstimator:
             del self._pending[tid]
             created += 1
         # prune pending tracks not seen in this keyframe
-        seen = set(int(i) for i in ids)
+        seen = {int(i) for i in ids}
         for tid in [t for t in self._pending if t not in seen]:
             del self._pending[tid]
         return n_added

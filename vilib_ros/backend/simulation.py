@@ -93,8 +93,8 @@ class MiniSimConfig:
 class MiniSim:
     """Analytic trajectory in a textured-room point cloud, with IMU and tracks."""
 
-    def __init__(self, config: MiniSimConfig = MiniSimConfig()):
-        self.config = cfg = config
+    def __init__(self, config: MiniSimConfig | None = None):
+        self.config = cfg = config or MiniSimConfig()
         rng = np.random.default_rng(cfg.seed)
         self.cam0, self.cam1 = stereo_pair()
         if not cfg.stereo:

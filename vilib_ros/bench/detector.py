@@ -274,18 +274,20 @@ def write_markdown(res: dict, path: Path) -> None:
     L.append("")
     L.append("## NMS: combined NMS-C vs full-map spiral NMS + cell selection (CUDA events, median us)")
     L.append("")
-    L.append("NMS-C global = the combined kernel reading the score map through L1 (the detector's default); "
-             "NMS-C smem = the same algorithm with the cell + apron staged in shared memory first. "
-             "Both give identical cells (tests).")
+    L.append("NMS-C global = the combined kernel reading the score map through L1; NMS-C smem = the same "
+             "algorithm with the cell + apron staged in shared memory first. Both give identical cells (tests). "
+             "'detector' = the variant the detector uses (nms_kernel='auto': global for n = 1, smem for n >= 2); "
+             "the targets use its stage time. Cell size and level count are compiled into the NMS kernels "
+             "(static_geometry), for NMS-C and for the baseline's cell selection alike.")
     L.append("")
-    L.append("| l | score | n | NMS-C global | NMS-C smem | baseline (full map + cells) | baseline / NMS-C global | "
+    L.append("| l | score | n | detector | NMS-C global | NMS-C smem | baseline (full map + cells) | baseline / NMS-C global | "
              "baseline / NMS-C smem |")
-    L.append("|---|---|---|---:|---:|---:|---:|---:|")
+    L.append("|---|---|---|---|---:|---:|---:|---:|---:|")
     for c in res["configs"]:
         v = c.get("nms_variants") or {}
         g, m = (v.get("global") or {}).get("median_us"), (v.get("smem") or {}).get("median_us")
         b = c["baseline_nms"]["median_us"]
-        L.append(f"| {c['levels']} | {c['score']} | {c['nms_radius']} | {_fmt(g)} | {_fmt(m)} | {_fmt(b)} | "
+        L.append(f"| {c['levels']} | {c['score']} | {c['nms_radius']} | {c.get('nms_kernel', '')} | {_fmt(g)} | {_fmt(m)} | {_fmt(b)} | "
                  + (f"{b / g:.2f}x" if g else "-") + " | " + (f"{b / m:.2f}x" if m else "-") + " |")
     L.append("")
     L.append("## Targets (H100)")

@@ -31,6 +31,18 @@
 #ifndef LK_WARPS
 #define LK_WARPS 4
 #endif
+// Oscillation stop (TrackerConfig.osc_eps / osc_growth; defaults = the config defaults): after an
+// update dq that is not converged, if the translation update reverses and does not shrink
+// (dq . dq_prev < 0 and |dq|^2 >= LK_OSC_GROWTH |dq_prev|^2), or nearly cancels the previous one
+// (|dq_x + dq_prev_x| < LK_OSC_EPS and |dq_y + dq_prev_y| < LK_OSC_EPS, OpenCV's 'jumping back and
+// forth'), half of dq is taken back (the middle of the jump) and the level ends as converged.
+// 0 switches a test off.
+#ifndef LK_OSC_EPS
+#define LK_OSC_EPS 0.01f
+#endif
+#ifndef LK_OSC_GROWTH
+#define LK_OSC_GROWTH 1.0f
+#endif
 #define FULL_MASK 0xffffffffu
 
 typedef unsigned char uchar;
@@ -205,8 +217,14 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
     if (!invert<MI::N>(A, Hf)) return LVL_SINGULAR;
 
     const float x_start = x, y_start = y;
+    // mean |r| of the latest iteration: each lane keeps its part, the warp sum is taken once
+    // when the level ends (not every iteration)
+    float ra_lane = 0.f;
+    int done = 0;
+    float px = 0.f, py = 0.f;   // previous translation update
+    int code = LVL_MAXITER;
     for (int it = 0; it < max_iterations; ++it) {
-        if (!fits(x, y, HALF, w, h)) { x = x_start; y = y_start; return LVL_LEFT; }
+        if (!fits(x, y, HALF, w, h)) { x = x_start; y = y_start; code = LVL_LEFT; break; }
         const float ga = 1.f + alpha;
         float bx = 0, by = 0, bt = 0, b1 = 0, ra = 0;
         const float qx = x - HALF, qy = y - HALF;
@@ -225,7 +243,7 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
         bx = warp_sum(bx) * g; by = warp_sum(by) * g;
         if (MI::GAIN >= 0) bt = warp_sum(bt);
         if (MI::OFF >= 0) b1 = warp_sum(b1);
-        ra = warp_sum(ra);
+        ra_lane = ra;
         float b[MI::N];
         b[0] = bx; b[1] = by;
         if (MI::GAIN >= 0) b[MI::GAIN] = bt;
@@ -242,11 +260,28 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
         y -= dq[1];
         if (MI::GAIN >= 0) alpha += dq[MI::GAIN];
         if (MI::OFF >= 0) beta += dq[MI::OFF];
-        residual = ra * (255.f / (P * P));
         ++iters;
-        if (dq[0] * dq[0] + dq[1] * dq[1] < eps2) return LVL_CONVERGED;
+        ++done;
+        const float d2 = dq[0] * dq[0] + dq[1] * dq[1];
+        if (d2 < eps2) { code = LVL_CONVERGED; break; }
+        if (it > 0) {
+            const bool cancel = LK_OSC_EPS > 0.f && fabsf(dq[0] + px) < LK_OSC_EPS && fabsf(dq[1] + py) < LK_OSC_EPS;
+            const bool grow = LK_OSC_GROWTH > 0.f && dq[0] * px + dq[1] * py < 0.f &&
+                              d2 >= LK_OSC_GROWTH * (px * px + py * py);
+            if (cancel || grow) {   // jumping back and forth: go to the middle, level done
+                x += 0.5f * dq[0];
+                y += 0.5f * dq[1];
+                if (MI::GAIN >= 0) alpha -= 0.5f * dq[MI::GAIN];
+                if (MI::OFF >= 0) beta -= 0.5f * dq[MI::OFF];
+                code = LVL_CONVERGED;
+                break;
+            }
+        }
+        px = dq[0];
+        py = dq[1];
     }
-    return LVL_MAXITER;
+    if (done > 0) residual = warp_sum(ra_lane) * (255.f / (P * P));   // warp-uniform
+    return code;
 }
 
 template <int MODE>

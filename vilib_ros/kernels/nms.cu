@@ -78,6 +78,24 @@ __device__ __forceinline__ bool better(float s, unsigned int k, float bs, unsign
 #define PIX 4
 #define TILE_BATCH 8
 
+// Compile-time geometry (the detector passes its config as -D defines; 0 = take the kernel
+// arguments): with the cell size and the level count known, the level loop unrolls and every
+// pixel-index division / modulo by the (per level) cell or tile width becomes a shift or a
+// multiply, which was most of the per-thread instructions of these short kernels.
+#ifndef NMS_CW
+#define NMS_CW 0
+#endif
+#ifndef NMS_CH
+#define NMS_CH 0
+#endif
+#ifndef NMS_LEVELS
+#define NMS_LEVELS 0
+#endif
+// largest block (32 * warps per cell) the cell kernels are launched with (register budget)
+#ifndef NMS_MAX_THREADS
+#define NMS_MAX_THREADS 512
+#endif
+
 template <bool DO_NMS, bool SMEM>
 __device__ __forceinline__ void cell_kernel(const long long* __restrict__ desc, int levels,
                                             int cell_w, int cell_h, int cols,
@@ -87,6 +105,9 @@ __device__ __forceinline__ void cell_kernel(const long long* __restrict__ desc, 
 {
     __shared__ float sh_s[MAX_WARPS];
     __shared__ unsigned int sh_k[MAX_WARPS];
+    if (NMS_CW > 0) cell_w = NMS_CW;
+    if (NMS_CH > 0) cell_h = NMS_CH;
+    if (NMS_LEVELS > 0) levels = NMS_LEVELS;
     const int cell = blockIdx.y * cols + blockIdx.x;
     const int lane = threadIdx.x;
     const int warp = threadIdx.y;
@@ -119,8 +140,8 @@ __device__ __forceinline__ void cell_kernel(const long long* __restrict__ desc, 
                 }
                 const float* map = reinterpret_cast<const float*>(desc[4 * k]);
                 const int pitch = (int)desc[4 * k + 1], w = (int)desc[4 * k + 2], h = (int)desc[4 * k + 3];
-                const int gy = blockIdx.y * (cell_h >> k) - NMS_R + li / tw;
-                const int gx = blockIdx.x * (cell_w >> k) - NMS_R + li % tw;
+                const int gy = blockIdx.y * (cell_h >> k) - NMS_R + (int)((unsigned)li / (unsigned)tw);
+                const int gx = blockIdx.x * (cell_w >> k) - NMS_R + (int)((unsigned)li % (unsigned)tw);
                 const bool ok = i < total && gx >= 0 && gy >= 0 && gx < w && gy < h;
                 v[j] = ok ? __ldg(map + (long long)gy * pitch + gx) : 0.0f;
             }
@@ -135,7 +156,9 @@ __device__ __forceinline__ void cell_kernel(const long long* __restrict__ desc, 
     float best_s = 0.0f;
     unsigned int best_k = 0xFFFFFFFFu;
     int toff = 0;
-    for (int k = 0; k < levels; ++k) {
+#pragma unroll
+    for (int k = 0; k < (NMS_LEVELS > 0 ? NMS_LEVELS : 4); ++k) {
+        if (k >= levels) break;
         const float* map = reinterpret_cast<const float*>(desc[4 * k]);
         const int pitch = (int)desc[4 * k + 1], w = (int)desc[4 * k + 2], h = (int)desc[4 * k + 3];
         const int cw = cell_w >> k, ch = cell_h >> k;
@@ -154,8 +177,8 @@ __device__ __forceinline__ void cell_kernel(const long long* __restrict__ desc, 
 #pragma unroll
             for (int j = 0; j < PIX; ++j) {
                 const int i = base + j * nthreads;
-                ys[j] = y0 + i / cw;
-                xs[j] = x0 + i % cw;
+                ys[j] = y0 + (int)((unsigned)i / (unsigned)cw);
+                xs[j] = x0 + (int)((unsigned)i % (unsigned)cw);
                 const bool ok = i < npx && xs[j] < w && ys[j] < h;
                 if (SMEM)
                     sv[j] = ok ? t[(ys[j] - y0 + NMS_R) * tw + xs[j] - x0 + NMS_R] : 0.0f;
@@ -217,7 +240,7 @@ __device__ __forceinline__ void cell_kernel(const long long* __restrict__ desc, 
 }
 
 // Combined NMS + cell maximum (NMS-C). grid = (cols, rows), block = (32, M).
-extern "C" __global__ void nms_cell(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
+extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) nms_cell(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
                                     int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
                                     float* out_x, float* out_y, float* out_score, int* out_level)
 {
@@ -226,7 +249,7 @@ extern "C" __global__ void nms_cell(const long long* __restrict__ desc, int leve
 
 // NMS-C with the cell (+ apron) staged in shared memory first. Same grid and block; dynamic
 // shared memory = 4 * sum_k (cell_w/2^k + 2 NMS_R) * (cell_h/2^k + 2 NMS_R) bytes.
-extern "C" __global__ void nms_cell_smem(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
+extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) nms_cell_smem(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
                                          int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
                                          float* out_x, float* out_y, float* out_score, int* out_level)
 {
@@ -234,7 +257,7 @@ extern "C" __global__ void nms_cell_smem(const long long* __restrict__ desc, int
 }
 
 // Baseline step 2: cell maximum of already suppressed maps (no neighbourhood test).
-extern "C" __global__ void cell_select(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
+extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) cell_select(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
                                        int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
                                        float* out_x, float* out_y, float* out_score, int* out_level)
 {

@@ -36,9 +36,62 @@ Node parameters (all read-only):
   publish_odometry_imu (bool, default true): publish ``odometry_imu``
   path_max_length (integer, default 100000, range [1, 10000000])
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
-Estimator parameters (read-only), named as the fields of
-:class:`vilib_ros.backend.BackendConfig` (``window_s``, ``mode``, ``kf_max_interval_s``,
-``pixel_sigma``, ...): run ``python -m vilib_ros.nodes.backend_node --print-parameters``.
+  imu_wait_s (double, default 0.5, range [0, 60]): longest a frame waits for the IMU to reach its stamp
+Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`
+(``python -m vilib_ros.nodes.backend_node --print-parameters`` prints this table from the code):
+  window_s (double, default 2.0, range [0.1, 600.0]): IncrementalFixedLagSmoother lag, seconds
+  mono_window_s (double, default 4.0): mono mode uses max(window_s, mono_window_s)
+  mode (string, default 'auto', one of stereo|mono|auto): 'stereo' | 'mono' | 'auto' (stereo if
+      cam1 is given)
+  kf_min_interval_s (double, default 0.08, range [0.001, 10.0]): BackendConfig.kf_min_interval_s
+  kf_max_interval_s (double, default 0.5, range [0.001, 60.0]): time criterion
+  kf_parallax_px (double, default 12.0, range [0.0, 1000.0]): rotation-compensated median
+      parallax vs last keyframe
+  kf_track_fraction (double, default 0.65, range [0.0, 1.0]): fewer of the last keyframe's
+      tracks survive -> keyframe
+  kf_min_tracks (integer, default 30, range [0, 100000]): fewer tracks -> keyframe
+  zero_velocity_updates (bool, default True): at rest: zero-velocity prior + no-motion pose
+      factor
+  still_parallax_px (double, default 0.5): rest = median parallax below this AND a static IMU
+      window
+  still_velocity_sigma (double, default 0.005): m/s
+  max_landmarks_per_kf (integer, default 40, range [1, 100000]): observations added per keyframe
+      (longest tracks first)
+  min_depth (double, default 0.3, range [0.0, 1000.0]): BackendConfig.min_depth
+  max_depth (double, default 25.0, range [0.0, 100000.0]): BackendConfig.max_depth
+  min_disparity_px (double, default 1.0, range [0.0, 1000.0]): BackendConfig.min_disparity_px
+  mono_min_parallax_deg (double, default 1.5, range [0.0, 90.0]): triangulation angle before a
+      mono landmark is created
+  pixel_sigma (double, default 1.0, range [1e-06, 100.0]): BackendConfig.pixel_sigma
+  landmark_prior_sigma (double, default 5.0, range [0.0, 1000000.0]): m, weak prior at creation
+      (0 = none)
+  huber_k (double, default 1.345, range [1e-06, 100.0]): in sigmas
+  chi2_stereo (double, default 11.34, range [0.0, 1000000.0]): 99 % of chi2(3)
+  chi2_mono (double, default 9.21, range [0.0, 1000000.0]): 99 % of chi2(2)
+  max_outlier_count (integer, default 3, range [0, 1000000]): rejected observations before a
+      track is blacklisted
+  imu_noise_scale (double, default 1.0, range [1e-06, 1000000.0]): multiplies the noise
+      densities / random walks
+  gravity (double, default 9.81, range [0.0, 100.0]): BackendConfig.gravity
+  init_window_s (double, default 0.5, range [0.0, 60.0]): BackendConfig.init_window_s
+  static_gyro_std (double, default 0.01, range [0.0, 100.0]): rad/s, std of the 10 block means
+      of the init window
+  static_acc_std (double, default 0.15, range [0.0, 100.0]): m/s^2, std of the 10 block means
+  static_gyro_mean (double, default 0.15, range [0.0, 100.0]): rad/s (|mean gyro| at rest = the
+      bias)
+  dynamic_init_frames (integer, default 20, range [2, 1000]): stereo: frames for the moving-
+      start alignment
+  mono_init_window_s (double, default 2.0, range [0.0, 600.0]): mono: window for the moving-
+      start alignment
+  relinearize_threshold (double, default 0.05, range [0.0, 10.0]):
+      BackendConfig.relinearize_threshold
+  relinearize_skip (integer, default 1, range [1, 1000]): BackendConfig.relinearize_skip
+  partial_relinearization_check (bool, default False):
+      BackendConfig.partial_relinearization_check
+  extra_updates (integer, default 0, range [0, 100]): extra iSAM2 iterations per keyframe
+  max_speed (double, default 30.0, range [0.0, 10000.0]): m/s
+  max_gyro_bias (double, default 0.3, range [0.0, 100.0]): rad/s
+  max_acc_bias (double, default 2.0, range [0.0, 100.0]): m/s^2
 """
 from __future__ import annotations
 
@@ -75,6 +128,11 @@ BACKEND_RANGES = {
     "min_disparity_px": (0.0, 1000.0),
     "mono_min_parallax_deg": (0.0, 90.0),
     "pixel_sigma": (1e-6, 100.0),
+    "landmark_prior_sigma": (0.0, 1e6),
+    "static_gyro_std": (0.0, 100.0),
+    "static_acc_std": (0.0, 100.0),
+    "static_gyro_mean": (0.0, 100.0),
+    "mono_init_window_s": (0.0, 600.0),
     "huber_k": (1e-6, 100.0),
     "chi2_stereo": (0.0, 1e6),
     "chi2_mono": (0.0, 1e6),

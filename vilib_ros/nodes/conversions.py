@@ -239,8 +239,7 @@ def arrays_to_imu(t_ns: int, gyro, acc, frame_id: str = "imu0"):
 
 
 def draw_tracks(image_u8: np.ndarray, frame: TrackFrame, max_age_color: int = 20) -> np.ndarray:
-    """BGR debug image: each track a circle coloured by age (blue new -> red old) and
-    a short line along its image-plane velocity."""
+    """BGR debug image: each track a circle coloured by its age (blue new -> red old)."""
     import cv2
 
     out = cv2.cvtColor(image_u8, cv2.COLOR_GRAY2BGR) if image_u8.ndim == 2 else image_u8.copy()

@@ -20,8 +20,10 @@ Subscribed
 ----------
   image (sensor_msgs/Image, sensor-data QoS: best effort, depth ``queue_size``): left / mono camera
   image_right (sensor_msgs/Image, sensor-data QoS): right camera, only when ``stereo`` is true;
-      paired with the left image of the same stamp
-  imu (sensor_msgs/Imu, sensor-data QoS, depth 200): gyro for the tracker's motion prediction
+      paired with the left image of the same stamp (left images are processed alone while
+      nobody publishes on image_right)
+  imu (sensor_msgs/Imu, sensor-data QoS, depth 1000): gyro for the tracker's motion prediction;
+      drained before each image is processed, so the gyro up to the image's stamp is used
 
 Published
 ---------
@@ -49,16 +51,70 @@ Node parameters (read-only unless said otherwise):
   right.distortion_model, right.distortion_coefficients, right.T_BS: the same for the
       right camera (defaults EuRoC cam1), used when ``stereo`` is true
   queue_size (integer, default 10, range [1, 1000]): image subscription depth
+  input_reliability (string, default 'best_effort', one of best_effort|reliable): QoS of the image
+      and IMU subscriptions; best effort (sensor data) matches any publisher, reliable is needed
+      for images over Fast DDS's 512 KB shared-memory segment (their best-effort UDP fragments
+      get dropped) and where no frame may be lost (vilib-ros run uses it)
+  stereo_timeout_s (double, default 0.2, range [0, 10]): a left image whose right image has not
+      arrived after this long is processed alone (counted as stereo_unmatched)
   publish_debug_image (bool, default true, writable): allow ``tracks_image``
   debug_image_encoding (string, default 'bgr8', one of bgr8|mono8, writable)
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
   stats_path (string, default ''): write a JSON summary (counts, latency, per-stage times) here on shutdown
   tracks_frame_id (string, default ''): frame id of ``tracks`` ('' = the image's)
-Frontend parameters (writable: a change rebuilds the tracker, tracks restart), named as the
-fields of :class:`vilib_ros.frontend.FrontendConfig` with nested dataclasses as prefixes
-(``detector.threshold``, ``detector.arc_length``, ``tracker.mode``, ...). Run
-``python -m vilib_ros.nodes.frontend_node --print-parameters`` for the full list with types,
-defaults and ranges (generated from the same table the node declares).
+Frontend parameters (writable except ``stereo``: a change rebuilds the tracker, tracks restart),
+named as the fields of :class:`vilib_ros.frontend.FrontendConfig`, nested dataclasses as prefixes
+(``python -m vilib_ros.nodes.frontend_node --print-parameters`` prints this table from the code):
+  detector.threshold (double, default 10.0, range [1.0, 254.0]): FAST threshold eps (intensity
+      levels)
+  detector.arc_length (integer, default 10, range [9, 12]): FAST contiguous arc length N
+  detector.score (string, default 'sad_arc', one of sad_circle|sad_arc|max_threshold): corner
+      score: SAD over the circle, SAD over the arc, or max threshold
+  detector.levels (integer, default 2, range [1, 4]): pyramid levels used for detection
+  detector.cell_width (integer, default 32, range [32, 1024] step 32): NMS cell width in level-0
+      pixels (multiple of 32)
+  detector.cell_height (integer, default 32, range [1, 1024]): NMS cell height in level-0 pixels
+      (multiple of 2^(levels-1))
+  detector.nms_radius (integer, default 1, range [1, 4]): NMS Moore neighbourhood radius n
+      ((2n+1)^2 pixels)
+  detector.border (integer, default 8, range [3, 256]): pixels skipped at each level's edge
+  tracker.mode (string, default 'gain_offset', one of translation|offset|gain|gain_offset): LK
+      photometric model: translation, +offset, +gain, +gain+offset
+  tracker.levels (integer, default 5, range [1, 8]): pyramid levels used for tracking
+  tracker.patch_sizes (integer[], default [16, 16, 16, 8, 8]): LK patch size per level (8 or 16)
+  tracker.max_iterations (integer, default 30, range [1, 1000]): LK iterations per level
+  tracker.eps (double, default 0.0005, range [1e-12, 1.0]): LK convergence: stop when the
+      squared update is below this (level pixels^2)
+  tracker.min_eigen (double, default 1e-05, range [0.0, 1.0]): reject flat patches: min
+      eigenvalue of the gradient matrix / patch area
+  tracker.max_residual (double, default 0.0, range [0.0, 255.0]): mean |residual| above which a
+      track is dropped (0 = off)
+  tracker.osc_eps (double, default 0.01): OpenCV's 'jumping back and forth': |dq_k + dq_k-1| <
+      osc_eps in x and y (level px)
+  tracker.osc_growth (double, default 1.0): a reversal that does not shrink: dq_k . dq_k-1 < 0
+      and |dq_k|^2 >= osc_growth |dq_k-1|^2
+  tracker.cpu_backend (string, default 'numpy', one of numpy|opencv): CPU LK implementation
+      (opencv: translation mode only)
+  max_features (integer, default 0, range [0, 100000]): target track count (0 = one per detector
+      cell)
+  min_track_fraction (double, default 0.3, range [0.0, 1.0]): redetect when live tracks drop
+      below this fraction of the target
+  fb_check (bool, default False): forward-backward consistency check of every track
+  fb_threshold (double, default 0.5, range [1e-06, 1000.0]): forward-backward error limit
+      (pixels)
+  ransac (bool, default False): fundamental-matrix RANSAC outlier rejection
+  ransac_threshold (double, default 1.0, range [1e-06, 1000.0]): RANSAC inlier threshold
+      (pixels)
+  ransac_confidence (double, default 0.99, range [0.5, 0.999999]): RANSAC confidence
+  imu_prediction (bool, default True): predict track positions from the gyro (rotation) when IMU
+      is given
+  imu_max_gap_ms (double, default 50.0, range [0.001, 1000000.0]): largest IMU gap bridged by
+      the gyro prediction
+  stereo (bool, default True): subscribe to image_right and track into the right image (stereo);
+      without right images the left ones are processed alone
+  stereo_epipolar_threshold (double, default 2.0, range [0.0, 1000.0]): epipolar limit of stereo
+      matches (pixels; 0 = off)
+  use_graph (bool, default True): GPU: capture the per-frame kernel sequence in a CUDA graph
 """
 from __future__ import annotations
 
@@ -441,15 +497,9 @@ class FrontendNode(Node):
         self.last_features = len(frame)
         self.last_stats = dict(frame.stats)
         if self.p["publish_debug_image"] and self.pub_debug.get_subscription_count() > 0:
+            dbg = draw_tracks(img, frame)
             if self.p["debug_image_encoding"] == "mono8":
-                dbg = img.copy()
-                for u, v in np.asarray(frame.uv).reshape(-1, 2):
-                    if np.isfinite(u) and np.isfinite(v):
-                        import cv2
-
-                        cv2.circle(dbg, (int(round(u)), int(round(v))), 3, 255, 1)
-            else:
-                dbg = draw_tracks(img, frame)
+                dbg = dbg.max(axis=2)   # circles stay visible (bright) in grey
             self.pub_debug.publish(numpy_to_image(dbg, self.p["debug_image_encoding"], stamp,
                                                   self.p["tracks_frame_id"] or frame_id))
 

@@ -88,6 +88,21 @@ def _field_default(f: dataclasses.Field):
     return dataclasses.MISSING
 
 
+def _source_comments(cls) -> dict:
+    """{field: its trailing ``# comment``} from the dataclass source (used as descriptions)."""
+    import inspect
+    import re
+
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    out = {}
+    for m in re.finditer(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+)$", src, re.M):
+        out.setdefault(m.group(1), m.group(2).strip())
+    return out
+
+
 def specs_from_dataclass(obj, prefix: str = "", ranges: dict | None = None, choices: dict | None = None,
                          descriptions: dict | None = None, read_only: Sequence[str] = (),
                          skip: Sequence[str] = ()) -> list[ParamSpec]:
@@ -115,7 +130,8 @@ def specs_from_dataclass(obj, prefix: str = "", ranges: dict | None = None, choi
             value = value.tolist()
         if isinstance(value, tuple):
             value = list(value)
-        desc = descriptions.get(name) or f.metadata.get("help") or f"{type(obj).__name__}.{f.name}"
+        desc = (descriptions.get(name) or f.metadata.get("help") or _source_comments(type(obj)).get(f.name)
+                or f"{type(obj).__name__}.{f.name}")
         spec = ParamSpec(name, value, desc, ranges.get(name), choices.get(name), name in read_only)
         try:
             spec.ros_type_name()
@@ -222,7 +238,8 @@ def format_table(specs: list[ParamSpec]) -> str:
     for s in specs:
         extra = []
         if s.range is not None:
-            extra.append(f"range [{s.range[0]}, {s.range[1]}]" + (f" step {s.range[2]}" if len(s.range) > 2 and s.range[2] else ""))
+            step = f" step {s.range[2]}" if len(s.range) > 2 and s.range[2] else ""
+            extra.append(f"range [{s.range[0]}, {s.range[1]}]{step}")
         if s.choices:
             extra.append("one of " + "|".join(s.choices))
         if s.read_only:

@@ -31,13 +31,18 @@ Parameters
   rate (double, default 1.0, range [0, 1000]): replay speed factor; 0 = backpressure mode
   max_frames (integer, default 0, range [0, 1000000000], read-only): stop after this many cam0 images (0 = all)
   publish_cam1 (bool, default true, read-only): publish the second camera when there is one
-  imu_margin_s (double, default 0.5, range [0, 3600], read-only): IMU replayed this long before the first image
-  wait_for_subscribers (integer, default 1, range [0, 100], read-only): wait until cam0/image_raw has this many subscribers
-  wait_timeout_s (double, default 30.0, range [0, 3600], read-only): give up waiting for subscribers after this long (then start anyway)
-  backpressure_timeout_s (double, default 5.0, range [0.01, 3600]): longest wait for a tracks message in backpressure mode
+  imu_margin_s (double, default 0.5, range [0, 3600], read-only): IMU replayed this long before
+      the first image
+  wait_for_subscribers (integer, default 1, range [0, 100], read-only): wait until cam0/image_raw
+      has this many subscribers
+  wait_timeout_s (double, default 30.0, range [0, 3600], read-only): give up waiting for
+      subscribers after this long (then start anyway)
+  backpressure_timeout_s (double, default 5.0, range [0.01, 3600]): longest wait for a tracks
+      message in backpressure mode
   start_delay_s (double, default 0.5, range [0, 60], read-only): pause after discovery before the first message
   exit_when_done (bool, default false, read-only): exit the process when the replay is over
-  done_linger_s (double, default 1.0, range [0, 60], read-only): stay alive this long after ``player_done`` (lets reliable traffic drain)
+  done_linger_s (double, default 1.0, range [0, 60], read-only): stay alive this long after
+      ``player_done`` (lets reliable traffic drain)
   progress (bool, default true, read-only): show a tqdm progress bar on stderr
   cam0_frame_id, cam1_frame_id, imu_frame_id (string, defaults 'cam0', 'cam1', 'imu0', read-only): header frame ids
 """

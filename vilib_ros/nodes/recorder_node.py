@@ -10,7 +10,7 @@ per-type summary:
 * ``sensor_msgs/PointCloud`` (tracks): ``n``, and with ``record_points`` the lists
   ``ids``, ``u``, ``v`` (from the ``id_of_point``, ``u_of_point``, ``v_of_point`` channels);
 * ``nav_msgs/Odometry``: ``p`` (3), ``q_xyzw`` (4);
-* ``sensor_msgs/Image``: ``width``, ``height``, ``encoding``;
+* ``sensor_msgs/Image``: ``width``, ``height``, ``encoding``, ``step``, ``crc32`` (of the data);
 * ``diagnostic_msgs/DiagnosticArray``: ``status`` = {name: {key: value}};
 * ``std_msgs/Bool``: ``data``; ``nav_msgs/Path``: ``n``; ``visualization_msgs/MarkerArray``: ``n``.
 
@@ -28,8 +28,8 @@ Parameters
   topics (string array, default ['tracks:sensor_msgs/msg/PointCloud', 'odometry:nav_msgs/msg/Odometry'], read-only):
       topics to record as ``name:package/msg/Type``
   record_points (bool, default true, read-only): store ids/u/v of every tracks message
-  reliable (bool, default true, read-only): reliable QoS (else best-effort sensor QoS; a
-      reliable subscription does not match a best-effort publisher)
+  reliable (bool, default true, read-only): reliable keep-all QoS, nothing lost (else best-effort
+      sensor QoS; a reliable subscription does not match a best-effort publisher)
   queue_size (integer, default 100, range [1, 10000], read-only): subscription queue depth
 """
 from __future__ import annotations
@@ -38,10 +38,12 @@ import importlib
 import json
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy
 
 from vilib_ros.nodes._common import exit_main, reliable_qos, sensor_qos
 from vilib_ros.nodes.conversions import stamp_to_ns
@@ -87,7 +89,8 @@ def summarise(msg, record_points: bool = True) -> dict:
         out["p"] = [p.x, p.y, p.z]
         out["q_xyzw"] = [q.x, q.y, q.z, q.w]
     elif name == "Image":
-        out.update(width=msg.width, height=msg.height, encoding=msg.encoding)
+        out.update(width=msg.width, height=msg.height, encoding=msg.encoding, step=msg.step,
+                   crc32=zlib.crc32(np.asarray(msg.data, dtype=np.uint8).tobytes()))
     elif name == "DiagnosticArray":
         out["status"] = {s.name: {kv.key: kv.value for kv in s.values} for s in msg.status}
     elif name == "Bool":
@@ -115,7 +118,12 @@ class RecorderNode(Node):
             if not topic:
                 raise ValueError(f"topics entry must be name:package/msg/Type, got {entry!r}")
             msg_type = _import_type(type_name)
-            qos = reliable_qos(self.p["queue_size"]) if self.p["reliable"] else sensor_qos(self.p["queue_size"])
+            if self.p["reliable"]:
+                # keep all: a slow recorder slows the publisher down (flow control) instead of losing data
+                qos = reliable_qos(self.p["queue_size"])
+                qos.history = HistoryPolicy.KEEP_ALL
+            else:
+                qos = sensor_qos(self.p["queue_size"])
             self.counts[topic] = 0
             self._subs.append(self.create_subscription(
                 msg_type, topic, lambda m, t=topic, tn=type_name: self._on_msg(t, tn, m), qos))

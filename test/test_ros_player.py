@@ -1,0 +1,106 @@
+"""player_node replays the same sequence identically from an ASL folder, a ROS 1 .bag and a
+ROS 2 bag (real processes, real DDS): every image (stamp and pixels, checked against the
+PNG files decoded with OpenCV), the IMU stream, ``player_done`` at the end, and a clean
+exit with ``exit_when_done``.
+"""
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+DOMAIN = 20 + (os.getpid() % 20)   # 20..39: apart from conftest's 40..99 and the other modules' 120..219
+
+
+@pytest.fixture(scope="module")
+def sequence(tmp_path_factory):
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    pytest.importorskip("rosbags", reason="rosbags not installed")
+    from vilib_ros.synthetic import SequenceConfig, generate_sequence
+
+    root = tmp_path_factory.mktemp("player_seq")
+    cfg = SequenceConfig(duration_s=1.0, stereo=True)
+    asl = generate_sequence(root / "asl", cfg, progress=False, workers=1)
+    generate_sequence(root / "b1", cfg, progress=False, bag="ros1", workers=1)
+    generate_sequence(root / "b2", cfg, progress=False, bag="ros2", workers=1)
+    bag1 = next((root / "b1").glob("*.bag"))
+    bag2 = next(p for p in (root / "b2").iterdir() if p.is_dir() and p.name.endswith("_ros2"))
+    return {"asl": asl, "ros1": bag1, "ros2": bag2}
+
+
+def _replay(path, tmp, tag):
+    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
+    from vilib_ros.pipeline import read_jsonl
+
+    env = ros_env(DOMAIN)
+    client = GraphClient(DOMAIN, f"test_player_{tag}")
+    rec = NodeProcess("recorder_node", node_argv("recorder_node", params={
+        "output": str(tmp / f"{tag}.jsonl"),
+        "topics": ["cam0/image_raw:sensor_msgs/msg/Image", "cam1/image_raw:sensor_msgs/msg/Image",
+                   "imu0:sensor_msgs/msg/Imu", "player_done:std_msgs/msg/Bool"]}), env, tmp / f"rec_{tag}.log")
+    try:
+        assert client.wait_for_subscribers({"/cam0/image_raw": 1, "/player_done": 1}, 60, [rec])
+        player = NodeProcess("player_node", node_argv("player_node", params={
+            "dataset": str(path), "rate": 2.0, "exit_when_done": True, "progress": True}), env, tmp / f"pl_{tag}.log")
+        rc = player.wait(120)
+        out = tmp / f"{tag}.jsonl"
+        sizes = []
+
+        def settled():   # the recorder has written everything that was delivered
+            sizes.append(out.stat().st_size if out.exists() else 0)
+            return len(sizes) > 10 and sizes[-1] == sizes[-10] and "player_done" in out.read_text()
+
+        client.spin_until(settled, 60, 0.1)
+        return {"rc": rc, "records": read_jsonl(tmp / f"{tag}.jsonl"), "log": player.output(),
+                "rec_rc": rec.stop()}
+    finally:
+        rec.stop()
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def replays(sequence, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("player_out")
+    return {k: _replay(v, tmp, k) for k, v in sequence.items()}
+
+
+class TestPlayerSources:
+    @pytest.mark.parametrize("source", ["asl", "ros1", "ros2"])
+    def test_images_match_the_png_files(self, replays, sequence, source):
+        import cv2
+
+        r = replays[source]
+        assert r["rc"] == 0, r["log"][-3000:]
+        for cam in (0, 1):
+            folder = sequence["asl"] / "mav0" / f"cam{cam}" / "data"
+            files = sorted(folder.glob("*.png"))
+            want = {int(f.stem): zlib.crc32(cv2.imread(str(f), cv2.IMREAD_UNCHANGED).tobytes()) for f in files}
+            got = {x["stamp_ns"]: x["crc32"] for x in r["records"] if x["topic"] == f"cam{cam}/image_raw"}
+            assert got == want
+            assert all(x["encoding"] == "mono8" for x in r["records"] if x["topic"] == f"cam{cam}/image_raw")
+
+    @pytest.mark.parametrize("source", ["asl", "ros1", "ros2"])
+    def test_imu_stream_and_done(self, replays, sequence, source):
+        r = replays[source]
+        rows = [ln.split(",") for ln in (sequence["asl"] / "mav0" / "imu0" / "data.csv").read_text().splitlines()
+                if ln and not ln.startswith("#")]
+        t_imu = np.array([int(x[0]) for x in rows])
+        t_img = sorted(int(f.stem) for f in (sequence["asl"] / "mav0" / "cam0" / "data").glob("*.png"))
+        expect = t_imu[(t_imu >= t_img[0] - 500_000_000) & (t_imu <= t_img[-1])]
+        got = [x["stamp_ns"] for x in r["records"] if x["topic"] == "imu0"]
+        assert got == expect.tolist()
+        done = [x for x in r["records"] if x["topic"] == "player_done"]
+        assert len(done) == 1 and done[0]["data"] is True
+        # published in time order across topics: IMU up to an image's stamp precedes it
+        last = -1
+        for x in r["records"]:
+            if x["topic"] in ("imu0", "cam0/image_raw"):
+                assert x["stamp_ns"] >= last or x["topic"] == "imu0"
+                last = max(last, x["stamp_ns"]) if x["topic"] == "cam0/image_raw" else last
+
+    def test_progress_bar_on_stderr(self, replays):
+        assert "player: 100%" in replays["asl"]["log"]
