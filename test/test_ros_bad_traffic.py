@@ -65,7 +65,9 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     be = NodeProcess("backend_node", node_argv("backend_node", params={
         "camera_yaml": cam_yaml, "diagnostics_period_s": 0.3,
         "imu_yaml": str(euroc_path / "mav0" / "imu0" / "sensor.yaml")}), env, tmp / "backend.log")
-    procs = [fe, be]
+    rec_only = NodeProcess("backend_record", node_argv("backend_node", name="backend_record", params={
+        "camera_yaml": cam_yaml, "diagnostics_period_s": 0.3, "estimator": "none"}), env, tmp / "backend_rec.log")
+    procs = [fe, be, rec_only]
     got = {"tracks": [], "debug": [], "diag": {}}
     node.create_subscription(PointCloud, "tracks", lambda m: got["tracks"].append(m), reliable_qos(100))
     node.create_subscription(Image, "tracks_image", lambda m: got["debug"].append(m), sensor_qos(50))
@@ -79,7 +81,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     pub_imu = node.create_publisher(Imu, "imu", reliable_qos(100))
     pub_tracks = node.create_publisher(PointCloud, "tracks", reliable_qos(10))
     try:
-        assert client.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 90, procs), fe.tail() + be.tail()
+        assert client.wait_for_subscribers({"/image": 1, "/imu": 3, "/tracks": 3}, 90, procs), fe.tail() + be.tail()
         assert client.spin_until(lambda: pub_img.get_subscription_count() >= 1 and
                                  node.count_publishers("tracks") >= 2, 30)
         client.spin_for(0.5)
@@ -156,11 +158,13 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
         def diag_done():
             f = got["diag"].get("vilib_ros: frontend_node", {})
             b = got["diag"].get("vilib_ros: backend_node", {})
-            return f.get("images_received") == str(sent["images"]) and b.get("skipped.tracks_out_of_order") == "1"
+            r = got["diag"].get("vilib_ros: backend_record", {})
+            return f.get("images_received") == str(sent["images"]) and b.get("skipped.tracks_out_of_order") == "1" \
+                and r.get("skipped.tracks_out_of_order") == "1"
 
         client.spin_until(diag_done, 20)
         alive = {p.name: p.alive for p in procs}
-        yield {"got": got, "sent": sent, "alive": alive, "client": client, "fe": fe, "be": be}
+        yield {"got": got, "sent": sent, "alive": alive, "client": client, "fe": fe, "be": be, "rec": rec_only}
     finally:
         for p in procs:
             p.stop()
@@ -220,6 +224,16 @@ class TestBackendSurvivesBadTraffic:
         assert d["skipped.imu_out_of_order"] == "1"
         assert d["frames_received"] == "8"
         assert d["imu_received"] == str(session["sent"]["imu_good"])
+
+
+class TestBackendRecordOnly:
+    def test_records_and_says_so(self, session):
+        assert session["alive"]["backend_record"]
+        d = session["got"]["diag"]["vilib_ros: backend_record"]
+        assert d["mode"] == "record-only"
+        assert d["frames_received"] == "8" and d["odometry_published"] == "0"
+        assert d["skipped.bad_tracks"] == "1" and d["imu_received"] == str(session["sent"]["imu_good"])
+        assert session["rec"].output().count("recording only") == 1
 
 
 class TestParameters:

@@ -4,7 +4,9 @@ The algorithm of vilib / "Faster than FAST" (IROS 2020): parameters q = [tx, ty,
 with I(x + t) = (1 + alpha) T(x) + beta, the Hessian built once per feature and level from the
 template and the gain at the start of the level ("approximated simultaneous inverse
 compositional"), PxP patches (16 on fine levels, 8 on coarse ones), bilinear sampling, up to
-``max_iterations`` per level, stop when the squared translation update < ``eps``.
+``max_iterations`` per level, stop when the squared translation update < ``eps``, or when the
+translation update jumps back and forth (``osc_eps``, OpenCV's test, and ``osc_growth``: a
+reversal that does not shrink): then half of the last update is taken back and the level ends.
 
 * :func:`track_cpu` - the NumPy reference (vectorised over features), mirror of
   ``kernels/lk.cu`` step by step; test reference and CPU fallback.
