@@ -40,7 +40,8 @@ Node parameters (all read-only):
 Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`
 (``python -m vilib_ros.nodes.backend_node --print-parameters`` prints this table from the code):
   window_s (double, default 2.0, range [0.1, 600.0]): IncrementalFixedLagSmoother lag, seconds
-  mono_window_s (double, default 4.0): mono mode uses max(window_s, mono_window_s)
+  mono_window_s (double, default 6.0): mono mode uses max(window_s, mono_window_s): scale needs
+      it
   mode (string, default 'auto', one of stereo|mono|auto): 'stereo' | 'mono' | 'auto' (stereo if
       cam1 is given)
   kf_min_interval_s (double, default 0.08, range [0.001, 10.0]): BackendConfig.kf_min_interval_s
@@ -52,7 +53,7 @@ Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backe
   kf_min_tracks (integer, default 30, range [0, 100000]): fewer tracks -> keyframe
   zero_velocity_updates (bool, default True): at rest: zero-velocity prior + no-motion pose
       factor
-  still_parallax_px (double, default 0.5): rest = median parallax below this AND a static IMU
+  still_parallax_px (double, default 1.5): rest = median parallax below this AND a static IMU
       window
   still_velocity_sigma (double, default 0.005): m/s
   max_landmarks_per_kf (integer, default 40, range [1, 100000]): observations added per keyframe
