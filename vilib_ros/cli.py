@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("vilib_ros.bench.detector", "benchmark the FAST detector and grid NMS against OpenCV"),
     "bench-tracker": ("vilib_ros.bench.tracker", "benchmark the LK tracker and the whole frontend"),
     "bench-backend": ("vilib_ros.bench.backend", "benchmark the VIO backend per keyframe"),
+    "bench-vio": ("vilib_ros.bench.vio", "benchmark the whole VIO (frontend + backend) on a synthetic sequence"),
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),
 }
 
