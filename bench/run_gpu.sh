@@ -2,7 +2,9 @@
 # Every GPU check in one call, on a machine with a CUDA device:
 #   1. the GPU tests (pytest -m gpu), launches checked, outputs poisoned;
 #   2. the detector benchmark (95 real EuRoC frames, OpenCV FAST in the same run);
-#   3. the tracker / frontend benchmark (OpenCV LK in the same run).
+#   3. the tracker / frontend benchmark (OpenCV LK in the same run);
+#   4. the whole-VIO benchmark (GPU frontend + gtsam backend), where gtsam imports
+#      (a machine without internet can be given the gtsam wheel: pip install --target DIR, PYTHONPATH).
 # Usage: bash bench/run_gpu.sh [tests|bench|all] ; results go to $OUT (default bench/out).
 # The EuRoC frames are read from $VILIB_ROS_EUROC (default .data/euroc_v101_head).
 set -uo pipefail
@@ -22,6 +24,9 @@ if [[ $what == bench || $what == all ]]; then
   python3 -m vilib_ros bench --out "$OUT" 2>&1 | tee "$OUT/bench_detector.log" || rc=1
   if python3 -c "import vilib_ros.bench.tracker" 2>/dev/null; then
     python3 -m vilib_ros bench-tracker --out "$OUT" 2>&1 | tee "$OUT/bench_tracker.log" || rc=1
+  fi
+  if python3 -c "import gtsam" 2>/dev/null; then
+    python3 -m vilib_ros bench-vio --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$OUT/bench_vio.log" || rc=1
   fi
 fi
 exit $rc
