@@ -46,7 +46,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     from diagnostic_msgs.msg import DiagnosticArray
     from sensor_msgs.msg import Image, Imu, PointCloud
 
-    from vilib_ros.nodes._common import reliable_qos, sensor_qos
+    from vilib_ros.nodes._common import reliable_qos
     from vilib_ros.nodes.conversions import arrays_to_imu, stamp_to_ns, trackframe_to_pointcloud
     from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
     from vilib_ros.types import TrackFrame
@@ -70,7 +70,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     procs = [fe, be, rec_only]
     got = {"tracks": [], "debug": [], "diag": {}}
     node.create_subscription(PointCloud, "tracks", lambda m: got["tracks"].append(m), reliable_qos(100))
-    node.create_subscription(Image, "tracks_image", lambda m: got["debug"].append(m), sensor_qos(50))
+    node.create_subscription(Image, "tracks_image", lambda m: got["debug"].append(m), reliable_qos(50))
 
     def on_diag(m):
         for s in m.status:

@@ -31,7 +31,7 @@ Published
       points = undistorted normalised (x, y, 1); channels id_of_point, u_of_point, v_of_point,
       velocity_x_of_point, velocity_y_of_point, score_of_point, level_of_point, age_of_point
       (+ u/v/x/y_right_of_point in stereo); header = the image's stamp and frame id
-  tracks_image (sensor_msgs/Image, bgr8 or mono8, best effort): the image with tracks drawn,
+  tracks_image (sensor_msgs/Image, bgr8 or mono8, reliable, depth 2): the image with tracks drawn,
       built and published only while someone subscribes
   diagnostics (diagnostic_msgs/DiagnosticArray, every ``diagnostics_period_s``): input/output
       rates, latency (receive -> publish), per-stage times, counts per skip reason
@@ -267,7 +267,9 @@ class FrontendNode(Node):
         q = int(self.p["queue_size"])
         in_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
         self.pub_tracks = self.create_publisher(PointCloud, "tracks", reliable_qos(10))
-        self.pub_debug = self.create_publisher(Image, "tracks_image", sensor_qos(2))
+        # reliable (depth 2): a bgr8 frame is over Fast DDS's 512 KB shared-memory segment and its
+        # best-effort UDP fragments get lost; best-effort subscribers (rviz) still match
+        self.pub_debug = self.create_publisher(Image, "tracks_image", reliable_qos(2))
         self.pub_diag = self.create_publisher(DiagnosticArray, "diagnostics", reliable_qos(10))
         self.create_subscription(Image, "image", self._on_image, in_qos(q))
         self.sub_right = None
