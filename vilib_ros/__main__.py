@@ -1,5 +1,7 @@
+"""``python -m vilib_ros`` is ``vilib-ros``."""
 import sys
 
 from vilib_ros.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -292,6 +292,7 @@ def run_command(args) -> int:
                                                   input_reliability="reliable",
                                                   stats_path=str(out / "frontend_stats.json"))},
         "backend_node": {"ros__parameters": dict(calib, estimator="none" if args.no_backend else "auto",
+                                                 input_reliability="reliable",
                                                  imu_yaml=str(out / "imu0.yaml"),
                                                  trajectory_path=str(out / "trajectory_tum.txt"),
                                                  stats_path=str(out / "backend_stats.json"))},

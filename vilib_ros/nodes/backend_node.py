@@ -11,7 +11,7 @@ Subscribed
 ----------
   tracks (sensor_msgs/PointCloud, reliable, depth 100): VINS-Mono layout from frontend_node
       (stereo channels ``x_right_of_point``/``y_right_of_point`` used when ``stereo``)
-  imu (sensor_msgs/Imu, sensor-data QoS, depth 2000)
+  imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 2000)
 
 Published
 ---------
@@ -37,6 +37,8 @@ Node parameters (all read-only):
   path_max_length (integer, default 100000, range [1, 10000000])
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
   imu_wait_s (double, default 0.5, range [0, 60]): longest a frame waits for the IMU to reach its stamp
+  input_reliability (string, default 'best_effort', one of best_effort|reliable): QoS of the IMU
+      subscription (reliable: nothing lost under load; vilib-ros run uses it)
 Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`
 (``python -m vilib_ros.nodes.backend_node --print-parameters`` prints this table from the code):
   window_s (double, default 2.0, range [0.1, 600.0]): IncrementalFixedLagSmoother lag, seconds
@@ -182,6 +184,9 @@ def node_specs() -> list[ParamSpec]:
         ParamSpec("publish_odometry_imu", True, "publish odometry_imu at IMU rate", read_only=True),
         ParamSpec("path_max_length", 100000, "longest published path", range=(1, 10_000_000), read_only=True),
         ParamSpec("diagnostics_period_s", 1.0, "diagnostics publishing period", range=(0.1, 60.0), read_only=True),
+        ParamSpec("input_reliability", "best_effort", "QoS reliability of the IMU subscription: best_effort "
+                  "(sensor data) matches every publisher; reliable loses nothing under load",
+                  choices=("best_effort", "reliable"), read_only=True),
         ParamSpec("imu_wait_s", 0.5, "longest a frame waits for the IMU to reach its stamp", range=(0.0, 60.0),
                   read_only=True),
     ]
@@ -231,7 +236,8 @@ class BackendNode(Node):
         self.pub_path = self.create_publisher(PathMsg, "path", reliable_qos(2))
         self.pub_lm = self.create_publisher(MarkerArray, "landmarks", reliable_qos(2))
         self.pub_diag = self.create_publisher(DiagnosticArray, "diagnostics", reliable_qos(10))
-        self.create_subscription(Imu, "imu", self._on_imu, sensor_qos(2000))
+        imu_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
+        self.create_subscription(Imu, "imu", self._on_imu, imu_qos(2000))
         self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(100))
         # Frames wait here until the IMU has caught up with their stamp (IMU and tracks come on
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
