@@ -254,13 +254,11 @@ def run_command(args) -> int:
         if not (ds_path / "mav0").is_dir():
             print(f"vilib-ros run: generating a {args.duration:g} s synthetic stereo sequence in {ds_path}",
                   file=sys.stderr)
-            main = sys.modules.get("__main__")
-            # rendering workers are spawned processes: they re-import __main__, which must be a
-            # guarded script (the vilib-ros console script is; ``python -m vilib_ros`` is not)
-            spec_name = getattr(getattr(main, "__spec__", None), "name", None)
-            guarded = spec_name != "vilib_ros.__main__" and bool(getattr(main, "__file__", None))
+            # rendering workers are spawned processes that re-import __main__; from an
+            # interactive or ``python -c`` session render in this process instead
+            main_file = getattr(sys.modules.get("__main__"), "__file__", None)
             generate_sequence(ds_path, SequenceConfig(duration_s=float(args.duration)), progress=True,
-                              workers=None if guarded else 1)
+                              workers=None if main_file else 1)
     out = out.resolve()
     (out / "logs").mkdir(exist_ok=True)
     ds = open_dataset(ds_path)
