@@ -162,5 +162,23 @@ def diagnostic_status(name: str, hardware_id: str, level: int, message: str, val
     return s
 
 
-def exit_main(factory, args=None) -> None:
+def exit_main(factory, args=None, parameter_table=None) -> None:
+    """Run the node and exit with its status; ``--print-parameters`` prints the node's
+    parameter table (types, defaults, ranges, descriptions) instead, without starting ROS."""
+    argv = sys.argv if args is None else args
+    if parameter_table is not None and "--print-parameters" in argv:
+        from vilib_ros.nodes.params import format_table
+
+        print(format_table(parameter_table()))
+        return
     sys.exit(run_node(factory, args))
+
+
+def write_json(path, obj) -> None:
+    """Write ``obj`` as indented JSON to ``path``, creating the folder."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, default=str))

@@ -99,9 +99,7 @@ Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backe
 from __future__ import annotations
 
 import collections
-import json
 import time
-from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -113,7 +111,7 @@ from sensor_msgs.msg import Imu, PointCloud
 from visualization_msgs.msg import Marker, MarkerArray
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos
+from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
 from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, ns_to_stamp, pointcloud_to_trackframe
 from vilib_ros.nodes.params import (ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
@@ -419,21 +417,11 @@ class BackendNode(Node):
             else:
                 print("backend_node: record-only mode, no trajectory written")
         if self.p["stats_path"]:
-            path = Path(self.p["stats_path"])
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.summary(), indent=2, default=str))
+            write_json(self.p["stats_path"], self.summary())
 
 
 def main(args=None):
-    import sys
-
-    argv = sys.argv if args is None else args
-    if "--print-parameters" in argv:
-        from vilib_ros.nodes.params import format_table
-
-        print(format_table(parameter_table()))
-        return
-    exit_main(BackendNode, args)
+    exit_main(BackendNode, args, parameter_table)
 
 
 if __name__ == "__main__":

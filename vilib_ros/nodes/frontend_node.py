@@ -119,10 +119,8 @@ named as the fields of :class:`vilib_ros.frontend.FrontendConfig`, nested datacl
 from __future__ import annotations
 
 import collections
-import json
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -130,7 +128,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image, Imu, PointCloud
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos
+from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
 from vilib_ros.nodes.conversions import (ImageConversionError, ImuConversionError, draw_tracks,
                                          image_to_mono8, imu_to_arrays, numpy_to_image, stamp_to_ns,
                                          trackframe_to_pointcloud)
@@ -555,21 +553,11 @@ class FrontendNode(Node):
         if self.stereo and self.pending_left is not None:
             self.skips["stereo_unmatched"] += 1
         if self.p.get("stats_path"):
-            path = Path(self.p["stats_path"])
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.summary(), indent=2, default=str))
+            write_json(self.p["stats_path"], self.summary())
 
 
 def main(args=None):
-    import sys
-
-    argv = sys.argv if args is None else args
-    if "--print-parameters" in argv:
-        from vilib_ros.nodes.params import format_table
-
-        print(format_table(parameter_table()))
-        return
-    exit_main(FrontendNode, args)
+    exit_main(FrontendNode, args, parameter_table)
 
 
 if __name__ == "__main__":
