@@ -21,8 +21,8 @@
 #endif
 
 // The ring walk below is written out in both tests on purpose: a shared __device__ helper for
-// the ring offsets measured up to 1.4x slower NMS-C at n = 4 on the H100 (2026-11-22, same-run
-// comparison in bench/results/perf_notes.md), as the offsets no longer folded to constants.
+// the ring offsets measured up to 1.4x slower NMS-C at n = 4 on the H100 (2026-11-22, two runs compared
+// in bench/results/perf_notes.md), as the offsets no longer folded to constants.
 // Spiral test, ring by ring (Foerstner): ring r = 1..NMS_R is walked clockwise from its
 // top-left corner; the 8r loads of one ring are issued together (no branch between them, so
 // they overlap), and the test exits early after the first ring that suppresses the pixel.
