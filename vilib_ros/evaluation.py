@@ -19,6 +19,24 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
+def umeyama(src: np.ndarray, dst: np.ndarray, scale: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+    """(R, t, s) minimising |s R src + t - dst| over corresponding points (N, 3) (Umeyama;
+    s = 1 unless ``scale``). A light NumPy alignment for reports; ``evaluate`` uses evo."""
+    mu_s, mu_d = src.mean(0), dst.mean(0)
+    U, S, Vt = np.linalg.svd((src - mu_s).T @ (dst - mu_d) / len(src))
+    D = np.eye(3)
+    D[2, 2] = np.sign(np.linalg.det(Vt.T @ U.T)) or 1.0
+    R = Vt.T @ D @ U.T
+    s = float(np.trace(np.diag(S) @ D) / ((src - mu_s) ** 2).sum(1).mean()) if scale else 1.0
+    return R, mu_d - s * R @ mu_s, s
+
+
+def ate_rmse(p: np.ndarray, gt: np.ndarray, scale: bool = False) -> float:
+    """RMSE of positions ``p`` against corresponding ``gt`` after SE3 (Sim3 with ``scale``) alignment."""
+    R, t, s = umeyama(p, gt, scale)
+    return float(np.sqrt(np.mean(np.sum((s * p @ R.T + t - gt) ** 2, 1))))
+
+
 def resolve_trajectory_file(path: str | Path) -> Path:
     p = Path(path)
     if p.is_dir():

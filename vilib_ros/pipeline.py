@@ -105,17 +105,6 @@ def associate(t_a: np.ndarray, t_b: np.ndarray, max_dt_ns: int = 20_000_000) -> 
     return np.nonzero(ok)[0], j[ok]
 
 
-def align_se3(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rigid (R, t) minimising |R src + t - dst| (Umeyama without scale)."""
-    mu_s, mu_d = src.mean(0), dst.mean(0)
-    H = (src - mu_s).T @ (dst - mu_d)
-    U, _S, Vt = np.linalg.svd(H)
-    D = np.eye(3)
-    D[2, 2] = np.sign(np.linalg.det(Vt.T @ U.T)) or 1.0
-    R = Vt.T @ D @ U.T
-    return R, mu_d - R @ mu_s
-
-
 def _id_color(i: int) -> tuple[int, int, int]:
     h = (int(i) * 2654435761) & 0xFFFFFF
     return (h & 255, (h >> 8) & 255, (h >> 16) & 255)
@@ -184,7 +173,9 @@ def plot_trajectory(est, gt, out_png: Path) -> dict:
         t_g, p_g = gt
         ia, ib = associate(t_e, t_g)
         if len(ia) >= 3:
-            R, tr = align_se3(p_e[ia], p_g[ib])
+            from vilib_ros.evaluation import umeyama
+
+            R, tr, _ = umeyama(p_e[ia], p_g[ib])
             p_e = p_e @ R.T + tr
             err = np.linalg.norm(p_e[ia] - p_g[ib], axis=1)
             stats = {"ape_rmse_m": float(np.sqrt(np.mean(err ** 2))), "ape_max_m": float(err.max()),

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.evaluation import ate_rmse
+
 
 def _machine() -> dict:
     cpu = platform.processor() or ""
@@ -73,7 +75,7 @@ def run_once(seq, frames, imu, mode: str, **overrides) -> dict:
     gt = seq.groundtruth()
     t, p, _ = est.trajectory()
     G = gt.p[np.searchsorted(gt.t_ns, t)]
-    ate = _ate(p, G, scale=(mode == "mono"))
+    ate = ate_rmse(p, G, scale=(mode == "mono"))
 
     def st_(x):
         return {"median": float(np.median(x)), "p90": float(np.percentile(x, 90)), "mean": float(np.mean(x)),
@@ -85,17 +87,6 @@ def run_once(seq, frames, imu, mode: str, **overrides) -> dict:
             "factors_per_kf_median": float(np.median([k.get("factors", 0) for k in kt])),
             "gtsam_share": float(sm.sum() / tot.sum()), "ate_m": ate,
             "ate_alignment": "sim3" if mode == "mono" else "se3"}
-
-
-def _ate(p, G, scale=False) -> float:
-    ma, mb = p.mean(0), G.mean(0)
-    U, S, Vt = np.linalg.svd((p - ma).T @ (G - mb) / len(p))
-    D = np.eye(3)
-    D[2, 2] = np.sign(np.linalg.det(Vt.T @ U.T))
-    R = Vt.T @ D @ U.T
-    s = np.trace(np.diag(S) @ D) / ((p - ma) ** 2).sum(1).mean() if scale else 1.0
-    E = s * (p - ma) @ R.T + mb
-    return float(np.sqrt(np.mean(np.sum((E - G) ** 2, 1))))
 
 
 def profile_top(seq, frames, imu, n=12) -> list[dict]:

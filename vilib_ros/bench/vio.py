@@ -36,8 +36,9 @@ def _stats(x) -> dict:
 def run_command(args) -> int:
     from vilib_ros._cuda import device_name, resolve_device
     from vilib_ros.backend import BackendConfig, VioEstimator
-    from vilib_ros.bench.backend import _ate, _machine
+    from vilib_ros.bench.backend import _machine
     from vilib_ros.euroc import open_dataset
+    from vilib_ros.evaluation import ate_rmse
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
     from vilib_ros.synthetic import SequenceConfig, generate_sequence
 
@@ -92,7 +93,7 @@ def run_command(args) -> int:
         "frames": n, "keyframes": len(kf), "prepare_s": t_prep, "wall_s": wall,
         "frames_per_s": n / wall, "real_time_factor": float((stamps[-1] - stamps[0]) * 1e-9 / wall),
         "frontend": _stats(fe), "backend_per_frame": _stats(be), "backend_per_keyframe": _stats(kf),
-        "ate_m": _ate(p, G), "resets": int(est.stats.get("resets", 0)),
+        "ate_m": ate_rmse(p, G), "resets": int(est.stats.get("resets", 0)),
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
