@@ -36,8 +36,8 @@ def sweep_lk(frames, warps_list=(4,)):
 
     from vilib_ros._cuda import get_module
     from vilib_ros.bench.tracker import _features
-    from vilib_ros.pyramid import GpuPyramid
-    from vilib_ros.tracker import GpuLKTracker, TrackerConfig, track_cpu
+    from vilib_ros.frontend.pyramid import GpuPyramid
+    from vilib_ros.frontend.tracker import GpuLKTracker, TrackerConfig, track_cpu
 
     spin = get_module("bench_util").get_function("gpu_spin")
     W, H = frames[0].shape[1], frames[0].shape[0]
@@ -131,7 +131,7 @@ def sweep_lk(frames, warps_list=(4,)):
 def sweep_nms(frames, n_frames=24, warps_list=(8,), reps=1):
     import cupy as cp
 
-    from vilib_ros.detector import DetectorConfig, GpuFastDetector
+    from vilib_ros.frontend.detector import DetectorConfig, GpuFastDetector
 
     H, W = frames[0].shape
     rows = []
@@ -180,14 +180,14 @@ def profile_target(frames, what):
 
     if what == "lkprof":
         from vilib_ros.bench.tracker import _features
-        from vilib_ros.tracker import make_tracker
+        from vilib_ros.frontend.tracker import make_tracker
 
         pts = _features(frames[0], 100)
         trk = make_tracker(frames[0].shape[1], frames[0].shape[0], device="cuda", max_features=len(pts))
         for i in range(12):
             trk.track(frames[i], frames[i + 1], pts)
     else:
-        from vilib_ros.detector import DetectorConfig, GpuFastDetector
+        from vilib_ros.frontend.detector import DetectorConfig, GpuFastDetector
 
         for levels in (1, 2):
             det = GpuFastDetector(frames[0].shape[1], frames[0].shape[0], DetectorConfig(levels=levels), use_graph=False)

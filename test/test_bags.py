@@ -17,7 +17,7 @@ KINDS = [("ros1", "sqlite3"), ("ros2", "sqlite3"), ("ros2", "mcap")]
 
 @pytest.fixture(scope="module")
 def real_asl(euroc_path):
-    from vilib_ros.euroc import open_dataset
+    from vilib_ros.datasets.asl import open_dataset
 
     return open_dataset(euroc_path)
 
@@ -25,8 +25,8 @@ def real_asl(euroc_path):
 class TestWriteBagRoundTrip:
     @pytest.mark.parametrize("kind,storage", KINDS)
     def test_real_frames(self, tmp_path, real_asl, euroc_path, kind, storage):
-        from vilib_ros.bags import BagDataset, write_bag
-        from vilib_ros.euroc import open_dataset
+        from vilib_ros.datasets.bags import BagDataset, write_bag
+        from vilib_ros.datasets.asl import open_dataset
 
         n = 4
         out = write_bag(real_asl, tmp_path / "seq", kind=kind, storage=storage, max_images=n)
@@ -61,8 +61,8 @@ class TestWriteBagRoundTrip:
         """A stereo ASL folder with custom extrinsics; rosbags' reader sees the expected topics."""
         from rosbags.highlevel import AnyReader
 
-        from vilib_ros.bags import write_bag
-        from vilib_ros.euroc import open_dataset
+        from vilib_ros.datasets.bags import write_bag
+        from vilib_ros.datasets.asl import open_dataset
 
         root = make_asl(tmp_path / "asl", euroc_frames[:3], cams=2, imu_n=60)
         T = np.eye(4)
@@ -101,7 +101,7 @@ class TestWriteBagRoundTrip:
 
 class TestWriteBagErrors:
     def test_existing_output(self, tmp_path, euroc_frames):
-        from vilib_ros.bags import write_bag
+        from vilib_ros.datasets.bags import write_bag
 
         root = make_asl(tmp_path / "asl", euroc_frames[:1], imu_n=3)
         (tmp_path / "x").mkdir()
@@ -109,13 +109,13 @@ class TestWriteBagErrors:
             write_bag(root, tmp_path / "x", kind="ros2")
 
     def test_bad_kind(self, tmp_path):
-        from vilib_ros.bags import write_bag
+        from vilib_ros.datasets.bags import write_bag
 
         with pytest.raises(ValueError, match="kind"):
             write_bag(tmp_path, tmp_path / "out", kind="ros3")
 
     def test_corrupt_bag(self, tmp_path):
-        from vilib_ros.euroc import open_dataset
+        from vilib_ros.datasets.asl import open_dataset
 
         p = tmp_path / "broken.bag"
         p.write_bytes(b"#ROSBAG V2.0\n" + b"\x00" * 100)
@@ -133,7 +133,7 @@ class TestImageMessages:
                                           step=step, data=np.frombuffer(data, np.uint8))
 
     def test_encodings(self, euroc_frames):
-        from vilib_ros.bags import image_msg_to_array
+        from vilib_ros.datasets.bags import image_msg_to_array
 
         rng = np.random.default_rng(1)
         rgb = rng.integers(0, 256, (6, 5, 3), dtype=np.uint8)
@@ -160,7 +160,7 @@ class TestZeroHeaderStamps:
         from rosbags.rosbag2 import Writer
         from rosbags.typesys import Stores, get_typestore
 
-        from vilib_ros.euroc import open_dataset
+        from vilib_ros.datasets.asl import open_dataset
 
         ts = get_typestore(Stores.ROS2_JAZZY)
         T = ts.types

@@ -4,7 +4,7 @@ import logging
 import numpy as np
 import pytest
 
-from vilib_ros.detector import (SCORES, CpuFastDetector, DetectorConfig, cell_select_cpu, fast_score_cpu,
+from vilib_ros.frontend.detector import (SCORES, CpuFastDetector, DetectorConfig, cell_select_cpu, fast_score_cpu,
                                 make_detector, nms_suppress_cpu)
 
 # Bresenham circle, radius 3, written out independently of fast_lut.CIRCLE (clockwise from the top)

@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from vilib_ros.euroc import AslDataset, Groundtruth, open_dataset, read_tum
+from vilib_ros.datasets.asl import AslDataset, Groundtruth, open_dataset, read_tum
 
 
 def _raw_csv_rows(path: Path) -> list[list[str]]:

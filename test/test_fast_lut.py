@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from vilib_ros.fast_lut import CIRCLE, build_lut, lut_lookup
+from vilib_ros.frontend.fast_lut import CIRCLE, build_lut, lut_lookup
 
 
 def brute_force_segment_test(n: int) -> np.ndarray:

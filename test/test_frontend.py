@@ -8,7 +8,7 @@ import pytest
 
 from vilib_ros.camera import CameraModel, euroc_cam0
 from vilib_ros.frontend import FeatureTracker, FrontendConfig
-from vilib_ros.tracker import TrackerConfig
+from vilib_ros.frontend.tracker import TrackerConfig
 
 cv2 = pytest.importorskip("cv2")
 
@@ -354,8 +354,8 @@ class TestGpuPipeline:
         import cupy as cp
 
         from vilib_ros._cuda import get_module
-        from vilib_ros.frontend import _cam_params
-        from vilib_ros.imu_prediction import predict_points
+        from vilib_ros.frontend.feature_tracker import _cam_params
+        from vilib_ros.frontend.imu_prediction import predict_points
 
         mod = get_module("frontend")
         rng = np.random.default_rng(0)

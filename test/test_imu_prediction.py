@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.imu_prediction import (GyroPredictor, ImuGapError, camera_rotation, integrate_gyro, predict_points,
+from vilib_ros.frontend.imu_prediction import (GyroPredictor, ImuGapError, camera_rotation, integrate_gyro, predict_points,
                                       so3_exp)
 
 Rotation = pytest.importorskip("scipy.spatial.transform").Rotation

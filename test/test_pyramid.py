@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from vilib_ros.pyramid import build_pyramid_cpu, level_shapes
+from vilib_ros.frontend.pyramid import build_pyramid_cpu, level_shapes
 
 
 def loop_halve(img):
@@ -49,7 +49,7 @@ class TestBuildPyramidCpu:
 class TestGpuPyramid:
     @pytest.mark.parametrize("shape", [(480, 752), (101, 77)])
     def test_equals_cpu(self, shape, euroc_frames):
-        from vilib_ros.pyramid import GpuPyramid
+        from vilib_ros.frontend.pyramid import GpuPyramid
 
         rng = np.random.default_rng(2)
         imgs = [rng.integers(0, 256, shape, dtype=np.uint8)]

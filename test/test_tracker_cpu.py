@@ -1,11 +1,11 @@
-"""NumPy reference LK tracker (vilib_ros.tracker.track_cpu) against independent references:
+"""NumPy reference LK tracker (vilib_ros.frontend.tracker.track_cpu) against independent references:
 known synthetic shifts, the synthetic generator's ground-truth flow, OpenCV's pyramidal LK."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from vilib_ros.tracker import MODES, CpuLKTracker, TrackerConfig, TrackStatus, track_cpu, track_opencv
+from vilib_ros.frontend.tracker import MODES, CpuLKTracker, TrackerConfig, TrackStatus, track_cpu, track_opencv
 
 cv2 = pytest.importorskip("cv2")
 
@@ -180,7 +180,7 @@ class TestSyntheticGroundTruth:
     @pytest.mark.parametrize("mode", MODES)
     def test_median_error_default_preset(self, mode):
         syn = pytest.importorskip("vilib_ros.synthetic")
-        from vilib_ros.detector import make_detector
+        from vilib_ros.frontend.detector import make_detector
 
         seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.3, stereo=False, seed=1))
         det = make_detector(752, 480, device="cpu")
@@ -200,7 +200,7 @@ class TestSyntheticGroundTruth:
         assert n_ok >= 0.8 * n_vis
 
     def test_illumination_change_translation_only_is_worse(self, synth_illum):
-        from vilib_ros.detector import make_detector
+        from vilib_ros.frontend.detector import make_detector
 
         seq, imgs = synth_illum
         det = make_detector(752, 480, device="cpu")
@@ -312,7 +312,7 @@ def emulated(tmp_path_factory):
 def _run_emulated_lk(lib, tmpl, img, pts, pred, cfg):
     import ctypes
 
-    from vilib_ros.pyramid import build_pyramid_cpu
+    from vilib_ros.frontend.pyramid import build_pyramid_cpu
 
     P = ctypes.c_void_p
     tp, ip = build_pyramid_cpu(tmpl, cfg.levels), build_pyramid_cpu(img, cfg.levels)
@@ -332,7 +332,7 @@ def _run_emulated_lk(lib, tmpl, img, pts, pred, cfg):
                ptr(act), ctypes.c_int(n), ctypes.c_int(cfg.max_iterations), ctypes.c_float(cfg.eps),
                ctypes.c_float(cfg.min_eigen), ctypes.c_float(cfg.max_residual), ptr(opos), ptr(ost), ptr(ores),
                ptr(og), ptr(oo), ptr(oit))
-    from vilib_ros.tracker import TrackResult
+    from vilib_ros.frontend.tracker import TrackResult
 
     return TrackResult(opos, ost, ores, og, oo, oit)
 
@@ -341,7 +341,7 @@ def _run_emulated_lk(lib, tmpl, img, pts, pred, cfg):
 class TestKernelSourceOnHost:
     @pytest.mark.parametrize("mode", MODES)
     def test_lk_kernel_matches_reference(self, emulated, euroc_frames, mode):
-        from vilib_ros.detector import make_detector
+        from vilib_ros.frontend.detector import make_detector
 
         a, b = euroc_frames[40], euroc_frames[43]
         pts = make_detector(752, 480, device="cpu").detect(a).points()[::12][:20]
@@ -360,8 +360,8 @@ class TestKernelSourceOnHost:
         import ctypes
 
         from vilib_ros.camera import CameraModel, euroc_cam0
-        from vilib_ros.frontend import _cam_params
-        from vilib_ros.imu_prediction import predict_points
+        from vilib_ros.frontend.feature_tracker import _cam_params
+        from vilib_ros.frontend.imu_prediction import predict_points
 
         P = ctypes.c_void_p
         ptr = lambda a: a.ctypes.data_as(P)  # noqa: E731

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vilib_ros.tracker import MODES, TrackerConfig, TrackStatus, track_cpu
+from vilib_ros.frontend.tracker import MODES, TrackerConfig, TrackStatus, track_cpu
 
 pytestmark = pytest.mark.gpu
 
 
 def _pairs(euroc_frames):
-    from vilib_ros.detector import make_detector
+    from vilib_ros.frontend.detector import make_detector
 
     det = make_detector(752, 480, device="cpu")
     out = []
@@ -35,7 +35,7 @@ def pairs(euroc_frames):
 class TestGpuMatchesReference:
     @pytest.mark.parametrize("mode", MODES)
     def test_positions_status_illumination(self, pairs, mode):
-        from vilib_ros.tracker import GpuLKTracker
+        from vilib_ros.frontend.tracker import GpuLKTracker
 
         cfg = TrackerConfig(mode=mode)
         gpu = GpuLKTracker(752, 480, cfg, max_features=512)
@@ -70,7 +70,7 @@ class TestGpuMatchesReference:
         assert np.median(d) < 0.002
 
     def test_inactive_and_left_image(self, pairs):
-        from vilib_ros.tracker import GpuLKTracker
+        from vilib_ros.frontend.tracker import GpuLKTracker
 
         a, b, _ = pairs[0]
         pts = np.array([[100, 100], [745, 240], [300, 200], [400, 300]], np.float32)
@@ -84,6 +84,6 @@ class TestGpuMatchesReference:
         assert r.status[2] == TrackStatus.INACTIVE and r.status[3] == TrackStatus.DIVERGED
 
     def test_make_tracker_picks_gpu(self):
-        from vilib_ros.tracker import GpuLKTracker, make_tracker
+        from vilib_ros.frontend.tracker import GpuLKTracker, make_tracker
 
         assert isinstance(make_tracker(752, 480, TrackerConfig(), device="auto"), GpuLKTracker)

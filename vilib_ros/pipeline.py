@@ -228,7 +228,7 @@ def run_command(args) -> int:
     t_start = time.monotonic()
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _raise_interrupt)   # clean up the children on SIGTERM too
-    from vilib_ros.euroc import open_dataset
+    from vilib_ros.datasets.asl import open_dataset
 
     if args.dataset:
         ds_path = Path(args.dataset)

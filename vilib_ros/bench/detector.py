@@ -116,7 +116,7 @@ def bench_opencv(frames, repeat) -> dict:
 
 
 def bench_cpu_detector(frames, repeat) -> dict:
-    from vilib_ros.detector import CpuFastDetector, DetectorConfig
+    from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig
 
     det = CpuFastDetector(frames[0].shape[1], frames[0].shape[0], DetectorConfig())
     t = []
@@ -132,7 +132,7 @@ def bench_cpu_detector(frames, repeat) -> dict:
 def bench_gpu_config(frames, cfg, repeat) -> dict:
     import cupy as cp
 
-    from vilib_ros.detector import GpuFastDetector
+    from vilib_ros.frontend.detector import GpuFastDetector
 
     h, w = frames[0].shape
     det = GpuFastDetector(w, h, cfg)
@@ -324,7 +324,7 @@ def evaluate_targets(res: dict) -> list[dict]:
 
 def run_command(args) -> int:
     from vilib_ros._cuda import cuda_available, cuda_unavailable_reason, device_name
-    from vilib_ros.detector import SCORES, DetectorConfig
+    from vilib_ros.frontend.detector import SCORES, DetectorConfig
 
     frames = load_frames(args.frames_dir)
     out = Path(args.out)

@@ -116,8 +116,8 @@ def bench_gpu_tracker(frames, pts_all, counts, repeats, mode):
     and the same with the new frame's upload from pinned memory + pyramid build."""
     import cupy as cp
 
-    from vilib_ros.pyramid import GpuPyramid
-    from vilib_ros.tracker import GpuLKTracker, TrackerConfig
+    from vilib_ros.frontend.pyramid import GpuPyramid
+    from vilib_ros.frontend.tracker import GpuLKTracker, TrackerConfig
 
     cfg = TrackerConfig(mode=mode)
     W, H = frames[0].shape[1], frames[0].shape[0]
@@ -210,8 +210,8 @@ def bench_iteration_cap(frames, pts_all, n=100, mode="gain_offset", caps=(1, 2, 
     as long as its slowest feature, so the time follows the cap (the tail), not the mean."""
     import cupy as cp
 
-    from vilib_ros.pyramid import GpuPyramid
-    from vilib_ros.tracker import GpuLKTracker, TrackerConfig
+    from vilib_ros.frontend.pyramid import GpuPyramid
+    from vilib_ros.frontend.tracker import GpuLKTracker, TrackerConfig
 
     W, H = frames[0].shape[1], frames[0].shape[0]
     pyrs = []
@@ -521,7 +521,7 @@ def run_command(args) -> int:
     res["tracker"] = {"opencv": bench_opencv(frames, pts, counts, args.repeats), "gpu": {}}
     log.info("OpenCV LK done (%.1f s)", time.time() - t0)
     if device == "cuda":
-        from vilib_ros.tracker import MODES
+        from vilib_ros.frontend.tracker import MODES
 
         for n in counts:
             res["tracker"]["gpu"][n] = {}

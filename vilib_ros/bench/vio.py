@@ -37,7 +37,7 @@ def run_command(args) -> int:
     from vilib_ros._cuda import device_name, resolve_device
     from vilib_ros.backend import BackendConfig, VioEstimator
     from vilib_ros.bench.backend import _machine
-    from vilib_ros.euroc import open_dataset
+    from vilib_ros.datasets.asl import open_dataset
     from vilib_ros.evaluation import ate_rmse
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
     from vilib_ros.synthetic import SequenceConfig, generate_sequence

@@ -1,6 +1,6 @@
 """player_node: replay a EuRoC dataset (ASL folder, ROS 1 .bag, ROS 2 bag) as ROS 2 topics.
 
-The dataset is opened with :func:`vilib_ros.euroc.open_dataset`; its events are published
+The dataset is opened with :func:`vilib_ros.datasets.asl.open_dataset`; its events are published
 in time order: IMU samples first, then the images of the same instant. IMU samples are
 replayed from ``imu_margin_s`` before the first image to the last image (EuRoC IMU logs run
 longer than a cut image sequence).
@@ -96,7 +96,7 @@ class PlayerNode(Node):
         self.add_on_set_parameters_callback(check_on_set(self.specs))
         if not self.p["dataset"]:
             raise ValueError("player_node: parameter 'dataset' is required (ASL folder, .bag or ROS 2 bag)")
-        from vilib_ros.euroc import open_dataset
+        from vilib_ros.datasets.asl import open_dataset
 
         self.ds = open_dataset(self.p["dataset"])
         self.n_cams = len(self.ds.cameras) if self.p["publish_cam1"] else 1

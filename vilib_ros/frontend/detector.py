@@ -9,7 +9,7 @@ Definitions (identical on CPU and GPU; the tests check this exactly):
 * Threshold: ``t = floor(threshold)``; circle pixel i is *brighter* when ``I_i - I_c > t``
   and *darker* when ``I_c - I_i > t`` (OpenCV's and the paper's ``> I_c + eps``).
 * Segment test: the darker mask and the brighter mask (16 bits each, bit i = circle pixel i,
-  see :data:`vilib_ros.fast_lut.CIRCLE`) are looked up separately in the 8 KB bit table;
+  see :data:`vilib_ros.frontend.fast_lut.CIRCLE`) are looked up separately in the 8 KB bit table;
   a corner has a circular run of >= N same-class pixels. Score 0 where it fails, and within
   ``border`` pixels of the level's edge.
 * ``sad_circle`` (SAD-B): sum over all 16 circle pixels of ``|I_i - I_c|``.
@@ -34,11 +34,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from vilib_ros._cuda import launch
-from vilib_ros.fast_lut import CIRCLE, arc_coverage, build_lut, lut_lookup
-from vilib_ros.pyramid import build_pyramid_cpu, level_shapes
+from vilib_ros.frontend.fast_lut import CIRCLE, arc_coverage, build_lut, lut_lookup
+from vilib_ros.frontend.pyramid import build_pyramid_cpu, level_shapes
 from vilib_ros.types import CellFeatures
 
-log = logging.getLogger("vilib_ros.detector")
+log = logging.getLogger("vilib_ros.frontend.detector")
 
 SCORES = ("sad_circle", "sad_arc", "max_threshold")
 SCORE_CODES = {name: i for i, name in enumerate(SCORES)}
@@ -297,7 +297,7 @@ class GpuFastDetector:
                  warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "auto",
                  static_geometry: bool = True):
         from vilib_ros._cuda import CudaUnavailable, cuda_available, cuda_unavailable_reason, get_module
-        from vilib_ros.pyramid import GpuPyramid
+        from vilib_ros.frontend.pyramid import GpuPyramid
 
         self.config = (config or DetectorConfig()).validate()
         check_geometry(width, height, self.config)

@@ -4,8 +4,8 @@
 :class:`vilib_ros.types.TrackFrame` s:
 
 1. pyramid of the new frame;
-2. LK tracking (:mod:`vilib_ros.tracker`) of every live track from the previous frame, started at
-   the IMU-predicted position (rotation-only homography, :mod:`vilib_ros.imu_prediction`) or at
+2. LK tracking (:mod:`vilib_ros.frontend.tracker`) of every live track from the previous frame, started at
+   the IMU-predicted position (rotation-only homography, :mod:`vilib_ros.frontend.imu_prediction`) or at
    the old position; optional forward-backward check and RANSAC (fundamental matrix on
    undistorted points);
 3. lost tracks dropped; when live tracks fall below ``min_track_fraction`` of the target (the
@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vilib_ros._cuda import launch
-from vilib_ros.detector import DetectorConfig, make_detector
-from vilib_ros.imu_prediction import ImuGapError, camera_rotation, integrate_gyro, predict_points
-from vilib_ros.pyramid import build_pyramid_cpu
-from vilib_ros.tracker import Layout as _Layout
-from vilib_ros.tracker import TrackerConfig, TrackStatus, make_tracker, output_fields
+from vilib_ros.frontend.detector import DetectorConfig, make_detector
+from vilib_ros.frontend.imu_prediction import ImuGapError, camera_rotation, integrate_gyro, predict_points
+from vilib_ros.frontend.pyramid import build_pyramid_cpu
+from vilib_ros.frontend.tracker import Layout as _Layout
+from vilib_ros.frontend.tracker import TrackerConfig, TrackStatus, make_tracker, output_fields
 from vilib_ros.types import TrackFrame
 
 log = logging.getLogger("vilib_ros.frontend")
@@ -478,7 +478,7 @@ class FeatureTracker:
         import cupy as cp
 
         from vilib_ros._cuda import get_module
-        from vilib_ros.pyramid import GpuPyramid
+        from vilib_ros.frontend.pyramid import GpuPyramid
 
         S, W, H = self.S, self.width, self.height
         self._cp = cp

@@ -7,7 +7,7 @@
   ``mav0/state_groundtruth_estimate0/data.csv`` or a ``*groundtruth*.txt`` TUM file in the
   dataset folder;
 * a ROS 1 ``.bag`` or a ROS 2 bag folder (sqlite3 or mcap), read through ``rosbags``
-  (see :mod:`vilib_ros.bags`).
+  (see :mod:`vilib_ros.datasets.bags`).
 
 Timestamps are integer nanoseconds everywhere (never floats: 1.4e18 ns does not fit a
 float64 mantissa). Quaternions are ``x, y, z, w`` (Hamilton, ``R_WB``), positions in metres.
@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .camera import CameraModel, euroc_cam0, load_euroc_yaml
+from ..camera import CameraModel, euroc_cam0, load_euroc_yaml
 
 log = logging.getLogger(__name__)
 

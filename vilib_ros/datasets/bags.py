@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .camera import CameraModel
-from .euroc import EUROC_IMU_NOISE, Dataset, Groundtruth, default_camera, open_dataset
+from ..camera import CameraModel
+from .asl import EUROC_IMU_NOISE, Dataset, Groundtruth, default_camera, open_dataset
 
 log = logging.getLogger(__name__)
 
@@ -397,7 +397,7 @@ class _MsgFactory:
 
 def write_bag(dataset, out_path: str | Path, kind: str = "ros2", storage: str = "sqlite3",
               max_images: int | None = None, overwrite: bool = False) -> Path:
-    """Write ``dataset`` (a :class:`~vilib_ros.euroc.Dataset` or a path) as a ROS bag.
+    """Write ``dataset`` (a :class:`~vilib_ros.datasets.asl.Dataset` or a path) as a ROS bag.
 
     ``kind='ros1'`` writes a ROS 1 ``.bag`` file at ``out_path``; ``kind='ros2'`` a ROS 2 bag
     folder (``storage`` ``'sqlite3'`` or ``'mcap'``). Topics: ``/cam{i}/image_raw`` (mono8),

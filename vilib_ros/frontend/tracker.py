@@ -14,7 +14,7 @@ reversal that does not shrink): then half of the last update is taken back and t
 * :class:`TrackStatus` - the int8 status enum shared with the kernel.
 
 Conventions: level-0 pixel centres at integer coordinates; level l coordinate
-``x_l = (x_0 + 0.5) / 2**l - 0.5`` (2x2-mean pyramid of :mod:`vilib_ros.pyramid`).
+``x_l = (x_0 + 0.5) / 2**l - 0.5`` (2x2-mean pyramid of :mod:`vilib_ros.frontend.pyramid`).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from vilib_ros._cuda import launch
 
-log = logging.getLogger("vilib_ros.tracker")
+log = logging.getLogger("vilib_ros.frontend.tracker")
 
 MODES = ("translation", "offset", "gain", "gain_offset")
 _MODE_INFO = {  # n params, gain slot, offset slot (as in ModeInfo<> of lk.cu)
@@ -132,7 +132,7 @@ def _as_pyramid(img_or_pyr, levels: int) -> list[np.ndarray]:
         if len(img_or_pyr) < levels:
             raise ValueError(f"pyramid has {len(img_or_pyr)} levels, the tracker needs {levels}")
         return list(img_or_pyr)
-    from vilib_ros.pyramid import build_pyramid_cpu
+    from vilib_ros.frontend.pyramid import build_pyramid_cpu
 
     return build_pyramid_cpu(img_or_pyr, levels)
 
@@ -470,7 +470,7 @@ class GpuLKTracker:
         """Host convenience: upload two images, build pyramids, track, download (synchronous)."""
         import cupy as cp
 
-        from vilib_ros.pyramid import GpuPyramid
+        from vilib_ros.frontend.pyramid import GpuPyramid
 
         for im in (tmpl, img):
             a = np.asarray(im[0] if isinstance(im, (list, tuple)) else im)
