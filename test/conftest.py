@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# ROS domain ids of a test run derive from this seed (default: the pid); set
+# VILIB_ROS_DOMAIN_SEED to keep concurrent test runs on one machine apart.
+DOMAIN_SEED = int(os.environ.get("VILIB_ROS_DOMAIN_SEED", os.getpid()))
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-os.environ.setdefault("ROS_DOMAIN_ID", str(40 + os.getpid() % 60))
+os.environ.setdefault("ROS_DOMAIN_ID", str(40 + DOMAIN_SEED % 60))
 os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
 os.environ.setdefault("VILIB_ROS_CHECK_LAUNCHES", "1")
 

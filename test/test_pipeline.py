@@ -19,7 +19,9 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DOMAIN = 120 + (os.getpid() % 25) * 4 + 3
+from conftest import DOMAIN_SEED  # noqa: E402
+
+DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 3
 REPO = Path(__file__).resolve().parents[1]
 
 

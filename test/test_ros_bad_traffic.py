@@ -18,7 +18,9 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DOMAIN = 120 + (os.getpid() % 25) * 4 + 1
+from conftest import DOMAIN_SEED  # noqa: E402
+
+DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 1
 T0 = 1_403_715_273_262_142_976
 DT = 50_000_000
 

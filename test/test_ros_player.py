@@ -13,7 +13,9 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DOMAIN = 20 + (os.getpid() % 20)   # 20..39: apart from conftest's 40..99 and the other modules' 120..219
+from conftest import DOMAIN_SEED  # noqa: E402
+
+DOMAIN = 20 + (DOMAIN_SEED % 20)   # 20..39: apart from conftest's 40..99 and the other modules' 120..219
 
 
 @pytest.fixture(scope="module")
