@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.cpu_backend import ENV, CompiledUnavailable, cpu_implementation
+from vilib_ros.frontend.cpu_backend import ENV, THREADS_ENV, CompiledUnavailable, cpu_implementation, cpu_threads
 from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig, make_detector
 from vilib_ros.frontend.tracker import CpuLKTracker, TrackerConfig, make_tracker
 
@@ -39,6 +39,39 @@ class TestCpuImplementation:
         monkeypatch.setenv(ENV, "fortran")
         with pytest.raises(ValueError, match=ENV):
             cpu_implementation()
+
+
+class TestCpuThreads:
+    def test_default_one_zero_all_bad_named(self, monkeypatch):
+        numba = _numba()
+        monkeypatch.delenv(THREADS_ENV, raising=False)
+        assert cpu_threads() == 1
+        monkeypatch.setenv(THREADS_ENV, "0")
+        assert cpu_threads() == numba.config.NUMBA_NUM_THREADS
+        for bad in ("two", "-1", str(numba.config.NUMBA_NUM_THREADS + 1)):
+            monkeypatch.setenv(THREADS_ENV, bad)
+            with pytest.raises(ValueError, match=THREADS_ENV):
+                cpu_threads()
+
+    def test_all_threads_give_the_same_results(self, euroc_frames, monkeypatch):
+        """The parallel loops (rows, cells, features) split work, never change a result."""
+        _numba()
+        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
+        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+
+        out = {}
+        for n in ("1", "0"):
+            monkeypatch.setenv(THREADS_ENV, n)
+            det, trk = NumbaFastDetector(752, 480), NumbaLKTracker(752, 480)
+            cells = [det.detect(euroc_frames[k]) for k in (5, 50)]
+            pts = cells[0].points()
+            tr = trk.track(euroc_frames[5], euroc_frames[7], pts)
+            out[n] = (cells, tr)
+        for a, b in zip(out["1"][0], out["0"][0]):
+            for f in ("x", "y", "score", "level"):
+                np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+        for f in ("pos", "status", "residual", "gain", "offset", "iterations"):
+            np.testing.assert_array_equal(getattr(out["1"][1], f), getattr(out["0"][1], f))
 
 
 class TestFactories:

@@ -14,6 +14,13 @@ which one to build:
 
 Compiled functions are cached on disk (numba ``cache=True``: ``__pycache__`` beside the
 sources, or ``NUMBA_CACHE_DIR``): the first process compiles, later ones load.
+
+Threads: the compiled loops are parallel (``prange`` over rows, cells, features), and
+``VILIB_ROS_CPU_THREADS`` (default 1; 0 = every core numba sees) sets how many threads each
+detector / tracker uses, per call, whichever thread calls it. One is the default because a
+frame is small work (~2 ms at 752x480): on a loaded 2-core machine two threads made the
+frontend several times slower (each parallel region waits for a core that the player and the
+backend hold), and one thread leaves the other cores to the backend.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import os
 log = logging.getLogger("vilib_ros.frontend.cpu")
 
 ENV = "VILIB_ROS_CPU_IMPL"
+THREADS_ENV = "VILIB_ROS_CPU_THREADS"
 CHOICES = ("auto", "numba", "numpy")
 
 
@@ -71,15 +79,19 @@ def cpu_implementation(choice: str | None = None) -> str:
     return "numpy"
 
 
-def set_threads(n: int | None) -> int:
-    """Threads for the compiled stages of the calling thread (``None``: all cores); returns it."""
+def cpu_threads() -> int:
+    """Threads for the compiled stages: ``$VILIB_ROS_CPU_THREADS`` (default 1; 0 = all cores)."""
     import numba
 
-    n = numba.config.NUMBA_NUM_THREADS if n is None else int(n)
-    if not 1 <= n <= numba.config.NUMBA_NUM_THREADS:
-        raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS}, got {n}")
-    numba.set_num_threads(n)
-    return n
+    raw = (os.environ.get(THREADS_ENV) or "1").strip()
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{THREADS_ENV} must be an integer (0 = all {top} cores), got {raw!r}") from None
+    if not 0 <= n <= top:
+        raise ValueError(f"{THREADS_ENV} must be in 0..{top} (0 = all cores), got {n}")
+    return n or top
 
 
 def _compiled_or_reference(what: str, build_compiled, build_reference):

@@ -7,8 +7,10 @@ Made by ``make_detector(..., device='cpu')`` (see :mod:`.cpu_backend`).
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
+from vilib_ros.frontend.cpu_backend import cpu_threads
 from vilib_ros.frontend.cpu_fast import fast_score
 from vilib_ros.frontend.cpu_nms import MAX_LEVELS, nms_cells, nms_full
 from vilib_ros.frontend.cpu_pyramid import CpuPyramid
@@ -25,6 +27,7 @@ class NumbaFastDetector(CpuFastDetector):
 
     def __init__(self, width: int, height: int, config=None):
         super().__init__(width, height, config)
+        self.threads = cpu_threads()
         c = self.config
         if c.levels > MAX_LEVELS:  # validate() already limits levels to 1..4
             raise ValueError(f"detector levels must be <= {MAX_LEVELS}")
@@ -41,6 +44,7 @@ class NumbaFastDetector(CpuFastDetector):
     # -- stages on the internal buffers
     def _build(self, image) -> list[np.ndarray]:
         check_image(image, self.width, self.height)
+        numba.set_num_threads(self.threads)    # thread-local in numba: set for whichever thread calls
         return self._pyr.build(image)
 
     def _score(self, levels) -> None:

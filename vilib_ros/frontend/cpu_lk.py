@@ -20,6 +20,7 @@ import math
 import numba
 import numpy as np
 
+from vilib_ros.frontend.cpu_backend import cpu_threads
 from vilib_ros.frontend.tracker import _MODE_INFO, CpuLKTracker, TrackResult, TrackStatus
 
 MAX_LEVELS = 8
@@ -343,6 +344,7 @@ class NumbaLKTracker(CpuLKTracker):
 
     def __init__(self, width: int, height: int, config=None, max_features: int = 1024):
         super().__init__(width, height, config, max_features)
+        self.threads = cpu_threads()
         c = self.config
         npar, gslot, oslot = _MODE_INFO[c.mode]
         self._patch = np.array([int(p) for p in c.patch_sizes[: c.levels]] + [8] * (MAX_LEVELS - c.levels), np.int64)
@@ -383,6 +385,7 @@ class NumbaLKTracker(CpuLKTracker):
         residual, gain, offset = np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.float32)
         iters = np.empty(n, np.int32)
         if n:
+            numba.set_num_threads(self.threads)    # thread-local in numba: set for whichever thread calls
             lk_track(tp, ip, int(self.config.levels), self._patch, tmpl_pos, pred, np.ascontiguousarray(act),
                      *self._params, pos, status, residual, gain, offset, iters)
         return TrackResult(pos, status, residual, gain, offset, iters)
