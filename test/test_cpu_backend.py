@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.cpu_backend import ENV, THREADS_ENV, CompiledUnavailable, cpu_implementation, cpu_threads
+from vilib_ros.frontend.cpu_backend import (ENV, THREADS_ENV, CompiledUnavailable, build_pyramid_host,
+                                            cpu_implementation, cpu_threads)
 from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig, make_detector
 from vilib_ros.frontend.tracker import CpuLKTracker, TrackerConfig, make_tracker
 
@@ -100,6 +101,18 @@ class TestFactories:
         monkeypatch.setenv(ENV, "numpy")
         assert type(make_detector(752, 480, DetectorConfig(), device="cpu")) is CpuFastDetector
         assert type(make_tracker(752, 480, TrackerConfig(), device="cpu")) is CpuLKTracker
+
+
+class TestBuildPyramidHost:
+    @pytest.mark.parametrize("impl", ["numba", "numpy"])
+    def test_same_levels_either_way(self, euroc_frames, monkeypatch, impl):
+        from vilib_ros.frontend.pyramid import build_pyramid_cpu
+
+        if impl == "numba":
+            _numba()
+        monkeypatch.setenv(ENV, impl)
+        for a, b in zip(build_pyramid_host(euroc_frames[7], 5), build_pyramid_cpu(euroc_frames[7], 5)):
+            np.testing.assert_array_equal(a, b)
 
 
 _NO_NUMBA = """

@@ -134,3 +134,18 @@ def make_cpu_tracker(width: int, height: int, config=None, max_features: int = 1
 
     return _compiled_or_reference("tracker", compiled,
                                   lambda: CpuLKTracker(width, height, config, max_features))
+
+
+def build_pyramid_host(img, levels: int) -> list:
+    """The CPU pipeline's pyramid: the compiled twin of ``build_pyramid_cpu`` (bit-identical,
+    ~7x faster) where the compiled path is selected, else ``build_pyramid_cpu`` itself."""
+    if cpu_implementation() == "numba":
+        try:
+            from vilib_ros.frontend.cpu_pyramid import build_pyramid_compiled
+        except ImportError:
+            pass
+        else:
+            return build_pyramid_compiled(img, levels)
+    from vilib_ros.frontend.pyramid import build_pyramid_cpu
+
+    return build_pyramid_cpu(img, levels)
