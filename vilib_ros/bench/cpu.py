@@ -315,6 +315,8 @@ def _md(res) -> str:
          f"- data: {res['data']}", f"- versions: {res['versions']}",
          f"- load average at start / end: {res['load_start']} / {res['load_end']} (a shared machine is noisy)", "",
          "## Whole frontend, `process()` per frame (synchronous, pageable frames)", "",
+         "threads: OpenCV's `setNumThreads` and ours (`VILIB_ROS_CPU_THREADS`, default 1) for the run; "
+         "frames: all passes pooled (a fresh frontend per pass).", "",
          "| threads | frontend | implementation | frames | median ms | p90 ms | mean ms | tracks/frame | vs OpenCV-native (median) |",
          "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
     for th, rows in res["frontend"].items():
@@ -376,6 +378,12 @@ def run_command(args) -> int:
     _set_threads(1)
     res["profile"] = profile_compiled(frames)
     res["load_end"] = os.getloadavg()
+    try:
+        import numba
+
+        res["versions"]["numba_threading_layer"] = numba.threading_layer()   # the one the parallel loops used
+    except (ImportError, ValueError):
+        pass
     res["verdicts"] = _verdicts(res)
     (out / "cpu_bench.json").write_text(json.dumps(res, indent=2, default=str))
     md = _md(res)
