@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.bench.backend import _load, _machine
 from vilib_ros.bench.tracker import _pct, default_frames_dir, load_frames
 
 log = logging.getLogger("vilib_ros.bench.cpu")
@@ -284,16 +285,9 @@ def bench_jit():
 # ------------------------------------------------------------------------------------ report
 
 
-def _machine():
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.machine()}"
+def _machine_line():
+    m = _machine()
+    return f"{m['cpu']}, {m['cores']} logical CPUs, {m['platform']}"
 
 
 def _versions():
@@ -358,9 +352,9 @@ def run_command(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     frames = load_frames(args.frames_dir)
-    res = {"machine": _machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    res = {"machine": _machine_line(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "data": f"{args.frames_dir} ({len(frames)} frames {frames[0].shape[1]}x{frames[0].shape[0]})",
-           "versions": _versions(), "load_start": os.getloadavg(), "frontend": {}, "stages": {}}
+           "versions": _versions(), "load_start": _load(), "frontend": {}, "stages": {}}
     t0 = time.time()
     if not args.no_jit:
         res["jit"] = bench_jit()
@@ -377,7 +371,7 @@ def run_command(args) -> int:
         log.info("%d thread(s) stages done (%.0f s)", th, time.time() - t0)
     _set_threads(1)
     res["profile"] = profile_compiled(frames)
-    res["load_end"] = os.getloadavg()
+    res["load_end"] = _load()
     try:
         import numba
 

@@ -38,6 +38,20 @@ def _fits(x, y, half, w, h):
     return (x - half >= 0) and (y - half >= 0) and (x + half < w - 1) and (y + half < h - 1)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _patch_origin(x, y, P):
+    """Top-left pixel of the P x P patch centred at (x, y) and its bilinear weights: every sample
+    of the patch has the same sub-pixel fraction (ax, ay), bx = 1 - ax, by = 1 - ay."""
+    half = 0.5 * (P - 1)
+    qx = x - half
+    qy = y - half
+    fx = math.floor(qx)
+    fy = math.floor(qy)
+    ax = qx - fx
+    ay = qy - fy
+    return int(fx), int(fy), ax, ay, 1.0 - ax, 1.0 - ay
+
+
 @numba.njit(cache=True, nogil=True)
 def _invert(A, Ai, m):
     """Ai = inverse of the m x m matrix A (Gauss-Jordan, partial pivoting); returns det(A)
@@ -76,17 +90,7 @@ def _invert(A, Ai, m):
 @numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FM)
 def _template(T, P, tcx, tcy, tv, gx, gy):
     """Template values and gradients (0..1 units) of the P x P patch centred at (tcx, tcy)."""
-    half = 0.5 * (P - 1)
-    qx = tcx - half
-    qy = tcy - half
-    fx = math.floor(qx)
-    fy = math.floor(qy)
-    ax = qx - fx
-    ay = qy - fy
-    bx = 1.0 - ax
-    by = 1.0 - ay
-    x0 = int(fx)
-    y0 = int(fy)
+    x0, y0, ax, ay, bx, by = _patch_origin(tcx, tcy, P)
     for r in range(P):
         y = y0 + r
         ru = T[y - 1, x0 - 1:x0 + P + 2]
@@ -138,17 +142,7 @@ def _moments(tv, gx, gy, PP, g):
 @numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FM)
 def _residual_sums(I, P, x, y, ga, beta, g, tv, gx, gy):
     """sum U r (4 entries: x, y, T, 1) and sum |r| of r = I(patch at x, y) - ga T - beta."""
-    half = 0.5 * (P - 1)
-    qx = x - half
-    qy = y - half
-    fx = math.floor(qx)
-    fy = math.floor(qy)
-    ax = qx - fx
-    ay = qy - fy
-    bx = 1.0 - ax
-    by = 1.0 - ay
-    x0 = int(fx)
-    y0 = int(fy)
+    x0, y0, ax, ay, bx, by = _patch_origin(x, y, P)
     sx = sy = st = s1 = sa = 0.0
     for r in range(P):
         r0 = I[y0 + r, x0:x0 + P + 1]
