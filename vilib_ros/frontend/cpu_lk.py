@@ -2,9 +2,10 @@
 algorithm of ``kernels/lk.cu`` and of :func:`vilib_ros.frontend.tracker.track_cpu` (the
 reference it mirrors step by step, in float64), with every status the reference sets.
 
-Loop mapping: features in parallel (``prange``), one feature per task, coarse to fine over the
-levels. Per level: the template patch (values and central-difference gradients, bilinear at
-one sub-pixel fraction for the whole patch, as the kernel does) and the Hessian of
+Loop mapping: features in strided chunks, one chunk per thread (``prange``), each chunk with its
+scratch allocated once; one feature at a time, coarse to fine over the levels. Per level: the
+template patch (values and central-difference gradients, bilinear at one sub-pixel fraction for
+the whole patch, as the kernel does) and the Hessian of
 U = [g gx, g gy, (T), (1)] with the gain g at the level's start, then up to ``max_iterations``
 Gauss-Newton steps on the residual ``I(x + t) - (1 + alpha) T - beta`` with the oscillation
 stop. Patch rows are read through row slices indexed by the loop counter, so the compiler
@@ -201,8 +202,8 @@ def _track_level(T, I, P, tcx, tcy, st, gslot, oslot, npar, max_iterations, eps,
         return _LVL_SINGULAR
     x, y, alpha, beta = st[0], st[1], st[2], st[3]
     xs, ys = x, y
-    bv = np.zeros(4)
-    dq = np.zeros(4)
+    bv = work[768:772]
+    dq = work[772:776]
     px = py = 0.0
     code = _LVL_MAXITER
     for it in range(max_iterations):
@@ -254,68 +255,73 @@ def _track_level(T, I, P, tcx, tcy, st, gslot, oslot, npar, max_iterations, eps,
 @numba.njit(cache=True, nogil=True, parallel=True, boundscheck=False)
 def lk_track(tp, ip, n_levels, patch_sizes, tmpl_pos, pred, active, gslot, oslot, npar, max_iterations, eps,
              min_eigen, max_residual, osc_eps, osc_growth, out_pos, out_status, out_residual, out_gain, out_offset,
-             out_iters):
+             out_iters, n_chunks):
     """Track every feature (``tp`` / ``ip``: tuples of MAX_LEVELS uint8 level arrays, the first
-    ``n_levels`` used; ``active``: uint8, 0 = inactive). Outputs as :class:`TrackResult`."""
+    ``n_levels`` used; ``active``: uint8, 0 = inactive; ``n_chunks``: the threads). Outputs as
+    :class:`TrackResult`."""
     n = tmpl_pos.shape[0]
     top = 1.0 / (1 << (n_levels - 1))
-    for f in numba.prange(n):
-        p0x = np.float64(pred[f, 0])
-        p0y = np.float64(pred[f, 1])
-        if active[f] == 0:
-            out_pos[f, 0] = pred[f, 0]
-            out_pos[f, 1] = pred[f, 1]
-            out_status[f] = _INACTIVE
-            out_residual[f] = 0.0
-            out_gain[f] = 1.0
-            out_offset[f] = 0.0
-            out_iters[f] = 0
-            continue
-        tx = np.float64(tmpl_pos[f, 0])
-        ty = np.float64(tmpl_pos[f, 1])
-        st = np.zeros(6)
-        st[0] = (p0x + 0.5) * top - 0.5
-        st[1] = (p0y + 0.5) * top - 0.5
-        status = _NOT_CONVERGED
-        if not (math.isfinite(p0x) and math.isfinite(p0y) and math.isfinite(tx) and math.isfinite(ty)):
-            status = _DIVERGED
-            for lvl in range(n_levels - 1):
-                st[0] = 2.0 * st[0] + 0.5
-                st[1] = 2.0 * st[1] + 0.5
-        else:
-            work = np.empty(768)
-            H = np.zeros((4, 4))
-            Hi = np.zeros((4, 4))
-            for lvl in range(n_levels - 1, -1, -1):
-                s = 1.0 / (1 << lvl)
-                code = _track_level(tp[lvl], ip[lvl], patch_sizes[lvl], (tx + 0.5) * s - 0.5, (ty + 0.5) * s - 0.5,
-                                    st, gslot, oslot, npar, max_iterations, eps, min_eigen, osc_eps, osc_growth,
-                                    work, H, Hi)
-                if lvl == 0:
-                    if code == _LVL_CONVERGED:
-                        status = _TRACKED
-                    elif code == _LVL_MAXITER:
-                        status = _NOT_CONVERGED
-                    elif code == _LVL_LEFT:
-                        status = _LEFT
-                    else:
-                        status = _DIVERGED
-                else:
+    # strided chunks (one per thread), each with its scratch allocated once: patch values and
+    # gradients + solver vectors, Hessian and inverse, state
+    for ch in numba.prange(n_chunks):
+        work = np.empty(776)
+        H = np.zeros((4, 4))
+        Hi = np.zeros((4, 4))
+        st = np.empty(6)
+        for f in range(ch, n, n_chunks):
+            p0x = np.float64(pred[f, 0])
+            p0y = np.float64(pred[f, 1])
+            if active[f] == 0:
+                out_pos[f, 0] = pred[f, 0]
+                out_pos[f, 1] = pred[f, 1]
+                out_status[f] = _INACTIVE
+                out_residual[f] = 0.0
+                out_gain[f] = 1.0
+                out_offset[f] = 0.0
+                out_iters[f] = 0
+                continue
+            tx = np.float64(tmpl_pos[f, 0])
+            ty = np.float64(tmpl_pos[f, 1])
+            st[:] = 0.0
+            st[0] = (p0x + 0.5) * top - 0.5
+            st[1] = (p0y + 0.5) * top - 0.5
+            status = _NOT_CONVERGED
+            if not (math.isfinite(p0x) and math.isfinite(p0y) and math.isfinite(tx) and math.isfinite(ty)):
+                status = _DIVERGED
+                for lvl in range(n_levels - 1):
                     st[0] = 2.0 * st[0] + 0.5
                     st[1] = 2.0 * st[1] + 0.5
-            ga = 1.0 + st[2]
-            if not (math.isfinite(st[0]) and math.isfinite(st[1]) and math.isfinite(st[2]) and math.isfinite(st[3])
-                    and ga > 0.2 and ga < 5.0):
-                status = _DIVERGED
-            elif max_residual > 0 and (status == _TRACKED or status == _NOT_CONVERGED) and st[4] > max_residual:
-                status = _DIVERGED
-        out_pos[f, 0] = np.float32(st[0])
-        out_pos[f, 1] = np.float32(st[1])
-        out_status[f] = status
-        out_residual[f] = np.float32(st[4])
-        out_gain[f] = np.float32(1.0 + st[2])
-        out_offset[f] = np.float32(st[3] * 255.0)
-        out_iters[f] = np.int32(st[5])
+            else:
+                for lvl in range(n_levels - 1, -1, -1):
+                    s = 1.0 / (1 << lvl)
+                    code = _track_level(tp[lvl], ip[lvl], patch_sizes[lvl], (tx + 0.5) * s - 0.5,
+                                        (ty + 0.5) * s - 0.5, st, gslot, oslot, npar, max_iterations, eps, min_eigen,
+                                        osc_eps, osc_growth, work, H, Hi)
+                    if lvl == 0:
+                        if code == _LVL_CONVERGED:
+                            status = _TRACKED
+                        elif code == _LVL_MAXITER:
+                            status = _NOT_CONVERGED
+                        elif code == _LVL_LEFT:
+                            status = _LEFT
+                        else:
+                            status = _DIVERGED
+                    else:
+                        st[0] = 2.0 * st[0] + 0.5
+                        st[1] = 2.0 * st[1] + 0.5
+                ga = 1.0 + st[2]
+                if not (math.isfinite(st[0]) and math.isfinite(st[1]) and math.isfinite(st[2])
+                        and math.isfinite(st[3]) and ga > 0.2 and ga < 5.0):
+                    status = _DIVERGED
+                elif max_residual > 0 and (status == _TRACKED or status == _NOT_CONVERGED) and st[4] > max_residual:
+                    status = _DIVERGED
+            out_pos[f, 0] = np.float32(st[0])
+            out_pos[f, 1] = np.float32(st[1])
+            out_status[f] = status
+            out_residual[f] = np.float32(st[4])
+            out_gain[f] = np.float32(1.0 + st[2])
+            out_offset[f] = np.float32(st[3] * 255.0)
+            out_iters[f] = np.int32(st[5])
 
 
 def _pyramid(img_or_pyr, levels: int, what: str) -> list[np.ndarray]:
@@ -348,7 +354,7 @@ class NumbaLKTracker(CpuLKTracker):
         one = np.zeros((1, 2), np.float32)
         out = [np.empty((1, 2), np.float32), np.empty(1, np.int8)] + [np.empty(1, np.float32) for _ in range(3)]
         lk_track((_DUMMY_LEVEL,) * MAX_LEVELS, (_DUMMY_LEVEL,) * MAX_LEVELS, 1, self._patch, one, one,
-                 np.zeros(1, np.uint8), *self._params, *out, np.empty(1, np.int32))
+                 np.zeros(1, np.uint8), *self._params, *out, np.empty(1, np.int32), 1)
 
     def _levels(self, pyr, what):
         L = int(self.config.levels)
@@ -381,5 +387,5 @@ class NumbaLKTracker(CpuLKTracker):
         if n:
             numba.set_num_threads(self.threads)    # thread-local in numba: set for whichever thread calls
             lk_track(tp, ip, int(self.config.levels), self._patch, tmpl_pos, pred, np.ascontiguousarray(act),
-                     *self._params, pos, status, residual, gain, offset, iters)
+                     *self._params, pos, status, residual, gain, offset, iters, self.threads)
         return TrackResult(pos, status, residual, gain, offset, iters)

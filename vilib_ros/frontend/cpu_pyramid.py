@@ -21,7 +21,8 @@ def halve(src, dst):
         r1 = src[2 * y + 1]
         d = dst[y]
         for x in range(w):
-            d[x] = (np.int32(r0[2 * x]) + np.int32(r0[2 * x + 1]) + np.int32(r1[2 * x]) + np.int32(r1[2 * x + 1]) + 2) >> 2
+            a = np.int32(r0[2 * x]) + np.int32(r0[2 * x + 1])
+            d[x] = (a + np.int32(r1[2 * x]) + np.int32(r1[2 * x + 1]) + 2) >> 2
 
 
 def build_pyramid_compiled(img: np.ndarray, levels: int) -> list[np.ndarray]:
