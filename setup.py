@@ -25,6 +25,9 @@ setup(
         "tqdm>=4.60",
         "rosbags>=0.10",
         "matplotlib>=3.6",
+        # the compiled CPU frontend (JIT, cached on disk; x86_64 and aarch64 wheels); without it
+        # the CPU path falls back to the NumPy reference with a warning
+        "numba>=0.59",
     ],
     extras_require={
         # CuPy built for CUDA 12 (Jetson JetPack 6, most desktops). For other CUDA

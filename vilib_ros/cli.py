@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("vilib_ros.synthetic.cli", "render a synthetic EuRoC-format sequence with exact ground truth"),
     "bench": ("vilib_ros.bench.detector", "benchmark the FAST detector and grid NMS against OpenCV"),
     "bench-tracker": ("vilib_ros.bench.tracker", "benchmark the LK tracker and the whole frontend"),
+    "bench-cpu": ("vilib_ros.bench.cpu", "benchmark the CPU frontend (compiled, NumPy) against an OpenCV-native one"),
     "bench-backend": ("vilib_ros.bench.backend", "benchmark the VIO backend per keyframe"),
     "bench-vio": ("vilib_ros.bench.vio", "benchmark the whole VIO (frontend + backend) on a synthetic sequence"),
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),

@@ -619,7 +619,8 @@ class GpuFastDetector:
 
 
 def make_detector(width: int, height: int, config: DetectorConfig | None = None, device: str = "auto"):
-    """GpuFastDetector where CUDA works, else CpuFastDetector.
+    """GpuFastDetector where CUDA works, else the CPU detector (compiled, or the NumPy
+    CpuFastDetector: :mod:`vilib_ros.frontend.cpu_backend`).
 
     ``auto`` falls back to the CPU with a logged reason (no CUDA, or kernels that fail to
     compile); ``cuda`` raises :class:`vilib_ros._cuda.CudaUnavailable` instead.
@@ -628,13 +629,15 @@ def make_detector(width: int, height: int, config: DetectorConfig | None = None,
 
     config = (config or DetectorConfig()).validate()
     check_geometry(width, height, config)
+    from vilib_ros.frontend.cpu_backend import make_cpu_detector
+
     dev = resolve_device(device)
     if dev == "cpu":
-        return CpuFastDetector(width, height, config)
+        return make_cpu_detector(width, height, config)
     try:
         return GpuFastDetector(width, height, config)
     except CudaUnavailable as exc:
         if device == "cuda":
             raise
         log.warning("GPU detector unavailable, using the CPU path: %s", exc)
-        return CpuFastDetector(width, height, config)
+        return make_cpu_detector(width, height, config)

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vilib_ros._cuda import launch
+from vilib_ros.frontend.cpu_backend import build_pyramid_host
 from vilib_ros.frontend.detector import DetectorConfig, make_detector
 from vilib_ros.frontend.imu_prediction import ImuGapError, camera_rotation, integrate_gyro, predict_points
-from vilib_ros.frontend.pyramid import build_pyramid_cpu
 from vilib_ros.frontend.tracker import Layout as _Layout
 from vilib_ros.frontend.tracker import TrackerConfig, TrackStatus, make_tracker, output_fields
 from vilib_ros.types import TrackFrame
@@ -423,7 +423,7 @@ class FeatureTracker:
     # ------------------------------------------------------------------ CPU path
     def _cpu_frame(self, e: _Entry) -> None:
         t0 = time.perf_counter()
-        pyr = build_pyramid_cpu(e.image, self.levels)
+        pyr = build_pyramid_host(e.image, self.levels)
         raw = None
         idx = np.flatnonzero(self._active)
         if self._prev_pyr is not None and idx.size:
@@ -457,7 +457,7 @@ class FeatureTracker:
             xy_r = np.full((S, 2), np.nan)
             a = np.flatnonzero(self._active)
             if a.size:
-                pyr_r = build_pyramid_cpu(e.image_right, self.levels)
+                pyr_r = build_pyramid_host(e.image_right, self.levels)
                 R_rl = self.T_right_left[:3, :3]
                 pred = predict_points(self.camera_right, R_rl.T, self._uv[a], self._xy[a])
                 res = self.tracker.track(pyr, pyr_r, self._uv[a], pred)

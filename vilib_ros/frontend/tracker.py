@@ -506,7 +506,8 @@ class GpuLKTracker:
 
 def make_tracker(width: int, height: int, config: TrackerConfig | None = None, device: str = "auto",
                  max_features: int = 1024):
-    """GpuLKTracker where CUDA is available (``device='auto'|'cuda'``), else CpuLKTracker."""
+    """GpuLKTracker where CUDA is available (``device='auto'|'cuda'``), else the CPU tracker
+    (compiled, or the NumPy CpuLKTracker: :mod:`vilib_ros.frontend.cpu_backend`)."""
     from vilib_ros._cuda import CudaUnavailable, resolve_device
 
     dev = resolve_device(device)
@@ -517,4 +518,6 @@ def make_tracker(width: int, height: int, config: TrackerConfig | None = None, d
             if device == "cuda":
                 raise
             log.warning("LK kernel unavailable, using the CPU tracker", exc_info=True)
-    return CpuLKTracker(width, height, config, max_features)
+    from vilib_ros.frontend.cpu_backend import make_cpu_tracker
+
+    return make_cpu_tracker(width, height, config, max_features)

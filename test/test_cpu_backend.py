@@ -1,0 +1,186 @@
+"""Choosing the CPU implementation (vilib_ros.frontend.cpu_backend): the factories build the
+compiled twins, VILIB_ROS_CPU_IMPL forces either one, a missing numba falls back to NumPy with
+one warning; and the whole CPU FeatureTracker gives the same tracks with either implementation
+over the 95 real frames."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vilib_ros.frontend.cpu_backend import (ENV, THREADS_ENV, CompiledUnavailable, build_pyramid_host,
+                                            cpu_implementation, cpu_threads)
+from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig, make_detector
+from vilib_ros.frontend.tracker import CpuLKTracker, TrackerConfig, make_tracker
+
+REPO = Path(__file__).resolve().parents[1]
+STAMP0 = 1_000_000_000_000
+DT = 50_000_000
+
+
+def _numba():
+    return pytest.importorskip("numba", reason="numba (the compiled CPU path, a third-party dependency) is not installed")
+
+
+class TestCpuImplementation:
+    def test_choices(self, monkeypatch):
+        _numba()
+        monkeypatch.delenv(ENV, raising=False)
+        assert cpu_implementation() == "numba"
+        for value, want in (("numpy", "numpy"), ("NumPy ", "numpy"), ("numba", "numba"), ("auto", "numba")):
+            monkeypatch.setenv(ENV, value)
+            assert cpu_implementation() == want
+
+    def test_bad_value_reads_as_message(self, monkeypatch):
+        monkeypatch.setenv(ENV, "fortran")
+        with pytest.raises(ValueError, match=ENV):
+            cpu_implementation()
+
+
+class TestCpuThreads:
+    def test_default_one_zero_all_bad_named(self, monkeypatch):
+        numba = _numba()
+        monkeypatch.delenv(THREADS_ENV, raising=False)
+        assert cpu_threads() == 1
+        monkeypatch.setenv(THREADS_ENV, "0")
+        assert cpu_threads() == numba.config.NUMBA_NUM_THREADS
+        for bad in ("two", "-1", str(numba.config.NUMBA_NUM_THREADS + 1)):
+            monkeypatch.setenv(THREADS_ENV, bad)
+            with pytest.raises(ValueError, match=THREADS_ENV):
+                cpu_threads()
+
+    def test_all_threads_give_the_same_results(self, euroc_frames, monkeypatch):
+        """The parallel loops (rows, cells, features) split work, never change a result."""
+        _numba()
+        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
+        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+
+        out = {}
+        for n in ("1", "0"):
+            monkeypatch.setenv(THREADS_ENV, n)
+            det, trk = NumbaFastDetector(752, 480), NumbaLKTracker(752, 480)
+            cells = [det.detect(euroc_frames[k]) for k in (5, 50)]
+            pts = cells[0].points()
+            tr = trk.track(euroc_frames[5], euroc_frames[7], pts)
+            out[n] = (cells, tr)
+        for a, b in zip(out["1"][0], out["0"][0]):
+            for f in ("x", "y", "score", "level"):
+                np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+        for f in ("pos", "status", "residual", "gain", "offset", "iterations"):
+            np.testing.assert_array_equal(getattr(out["1"][1], f), getattr(out["0"][1], f))
+
+
+class TestFactories:
+    def test_cpu_device_builds_the_compiled_twins(self, monkeypatch):
+        _numba()
+        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
+        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+
+        monkeypatch.delenv(ENV, raising=False)
+        assert type(make_detector(752, 480, DetectorConfig(), device="cpu")) is NumbaFastDetector
+        assert type(make_tracker(752, 480, TrackerConfig(), device="cpu")) is NumbaLKTracker
+
+    def test_auto_without_cuda_builds_the_compiled_twins(self, monkeypatch):
+        _numba()
+        from vilib_ros._cuda import cuda_available
+        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
+        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+
+        if cuda_available():
+            pytest.skip("this machine has CUDA: auto picks the GPU")
+        monkeypatch.delenv(ENV, raising=False)
+        assert type(make_detector(752, 480, DetectorConfig(), device="auto")) is NumbaFastDetector
+        assert type(make_tracker(752, 480, TrackerConfig(), device="auto")) is NumbaLKTracker
+
+    def test_numpy_forced(self, monkeypatch):
+        monkeypatch.setenv(ENV, "numpy")
+        assert type(make_detector(752, 480, DetectorConfig(), device="cpu")) is CpuFastDetector
+        assert type(make_tracker(752, 480, TrackerConfig(), device="cpu")) is CpuLKTracker
+
+
+class TestBuildPyramidHost:
+    @pytest.mark.parametrize("impl", ["numba", "numpy"])
+    def test_same_levels_either_way(self, euroc_frames, monkeypatch, impl):
+        from vilib_ros.frontend.pyramid import build_pyramid_cpu
+
+        if impl == "numba":
+            _numba()
+        monkeypatch.setenv(ENV, impl)
+        for a, b in zip(build_pyramid_host(euroc_frames[7], 5), build_pyramid_cpu(euroc_frames[7], 5)):
+            np.testing.assert_array_equal(a, b)
+
+
+_NO_NUMBA = """
+import json, logging, os, sys
+sys.modules["numba"] = None          # numba present on disk but not importable, as where it is not installed
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+from vilib_ros.frontend.detector import make_detector
+from vilib_ros.frontend.tracker import make_tracker
+out = {}
+try:
+    out["types"] = [type(make_detector(752, 480, device="cpu")).__name__,
+                    type(make_tracker(752, 480, device="cpu")).__name__,
+                    type(make_detector(752, 480, device="cpu")).__name__]
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def _run_without_numba(env_value):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop(ENV, None)
+    if env_value is not None:
+        env[ENV] = env_value
+    r = subprocess.run([sys.executable, "-c", _NO_NUMBA], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+class TestFallbackWithoutNumba:
+    def test_auto_falls_back_with_one_warning(self):
+        out, log = _run_without_numba(None)
+        assert out["types"] == ["CpuFastDetector", "CpuLKTracker", "CpuFastDetector"]
+        warnings = [ln for ln in log.splitlines() if ln.startswith("WARNING vilib_ros.frontend.cpu")]
+        assert len(warnings) == 1, log
+        assert "numba" in warnings[0] and "NumPy" in warnings[0]
+
+    def test_numba_forced_fails_loudly(self):
+        out, _ = _run_without_numba("numba")
+        assert out["error"].startswith(CompiledUnavailable.__name__) and "pip install numba" in out["error"]
+
+
+class TestFeatureTrackerCompiled:
+    def test_same_tracks_as_numpy_over_the_real_frames(self, euroc_frames, monkeypatch):
+        """Same ids, ages, scores and levels every frame, positions within 0.02 px."""
+        _numba()
+        from vilib_ros.camera import euroc_cam0
+        from vilib_ros.frontend import FeatureTracker
+        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
+        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+
+        runs = {}
+        for impl in ("numba", "numpy"):
+            monkeypatch.setenv(ENV, impl)
+            ft = FeatureTracker(euroc_cam0(), device="cpu")
+            compiled = isinstance(ft.detector, NumbaFastDetector) and isinstance(ft.tracker, NumbaLKTracker)
+            assert compiled == (impl == "numba")
+            runs[impl] = ([ft.process(img, STAMP0 + k * DT) for k, img in enumerate(euroc_frames)], dict(ft.stats))
+        (fa, sa), (fb, sb) = runs["numba"], runs["numpy"]
+        worst = 0.0
+        for k, (a, b) in enumerate(zip(fa, fb)):
+            np.testing.assert_array_equal(a.ids, b.ids, err_msg=f"frame {k}")
+            for f in ("age", "score", "level"):
+                np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"frame {k} {f}")
+            if len(a.ids):
+                worst = max(worst, float(np.abs(a.uv - b.uv).max()))
+        assert worst <= 0.02, f"max |compiled - numpy| = {worst} px"
+        for key in ("tracks_new", "tracks_lost", "detection_runs", "tracked_total"):
+            assert sa[key] == sb[key], key
+        assert np.mean([len(f.ids) for f in fa]) > 150 and sa["detection_runs"] >= 1
