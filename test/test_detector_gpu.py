@@ -146,6 +146,23 @@ class TestCellsEqualCpu:
         assert g.graph_error is None, g.graph_error
         assert len(g.graphs) > 0, "no CUDA graph was captured"
 
+    @pytest.mark.parametrize("upload", ["mapped", "copy", "pageable"])
+    def test_uploads(self, euroc_frames, upload):
+        """Every way of getting the frame to the device gives the reference cells, graph or not,
+        from pageable, strided and page-locked frames."""
+        cfg = DetectorConfig()
+        cpu = CpuFastDetector(W, H, cfg)
+        for use_graph in (True, False):
+            gpu = gpu_detector(cfg, upload=upload, use_graph=use_graph)
+            ring = gpu.pinned_frames(1)
+            ring[0][...] = euroc_frames[11]
+            strided = np.zeros((H, 2 * W), np.uint8)
+            strided[:, ::2] = euroc_frames[12]
+            for img, ref in ((euroc_frames[10], euroc_frames[10]), (ring[0], euroc_frames[11]),
+                             (strided[:, ::2], euroc_frames[12])):
+                poison(gpu)
+                assert_cells_equal(gpu.detect(img), cpu.detect(ref))
+
     def test_pinned_frames_path(self, euroc_frames):
         cfg = DetectorConfig()
         gpu, cpu = gpu_detector(cfg), CpuFastDetector(W, H, cfg)

@@ -489,22 +489,22 @@ class TestGpuPipeline:
             assert np.array_equal(a.ids, b.ids) and np.array_equal(a.uv, b.uv)
 
     def test_inputs_and_uploads_agree(self, euroc_frames):
-        """Pageable, page-locked and CuPy frames, and the 'copy' upload, give the same tracks."""
+        """Pageable, page-locked and CuPy frames, and every upload, give the same tracks."""
         import cupy as cp
 
         frames = euroc_frames[:6]
         runs = {}
-        for name in ("pageable", "pinned", "cupy", "copy"):
+        for name in ("mapped", "pinned", "cupy", "copy", "pageable"):
             ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda")
-            if name == "copy":
-                ft.pipeline.upload = "copy"
+            if name in ("copy", "pageable"):
+                ft.pipeline.upload = name
             pinned = ft.pinned_frames(len(frames))
             for p, f in zip(pinned, frames):
                 p[...] = f
             src = {"pinned": pinned, "cupy": [cp.asarray(f) for f in frames]}.get(name, frames)
             runs[name] = [ft.process(f, STAMP0 + i * DT).copy() for i, f in enumerate(src)]
         for name, r in runs.items():
-            for a, b in zip(runs["pageable"], r):
+            for a, b in zip(runs["mapped"], r):
                 assert np.array_equal(a.ids, b.ids) and np.array_equal(a.uv, b.uv), name
 
     def test_poisoned_results(self, euroc_frames):

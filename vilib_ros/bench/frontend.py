@@ -307,10 +307,17 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     res["host_copy"] = host_copy(frames)
     ft, _ = _tracker("cuda")
     res["submit_ahead"] = run_submit_ahead(ft, frames, 4 * n)
-    ft, _ = _tracker("cuda")
-    ft.pipeline.upload = "copy"
-    res["mono_copy_upload"] = run_process(ft, frames, n)
-    res["stages_mono_copy_upload"] = stage_breakdown(ft, frames, min(n, 500))
+    from vilib_ros.frontend.gpu_pipeline import UPLOADS
+
+    res["upload_default"] = ft.pipeline.upload
+    for up in UPLOADS:
+        if up == res["upload_default"]:
+            continue
+        ft, _ = _tracker("cuda")
+        ft.pipeline.upload = up
+        res[f"mono_{up}_upload"] = run_process(ft, frames, n)
+        res[f"stages_mono_{up}_upload"] = stage_breakdown(ft, frames, min(n, 500))
+        res[f"submit_ahead_{up}_upload"] = run_submit_ahead(ft, frames, 2 * n)
     ft, right = _tracker("cuda", stereo=True, frames=frames)
     res["stereo"] = run_process(ft, frames, n, right=right)
     res["stages_stereo"] = stage_breakdown(ft, frames, min(n, 500), right=right)
@@ -319,7 +326,7 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     for p_, f in zip(pinned, frames):
         p_[...] = f
     res["mono_pinned_input"] = run_process(ft, pinned, n)
-    res["detect_pageable"] = {u: run_detect_pageable(frames, n, u) for u in ("mapped", "copy")}
+    res["detect_pageable"] = {u: run_detect_pageable(frames, n, u) for u in UPLOADS}
     res.update({
         "process_p50_us": res["mono"]["p50_us"], "process_p90_us": res["mono"]["p90_us"],
         "process_p99_us": res["mono"]["p99_us"], "stereo_process_p50_us": res["stereo"]["p50_us"],
@@ -359,19 +366,25 @@ def markdown(res) -> str:
          f"- reference (quoted, not run here): {REFERENCE['what']}: **{REFERENCE['process_us']:.0f} us** per frame, "
          f"~{REFERENCE['frames_per_s']:.0f} frames/s serially, measured {REFERENCE['measured']}", "",
          "| measurement | p50 us | p90 us | p99 us |", "|---|---:|---:|---:|"]
-    for name, key in (("mono process(), upload='mapped' (default)", "mono"),
-                      ("mono process(), upload='copy'", "mono_copy_upload"), ("stereo process()", "stereo"),
+    d = res.get("upload_default", "pageable")
+    ups = [u for u in ("mapped", "copy", "pageable") if u != d]
+    for name, key in ((f"mono process(), upload='{d}' (default)", "mono"),
+                      *((f"mono process(), upload='{u}'", f"mono_{u}_upload") for u in ups),
+                      ("stereo process()", "stereo"),
                       ("host time per frame (submit + result, no wait)", ("host_split", "host")),
                       ("  of which submit()", ("host_split", "submit")),
                       ("GPU time per frame (graph queued behind a spin kernel)", ("gpu", "exec")),
                       ("GPU time per frame as process() sees it", ("gpu", "as_seen_by_process")),
-                      ("detection alone, pageable frame, upload='mapped'", ("detect_pageable", "mapped")),
-                      ("detection alone, pageable frame, upload='copy'", ("detect_pageable", "copy")),
+                      *((f"detection alone, pageable frame, upload='{u}'", ("detect_pageable", u))
+                        for u in ("mapped", "copy", "pageable")),
                       ("redetection kernels, flag off (every frame)", ("gated_detection", "flag_off")),
                       ("redetection kernels, flag on (detection frames)", ("gated_detection", "flag_on"))):
-        r = res[key] if isinstance(key, str) else res[key[0]][key[1]]
+        r = res.get(key) if isinstance(key, str) else res.get(key[0], {}).get(key[1])
+        if r is None:
+            continue
         L.append(f"| {name} | {r['p50_us']:.1f} | {r['p90_us']:.1f} | {r['p99_us']:.1f} |")
-    for key in ("stages_mono", "stages_mono_copy_upload", "stages_stereo"):
+    for key in ("stages_mono", "stages_mono_mapped_upload", "stages_mono_copy_upload", "stages_mono_pageable_upload",
+                "stages_stereo"):
         if res.get(key):
             L += ["", f"GPU time per stage, {key[7:].replace('_', ' ')} (events between the stages, queued behind a spin "
                   "kernel; median / p90 us): " + ", ".join(f"{k} {v['p50_us']:.1f} / {v['p90_us']:.1f}"
@@ -387,6 +400,9 @@ def markdown(res) -> str:
         r = res["gated_detection_full_grid"]["flag_off"]
         L += ["", f"redetection kernels with the flag off and the CRF's full grid (one block per 32x8 pixels): "
               f"{r['p50_us']:.1f} us"]
+    for up in ("mapped", "copy", "pageable"):
+        if res.get(f"submit_ahead_{up}_upload"):
+            L += ["", f"submit-ahead with upload='{up}': {res[f'submit_ahead_{up}_upload']['fps']:.0f} frames/s"]
     L += ["", f"- submit-ahead: **{res['submit_ahead_fps']:.0f} frames/s** ({res['submit_ahead']['frames']} frames)",
           f"- host Python per frame by cProfile (profiled time minus waits, profiler overhead included): "
           f"{res['host_python_us_per_frame_cprofile']:.1f} us", f"- tracks per frame: {res['tracks_per_frame']:.0f}", "",

@@ -24,7 +24,7 @@ from vilib_ros.types import CellFeatures
 
 log = logging.getLogger("vilib_ros.frontend.detector")
 
-UPLOADS = ("mapped", "copy")
+UPLOADS = ("mapped", "copy", "pageable")     # as vilib_ros.frontend.gpu_pipeline.UPLOADS
 
 
 def _score_pitch(w: int) -> int:
@@ -46,7 +46,8 @@ class GpuFastDetector:
     buffers (frame, occupancy, cell results). :meth:`detect` reads the frame where it lies:
     with ``upload='mapped'`` (default) the pyramid kernel reads page-locked host memory
     directly (the frame is copied into the staging buffer first unless it comes from
-    :meth:`pinned_frames`), with ``'copy'`` a copy into the device pyramid comes first. The
+    :meth:`pinned_frames`), with ``'copy'`` a copy into the device pyramid comes first, with
+    ``'pageable'`` that copy is made straight from the caller's array (the driver stages it). The
     NMS-C kernel writes the cells straight into page-locked host memory. With ``use_graph``
     the sequence is one CUDA graph launch.
     """
@@ -56,7 +57,7 @@ class GpuFastDetector:
 
     def __init__(self, width: int, height: int, config: DetectorConfig | None = None,
                  warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "auto",
-                 static_geometry: bool = True, upload: str = "mapped"):
+                 static_geometry: bool = True, upload: str = "pageable"):
         self.config = (config or DetectorConfig()).validate()
         check_geometry(width, height, self.config)
         if not cuda_available():
@@ -234,7 +235,9 @@ class GpuFastDetector:
         check_image(image, self.width, self.height)
         occ = check_occupancy(occupancy, self.grid_shape)
         dptr = self._pinned_ptrs.get(image.ctypes.data) if image.flags.c_contiguous else None
-        if dptr is None:
+        if dptr is None and self.upload == "pageable" and image.flags.c_contiguous:
+            src, dptr = image.ctypes.data, 0
+        elif dptr is None:
             np.copyto(self._frame_host, image)
             src, dptr = self._frame_host.ctypes.data, self._pinned_ptrs[self._frame_host.ctypes.data]
         else:
@@ -243,17 +246,22 @@ class GpuFastDetector:
             self._occ_host[:] = occ.reshape(-1)
         # the pyramid kernel reads the frame at src[0]: the page-locked frame itself ('mapped'),
         # or its copy in level 0 ('copy')
-        self._prm_host[0] = self.pyramid.levels[0].data.ptr if self.upload == "copy" else dptr
+        self._prm_host[0] = dptr if self.upload == "mapped" else self.pyramid.levels[0].data.ptr
         self._prm_host[1] = 0
         return src, occ is not None
 
-    def enqueue_pyramid(self, src_host_ptr: int, checked: bool = True) -> None:
-        """The frame into the pyramid (the upload) and levels 1..l-1, on :attr:`stream`."""
+    def upload_frame(self, src_host_ptr: int) -> None:
+        """The frame into level 0 of the pyramid ('copy', 'pageable'), on :attr:`stream`."""
         cp = self._cp
+        cp.cuda.runtime.memcpyAsync(self.pyramid.levels[0].data.ptr, src_host_ptr, self.width * self.height,
+                                    cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
+
+    def enqueue_pyramid(self, src_host_ptr: int, checked: bool = True) -> None:
+        """The frame into the pyramid (the upload, but for 'pageable', which goes before the graph:
+        a copy from pageable memory cannot be captured) and levels 1..l-1, on :attr:`stream`."""
         s = self.stream
         if self.upload == "copy":
-            cp.cuda.runtime.memcpyAsync(self.pyramid.levels[0].data.ptr, src_host_ptr, self.width * self.height,
-                                        cp.cuda.runtime.memcpyHostToDevice, s.ptr)
+            self.upload_frame(src_host_ptr)
         grid = ((self.width + 127) // 128, (self.height + 31) // 32, 1)
         launch(self._k_pyramid, grid, (256, 1, 1),
                (np.uint64(self._dptr["prm"]), self._prm_dev, self._lvl_table, np.int32(len(self.pyramid.levels)),
@@ -282,6 +290,8 @@ class GpuFastDetector:
 
     def _run(self, image, occupancy, baseline):
         src, use_occ = self.prepare(image, occupancy)
+        if self.upload == "pageable":
+            self.upload_frame(src)
         key = (use_occ, baseline, self.upload, src if self.upload == "copy" else 0)
         g = self.graphs.get(key, lambda: self.enqueue_frame(src, use_occ, False, baseline))
         if g is not None:

@@ -35,7 +35,11 @@ from vilib_ros.types import FrameStats, TrackFrame
 
 RING = 4
 RESULT_SLOTS = 8
-UPLOADS = ("mapped", "copy")
+# How the frame gets to the device: 'mapped' = copied into a page-locked slot, read there by the
+# pyramid kernel (zero-copy); 'copy' = copied into a page-locked slot, then a DMA copy on the upload
+# stream; 'pageable' = a DMA copy straight from the caller's array on the upload stream (the driver
+# stages it: its host copy and the transfer overlap).
+UPLOADS = ("mapped", "copy", "pageable")
 FUSED_LEVELS = 5                # pyramid_frame builds levels 1..5; further ones by pyramid_halve
 # FrameParams (kernels/frame.cuh): 128 bytes; word offsets of its fields
 PARAMS_BYTES = 128
@@ -79,7 +83,7 @@ class GpuPipeline:
     device = "cuda"
 
     def __init__(self, camera, config, detector, tracker, capacity: int, levels: int, first_id: int = 0,
-                 camera_right=None, T_right_left=None, upload: str = "mapped"):
+                 camera_right=None, T_right_left=None, upload: str = "pageable"):
         import cupy as cp
 
         S = int(capacity)
@@ -95,6 +99,7 @@ class GpuPipeline:
         self.stereo_on = camera_right is not None and bool(config.stereo)
         self.upload = upload
         self.stream = cp.cuda.Stream(non_blocking=True)
+        self.up_stream = cp.cuda.Stream(non_blocking=True)
         self.pyrs = [GpuPyramid(self.W, self.H, self.levels) for _ in range(RING)]
         self.pyrs_r = [GpuPyramid(self.W, self.H, self.levels) for _ in range(RING)] if self.stereo_on else []
         self._lk_tab = [tracker.level_table(p) for p in self.pyrs]
@@ -150,8 +155,8 @@ class GpuPipeline:
         try:
             fe = get_module("frontend", kernel_defines())
             pm = get_module("pyramid")
-            self._k_update, self._k_new, self._k_pack = (fe.get_function(n) for n in
-                                                         ("table_update", "new_tracks", "pack_output"))
+            self._k_update, self._k_final, self._k_pack = (fe.get_function(n) for n in
+                                                           ("table_update", "finalize", "pack_output"))
             self._k_pyr, self._k_halve = pm.get_function("pyramid_frame"), pm.get_function("pyramid_halve")
         except CudaUnavailable:
             raise
@@ -161,6 +166,7 @@ class GpuPipeline:
         self._ev_start = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
         self._ev_done = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
         self._ev_input = cp.cuda.Event(disable_timing=True)
+        self._ev_up = [cp.cuda.Event(disable_timing=True) for _ in range(RING)]
         self.graphs = GraphCache(self.stream, config.use_graph, name="frontend")
         self.graph_launches = 0
         self.crf_block_rows = 8             # CRF grid rows: few blocks, so that a gated-off launch is cheap
@@ -239,8 +245,14 @@ class GpuPipeline:
             self._ev_done[self._slot_out[s]].synchronize()
         self._slot_out[s] = o
         stereo = image_right is not None and self.stereo_on
+        if self.upload != "mapped" and self._frames > RING - 1:
+            # the DMA into slot s waits for the last frame that reads it (as the previous frame)
+            self.up_stream.wait_event(self._ev_done[(self._frames - RING) % RESULT_SLOTS])
         src = self._source(image, self._img, s, self.pyrs[s])
         src_r = self._source(image_right, self._img_r, s, self.pyrs_r[s]) if stereo else 0
+        if self.upload != "mapped":
+            self._ev_up[s].record(self.up_stream)
+            self.stream.wait_event(self._ev_up[s])
         u, f = self._prm_u64[s], self._prm_f32[s]
         u[_U64_SRC] = src
         u[_U64_SRC + 1] = src_r
@@ -276,15 +288,15 @@ class GpuPipeline:
         if isinstance(image, np.ndarray):
             host = image.ctypes.data
             d = self._pinned.get(host, 0) if image.flags.c_contiguous else 0
-            if not d:                       # pageable: the one host copy, into the page-locked slot
-                np.copyto(staging[s], image)
+            if not d and (self.upload != "pageable" or not image.flags.c_contiguous):
+                np.copyto(staging[s], image)  # the one host copy, into the page-locked slot
                 host = staging[s].ctypes.data
                 d = self._dev[host]
-            if self.upload == "copy":
-                cp.cuda.runtime.memcpyAsync(pyr.levels[0].data.ptr, host, self.W * self.H,
-                                            cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
-                return pyr.levels[0].data.ptr
-            return d
+            if self.upload == "mapped":
+                return d
+            cp.cuda.runtime.memcpyAsync(pyr.levels[0].data.ptr, host, self.W * self.H,
+                                        cp.cuda.runtime.memcpyHostToDevice, self.up_stream.ptr)
+            return pyr.levels[0].data.ptr
         # a CuPy array: read on the device, after the work queued on the caller's stream
         self._ev_input.record(cp.cuda.get_current_stream())
         self.stream.wait_event(self._ev_input)
@@ -387,9 +399,12 @@ class GpuPipeline:
         probe("crf")
         d.enqueue_nms(st, checked, occupancy=t["occ"], gate=gate)
         probe("nms")
-        go(self._k_new, (1, 1, 1), (1024, 1, 1),
+        pack_args = (t["params"], t["st_pos"], t["st_xy"], np.int32(N_HEADER), np.int32(len(COUNTERS)),
+                     *self._out_offsets)
+        go(self._k_final, (1, 1, 1), (1024, 1, 1),
            (t["hdr"], t["cnt"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
-            d.out_x, d.out_y, d.out_score, d.out_level, np.int32(d.n_cells), t["cam"], np.int32(self.S)), "new")
+            d.out_x, d.out_y, d.out_score, d.out_level, np.int32(d.n_cells), t["cam"], np.int32(self.S),
+            np.int32(0 if stereo else 1), *pack_args), "finalize")
         if stereo:
             ci = COUNTER_INDEX
             go(self._k_lk, *self._lk(self._lk_tab[s], self._lk_tab_r[s], count, t["uv"], t["uv"],
@@ -399,9 +414,9 @@ class GpuPipeline:
                                      counters=(t["cnt"][ci["stereo_matched"]:ci["stereo_matched"] + 1],
                                                t["cnt"][ci["stereo_rejected"]:ci["stereo_rejected"] + 1])),
                name="stereo")
-        go(self._k_pack, ((self.S + 255) // 256, 1, 1), (256, 1, 1),
-           (t["hdr"], t["cnt"], t["params"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
-            t["st_pos"], t["st_xy"], np.int32(N_HEADER), np.int32(len(COUNTERS)), *self._out_offsets), "pack")
+            go(self._k_pack, ((self.S + 255) // 256, 1, 1), (256, 1, 1),
+               (t["hdr"], t["cnt"], t["params"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"],
+                t["age"], *pack_args[1:]), "pack")
 
     # ------------------------------------------------------------------ results
     def collect(self, tk: _Ticket) -> TrackFrame:

@@ -8,8 +8,9 @@
 // vilib_ros.frontend.track_table.HEADER and COUNTERS (one name for one thing).
 //
 // Per frame (one CUDA graph): pyramid_frame -> lk_frontend (temporal) [-> lk_frontend (backward)]
-// -> table_update -> fast_crf_levels -> nms_cell (both gated by hdr[H_DETECT]) -> new_tracks
-// [-> lk_frontend (stereo)] -> pack_output.
+// -> table_update -> fast_crf_levels -> nms_cell (both gated by hdr[H_DETECT]) -> finalize (new
+// tracks, gated, and the result) [stereo frames: finalize without the result -> lk_frontend
+// (stereo) -> pack_output].
 #include "camera.cuh"
 #include "frame.cuh"
 
@@ -21,6 +22,21 @@
 #define ST_LEFT_IMAGE 1
 #define ST_DIVERGED 2
 #define ST_NOT_CONVERGED 3
+
+__device__ __forceinline__ unsigned int warp_sum_u32(unsigned int v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+// Add a per-thread count to a shared counter: a warp sum first, then one atomic per warp (many
+// threads adding to one address would serialise).
+__device__ __forceinline__ void block_count(unsigned int* counter, unsigned int v)
+{
+    v = warp_sum_u32(v);
+    if ((threadIdx.x & 31) == 0 && v) atomicAdd(counter, v);
+}
 
 // Exclusive prefix sum of `v` over the block (TT_THREADS threads, thread order); *total = sum.
 __device__ __forceinline__ int block_exclusive_scan(int v, int* total)
@@ -66,9 +82,9 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
     const signed char* __restrict__ reject, const FrameParams* __restrict__ prm,
     unsigned char* __restrict__ occ, int cell_w, int cell_h, int rows, int cols, double detect_below)
 {
-    __shared__ unsigned long long s_cnt[8];
+    __shared__ unsigned int s_cnt[8];
     const int t = threadIdx.x;
-    if (t < 8) s_cnt[t] = 0ull;
+    if (t < 8) s_cnt[t] = 0u;
     for (int c = t; c < rows * cols; c += TT_THREADS) occ[c] = 0;
     const int n = (int)hdr[H_COUNT];
     const float dt = prm->dt;
@@ -79,8 +95,7 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
     float r_score[TT_PER_THREAD];
     int r_level[TT_PER_THREAD], r_age[TT_PER_THREAD];
     bool r_keep[TT_PER_THREAD];
-    unsigned int c_left = 0, c_div = 0, c_nc = 0, c_fb = 0, c_rs = 0, c_tr = 0, kept = 0;
-    unsigned long long c_it = 0;
+    unsigned int c_left = 0, c_div = 0, c_nc = 0, c_fb = 0, c_rs = 0, c_tr = 0, c_it = 0, kept = 0;
     __syncthreads();                      // s_cnt zeroed
 #pragma unroll
     for (int j = 0; j < TT_PER_THREAD; ++j) {
@@ -92,7 +107,7 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
         c_div += st == ST_DIVERGED;
         c_nc += st == ST_NOT_CONVERGED;
         bool keep = st == ST_TRACKED;
-        if (keep) { ++c_tr; c_it += (unsigned long long)lk_iters[i]; }
+        if (keep) { ++c_tr; c_it += (unsigned int)lk_iters[i]; }
         if (keep && fb_status != nullptr) {
             const float2 a = fb_pos[i], b = uv[i];
             const float dx = a.x - b.x, dy = a.y - b.y;
@@ -125,13 +140,13 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
         occ[r * cols + c] = 1;
         ++pos;
     }
-    if (c_left) atomicAdd(&s_cnt[0], (unsigned long long)c_left);
-    if (c_div) atomicAdd(&s_cnt[1], (unsigned long long)c_div);
-    if (c_nc) atomicAdd(&s_cnt[2], (unsigned long long)c_nc);
-    if (c_fb) atomicAdd(&s_cnt[3], (unsigned long long)c_fb);
-    if (c_rs) atomicAdd(&s_cnt[4], (unsigned long long)c_rs);
-    if (c_tr) atomicAdd(&s_cnt[5], (unsigned long long)c_tr);
-    if (c_it) atomicAdd(&s_cnt[6], c_it);
+    block_count(&s_cnt[0], c_left);
+    block_count(&s_cnt[1], c_div);
+    block_count(&s_cnt[2], c_nc);
+    block_count(&s_cnt[3], c_fb);
+    block_count(&s_cnt[4], c_rs);
+    block_count(&s_cnt[5], c_tr);
+    block_count(&s_cnt[6], c_it);
     __syncthreads();
     if (t == 0) {
         cnt[C_LOST_LEFT_IMAGE] += (long long)s_cnt[0];
@@ -154,14 +169,13 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
 // in cell order, with id = next_id + cell index; next_id then advances by the number of cells,
 // so ids never repeat and a track's id does not depend on the other cells.
 // Thread mapping: one block; thread t owns the contiguous cells [t * per, (t + 1) * per).
-extern "C" __global__ void __launch_bounds__(TT_THREADS) new_tracks(
-    long long* __restrict__ hdr, long long* __restrict__ cnt,
-    long long* __restrict__ ids, float2* __restrict__ uv, float2* __restrict__ xy, float2* __restrict__ vel,
-    float* __restrict__ score, int* __restrict__ level, int* __restrict__ age,
+// (A device function of `finalize`.)
+__device__ __forceinline__ void new_tracks(
+    long long* hdr, long long* cnt,
+    long long* ids, float2* uv, float2* xy, float2* vel, float* score, int* level, int* age,
     const float* __restrict__ cell_x, const float* __restrict__ cell_y, const float* __restrict__ cell_score,
     const int* __restrict__ cell_level, int n_cells, const float* __restrict__ cam, int capacity)
 {
-    if (hdr[H_DETECT] == 0) return;       // whole block
     const int t = threadIdx.x;
     const int n_live = (int)hdr[H_COUNT];
     const long long base_id = hdr[H_NEXT_ID];
@@ -220,20 +234,27 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) new_tracks(
         cnt[C_TRACKS_NEW] += k;
         cnt[C_REDETECTIONS] += k > 0 ? 1 : 0;
     }
+    __syncthreads();                      // the new count is seen by every thread
 }
 
 // The frame's result into its output slot (page-locked host memory, written directly:
 // zero-copy), the layout of vilib_ros.frontend.gpu_pipeline's output Layout (byte offsets as
 // arguments): header and counters, then per live track id, uv, xy and velocity (as double), score,
 // level, age, and on stereo frames the right-image position (NaN where not matched).
-// Thread mapping: one thread per slot (blocks of 256); block 0 also writes header and counters.
-extern "C" __global__ void pack_output(
-    const long long* __restrict__ hdr, const long long* __restrict__ cnt, const FrameParams* __restrict__ prm,
-    const long long* __restrict__ ids, const float2* __restrict__ uv, const float2* __restrict__ xy,
-    const float2* __restrict__ vel, const float* __restrict__ score, const int* __restrict__ level,
-    const int* __restrict__ age, const float2* __restrict__ st_pos, const float2* __restrict__ st_xy,
-    int n_hdr, int n_cnt, int o_hdr, int o_cnt, int o_ids, int o_uv, int o_xy, int o_vel, int o_score,
-    int o_level, int o_age, int o_uvr, int o_xyr)
+// Thread mapping: slot i by thread i (rows i, i + blockDim.x * gridDim.x, ...); block 0 also writes
+// header and counters.
+// (No __restrict__ on the table: in `finalize` the same block has just written it, and restrict
+// would allow loads through the non-coherent read-only cache.)
+#define PACK_ARGS                                                                                 \
+    const long long* hdr, const long long* cnt, const FrameParams* __restrict__ prm,              \
+    const long long* ids, const float2* uv, const float2* xy, const float2* vel, const float* score,  \
+    const int* level, const int* age, const float2* __restrict__ st_pos, const float2* __restrict__ st_xy, \
+    int n_hdr, int n_cnt, int o_hdr, int o_cnt, int o_ids, int o_uv, int o_xy, int o_vel, int o_score, \
+    int o_level, int o_age, int o_uvr, int o_xyr
+#define PACK_PASS hdr, cnt, prm, ids, uv, xy, vel, score, level, age, st_pos, st_xy, n_hdr, n_cnt, o_hdr, \
+    o_cnt, o_ids, o_uv, o_xy, o_vel, o_score, o_level, o_age, o_uvr, o_xyr
+
+__device__ __forceinline__ void pack(PACK_ARGS)
 {
     char* out = reinterpret_cast<char*>(prm->out);
     const int t = threadIdx.x;
@@ -241,19 +262,45 @@ extern "C" __global__ void pack_output(
         if (t < n_hdr) reinterpret_cast<long long*>(out + o_hdr)[t] = hdr[t];
         if (t < n_cnt) reinterpret_cast<long long*>(out + o_cnt)[t] = cnt[t];
     }
-    const int i = blockIdx.x * blockDim.x + t;
-    if (i >= (int)hdr[H_COUNT]) return;
-    reinterpret_cast<long long*>(out + o_ids)[i] = ids[i];
-    reinterpret_cast<float2*>(out + o_uv)[i] = uv[i];
-    const float2 q = xy[i], v = vel[i];
-    reinterpret_cast<double2*>(out + o_xy)[i] = make_double2(q.x, q.y);
-    reinterpret_cast<double2*>(out + o_vel)[i] = make_double2(v.x, v.y);
-    reinterpret_cast<float*>(out + o_score)[i] = score[i];
-    reinterpret_cast<int*>(out + o_level)[i] = level[i];
-    reinterpret_cast<int*>(out + o_age)[i] = age[i];
-    if (prm->stereo) {
-        const float2 p = st_pos[i], r = st_xy[i];
-        reinterpret_cast<float2*>(out + o_uvr)[i] = p;
-        reinterpret_cast<double2*>(out + o_xyr)[i] = make_double2(r.x, r.y);
+    const int n = (int)hdr[H_COUNT];
+    for (int i = blockIdx.x * blockDim.x + t; i < n; i += blockDim.x * gridDim.x) {
+        reinterpret_cast<long long*>(out + o_ids)[i] = ids[i];
+        reinterpret_cast<float2*>(out + o_uv)[i] = uv[i];
+        const float2 q = xy[i], v = vel[i];
+        reinterpret_cast<double2*>(out + o_xy)[i] = make_double2(q.x, q.y);
+        reinterpret_cast<double2*>(out + o_vel)[i] = make_double2(v.x, v.y);
+        reinterpret_cast<float*>(out + o_score)[i] = score[i];
+        reinterpret_cast<int*>(out + o_level)[i] = level[i];
+        reinterpret_cast<int*>(out + o_age)[i] = age[i];
+        if (prm->stereo) {
+            const float2 p = st_pos[i], r = st_xy[i];
+            reinterpret_cast<float2*>(out + o_uvr)[i] = p;
+            reinterpret_cast<double2*>(out + o_xyr)[i] = make_double2(r.x, r.y);
+        }
     }
+}
+
+// Stereo frames: the result after the stereo match (blocks of 256 threads).
+extern "C" __global__ void pack_output(PACK_ARGS)
+{
+    pack(PACK_PASS);
+}
+
+// The end of the frame: redetection (only where hdr[H_DETECT] is set) and, unless the frame is a
+// stereo one (pack_output comes after the stereo match), the result. One block of TT_THREADS.
+extern "C" __global__ void __launch_bounds__(TT_THREADS) finalize(
+    long long* hdr_w, long long* cnt_w, long long* ids_w, float2* uv_w, float2* xy_w, float2* vel_w,
+    float* score_w, int* level_w, int* age_w,
+    const float* __restrict__ cell_x, const float* __restrict__ cell_y, const float* __restrict__ cell_score,
+    const int* __restrict__ cell_level, int n_cells, const float* __restrict__ cam, int capacity, int do_pack,
+    const FrameParams* __restrict__ prm, const float2* __restrict__ st_pos, const float2* __restrict__ st_xy,
+    int n_hdr, int n_cnt, int o_hdr, int o_cnt, int o_ids, int o_uv, int o_xy, int o_vel, int o_score,
+    int o_level, int o_age, int o_uvr, int o_xyr)
+{
+    if (hdr_w[H_DETECT] != 0)             // block-uniform
+        new_tracks(hdr_w, cnt_w, ids_w, uv_w, xy_w, vel_w, score_w, level_w, age_w, cell_x, cell_y, cell_score,
+                   cell_level, n_cells, cam, capacity);
+    if (do_pack)
+        pack(hdr_w, cnt_w, prm, ids_w, uv_w, xy_w, vel_w, score_w, level_w, age_w, st_pos, st_xy, n_hdr, n_cnt,
+             o_hdr, o_cnt, o_ids, o_uv, o_xy, o_vel, o_score, o_level, o_age, o_uvr, o_xyr);
 }
