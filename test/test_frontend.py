@@ -305,7 +305,8 @@ def _table_snapshot(ft) -> bytes:
     p = ft.pipeline
     if ft.device == "cuda":
         p.stream.synchronize()
-        return p._table.get().tobytes()
+        p.up_stream.synchronize()
+        return p.k.table.get().tobytes()
     t = p.table
     return b"".join(np.ascontiguousarray(a).tobytes() for a in
                     (t.ids, t.uv, t.xy, t.vel, t.score, t.level, t.age, t.counters, np.array([t.count, t.next_id])))
@@ -519,9 +520,9 @@ class TestGpuPipeline:
             for a in v.values():
                 a[...] = np.array(np.nan).astype(a.dtype) if a.dtype.kind == "f" else -7
         for k in ("lk_pos", "lk_xy", "fb_pos", "st_pos", "st_xy"):
-            p.t[k].fill(cp.nan)
+            p.k.t[k].fill(cp.nan)
         for k in ("lk_status", "fb_status", "st_status", "lk_iters"):
-            p.t[k].fill(-7)
+            p.k.t[k].fill(-7)
         cp.cuda.Device().synchronize()
         for i in range(10):
             f = euroc_frames[i] if i % 3 else np.ascontiguousarray(euroc_frames[i][::-1])

@@ -192,15 +192,17 @@ class Layout:
 
 
 def pinned_buffer(nbytes: int, keep: list) -> np.ndarray:
-    """A page-locked, device-mapped host ``uint8`` buffer; its memory object is appended to
-    ``keep`` (the caller holds it as long as the array). Kernels may read and write it
-    directly at :func:`host_device_pointer` of the array (zero-copy)."""
+    """A zero-filled, page-locked, device-mapped host ``uint8`` buffer; its memory object is
+    appended to ``keep`` (the caller holds it as long as the array). Kernels may read and write
+    it directly at :func:`host_device_pointer` of the array (zero-copy)."""
     import cupy
 
     rt = cupy.cuda.runtime
     mem = cupy.cuda.PinnedMemory(int(nbytes), rt.hostAllocPortable | rt.hostAllocMapped)
     keep.append(mem)
-    return np.frombuffer(cupy.cuda.PinnedMemoryPointer(mem, 0), np.uint8, int(nbytes))
+    a = np.frombuffer(cupy.cuda.PinnedMemoryPointer(mem, 0), np.uint8, int(nbytes))
+    a[:] = 0
+    return a
 
 
 def host_device_pointer(ptr: int) -> int:

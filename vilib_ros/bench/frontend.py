@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import cProfile
 import datetime as _dt
+import itertools
 import platform
 import pstats
 import time
@@ -39,6 +40,13 @@ TARGETS = {"process_p50_us": 80.0, "process_p99_us": 150.0, "stereo_process_p50_
 STAMP0 = 1_000_000_000_000
 DT_NS = 50_000_000
 SPIN_CYCLES = 400_000
+_TICKS = itertools.count()
+
+
+def _stamp() -> int:
+    """Frame stamps, increasing over the whole run (trackers are reused between measurements:
+    a stamp that went back would make every frame a counted skip)."""
+    return STAMP0 + next(_TICKS) * DT_NS
 
 
 def _pct(v, q):
@@ -82,7 +90,7 @@ def run_process(ft, frames, n, right=None, warm=50) -> dict:
     for k in range(n + warm):
         kw = {"image_right": right[k % nf]} if right is not None else {}
         t0 = time.perf_counter()
-        fr = ft.process(frames[k % nf], STAMP0 + k * DT_NS, **kw)
+        fr = ft.process(frames[k % nf], _stamp(), **kw)
         t1 = time.perf_counter()
         if k >= warm:
             lat.append(t1 - t0)
@@ -95,10 +103,9 @@ def run_host_split(ft, frames, n, warm=50) -> dict:
     synchronised between them, so result() finds the frame done)."""
     nf = len(frames)
     host, sub = [], []
-    stamp0 = STAMP0 + 10 ** 12
     for k in range(n + warm):
         t0 = time.perf_counter()
-        ft.submit(frames[k % nf], stamp0 + k * DT_NS)
+        ft.submit(frames[k % nf], _stamp())
         t1 = time.perf_counter()
         ft.pipeline.stream.synchronize()
         t2 = time.perf_counter()
@@ -118,28 +125,26 @@ def run_gpu_exec(ft, frames, n, warm=20) -> dict:
     spin = get_module("bench_util").get_function("gpu_spin")
     nf = len(frames)
     gpu, seen = [], []
-    stamp0 = STAMP0 + 2 * 10 ** 12
     for k in range(n + warm):
-        spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=ft.pipeline.stream)
-        fr = ft.process(frames[k % nf], stamp0 + k * DT_NS)
+        spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=ft.pipeline.up_stream)   # the frame starts there
+        fr = ft.process(frames[k % nf], _stamp())
         if k >= warm:
             gpu.append(fr.timings["gpu_s"])
     for k in range(200):
-        fr = ft.process(frames[k % nf], stamp0 + (n + warm + k) * DT_NS)
+        fr = ft.process(frames[k % nf], _stamp())
         seen.append(fr.timings["gpu_s"])
     return {"exec": _stats(gpu), "as_seen_by_process": _stats(seen)}
 
 
 def run_submit_ahead(ft, frames, n, warm=50) -> dict:
     nf = len(frames)
-    stamp0 = STAMP0 + 3 * 10 ** 12
-    ft.submit(frames[0], stamp0)
+    ft.submit(frames[0], _stamp())
     t_start = None
     for k in range(1, n + warm + 1):
         if k == warm:
             t_start = time.perf_counter()
         if k < n + warm:
-            ft.submit(frames[k % nf], stamp0 + k * DT_NS)
+            ft.submit(frames[k % nf], _stamp())
         ft.result()
     wall = time.perf_counter() - t_start
     return {"frames": n, "fps": n / wall}
@@ -148,13 +153,12 @@ def run_submit_ahead(ft, frames, n, warm=50) -> dict:
 def run_profile(ft, frames, n) -> dict:
     """cProfile of process(): host time per frame = profiled time minus the waits (synchronize)."""
     nf = len(frames)
-    stamp0 = STAMP0 + 4 * 10 ** 12
     for k in range(20):
-        ft.process(frames[k % nf], stamp0 + k * DT_NS)
+        ft.process(frames[k % nf], _stamp())
     pr = cProfile.Profile()
     pr.enable()
     for k in range(20, 20 + n):
-        ft.process(frames[k % nf], stamp0 + k * DT_NS)
+        ft.process(frames[k % nf], _stamp())
     pr.disable()
     st = pstats.Stats(pr)
     total = wait = 0.0
@@ -184,7 +188,7 @@ def gated_detection_cost(ft, repeats=500, block_rows=8) -> dict:
     occ = cp.zeros(det.n_cells, cp.uint8)
     s.synchronize()
     s.begin_capture()
-    det.enqueue(det.levels_desc(p.pyrs[0]), s, False, occupancy=occ, gate=gate, block_rows=block_rows)
+    det.enqueue(det.levels_desc(p.k.pyrs[0]), s, False, occupancy=occ, gate=gate, block_rows=block_rows)
     g = s.end_capture()
     spin = get_module("bench_util").get_function("gpu_spin")
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
@@ -227,7 +231,6 @@ def stage_breakdown(ft, frames, n, right=None, warm=10) -> dict:
     e0 = cp.cuda.Event()
     times = collections.defaultdict(list)
     nf = len(frames)
-    stamp0 = STAMP0 + 5 * 10 ** 12
     p.probe = probe
     try:
         for k in range(n + warm):
@@ -235,7 +238,7 @@ def stage_breakdown(ft, frames, n, right=None, warm=10) -> dict:
             spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=p.stream)
             e0.record(p.stream)
             kw = {"image_right": right[k % nf]} if right is not None else {}
-            ft.process(frames[k % nf], stamp0 + k * DT_NS, **kw)
+            ft.process(frames[k % nf], _stamp(), **kw)
             prev = e0
             for name in order:
                 if k >= warm:

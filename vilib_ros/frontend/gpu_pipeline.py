@@ -1,72 +1,44 @@
-"""The frontend's GPU pipeline: one CUDA graph launch per frame, the track table on the device.
+"""The frontend's GPU pipeline: the host side of a frame, two CUDA graph launches and one event.
 
-Per frame the host writes the frame into a page-locked slot (nothing when it gets a CuPy array
-or page-locked memory), fills the slot's frame parameters (source address, result slot,
-rotation prediction, dt), launches the slot's CUDA graph and records one event. The graph
-(kernels/pyramid.cu, lk.cu, fast.cu, nms.cu, frontend.cu):
+Per frame the host fills the slot's frame parameters in page-locked memory (source address,
+result slot, rotation prediction, dt), launches the slot's upload graph on the upload stream and
+its compute graph on the compute stream (:mod:`vilib_ros.frontend.gpu_frame`), and records one
+event; :meth:`GpuPipeline.collect` waits for it and hands out a TrackFrame whose arrays are views
+of the frame's result slot in page-locked memory (written by the kernels: zero-copy). The
+compute part of frame k overlaps the upload of frame k+1.
 
-  pyramid_frame (reads the frame: the upload) -> lk_frontend (previous -> current frame, from
-  the IMU-predicted position, undistorted result) [-> lk_frontend backward: the forward-backward
-  check] -> table_update (status, compaction, velocity, age, cell occupancy, redetection flag)
-  -> fast_crf_levels -> nms_cell (both return at once unless the flag is set) -> new_tracks
-  (ids, undistortion) [-> lk_frontend stereo with the epipolar check] -> pack_output (writes the
-  result slot in page-locked host memory: zero-copy)
+How the frame gets to the device (``upload``):
 
-and :meth:`GpuPipeline.collect` waits for the event and hands out a TrackFrame whose arrays are
-views of that result slot. With RANSAC on, the graph is split around a host RANSAC (a
-synchronisation per frame). The decisions are those of :class:`~vilib_ros.frontend.track_table.TrackTable`.
+* ``'mapped'`` (default): the pyramid kernel reads the frame from page-locked memory. A pageable
+  frame is copied there in bands after the launch; the kernel takes each band as soon as its flag
+  says it is there, so the host copy and the transfer overlap (``streamed``). Frames from
+  :meth:`GpuPipeline.pinned_frames` are read in place;
+* ``'copy'``: the frame is copied into a page-locked slot, then a DMA copy to the device;
+* ``'pageable'``: a DMA copy straight from the caller's array (the driver stages it);
+* a CuPy array is read in place on the device.
 
-Slots: :data:`RING` frame slots (staging buffer + device pyramid; the previous frame's pyramid
-is the LK template) and :data:`RESULT_SLOTS` result slots. A frame's result stays valid until
+Slots: :data:`~vilib_ros.frontend.gpu_frame.RING` frame slots (staging buffer, device pyramid,
+frame parameters) and :data:`RESULT_SLOTS` result slots. A frame's result stays valid until
 ``RESULT_SLOTS - 1`` further frames have been submitted; a result not yet collected when its
-slot comes round again is copied first.
+slot comes round again is copied first. With RANSAC on, the compute graph is split around a host
+RANSAC (a synchronisation per frame). The decisions are those of
+:class:`~vilib_ros.frontend.track_table.TrackTable`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from vilib_ros._cuda import (CudaUnavailable, GraphCache, Layout, checked_launches, get_module, host_device_pointer,
-                             launch, pinned_buffer)
-from vilib_ros.frontend.pyramid import GpuPyramid
-from vilib_ros.frontend.stereo import cam_params, essential_rl
-from vilib_ros.frontend.track_table import (COUNTER_INDEX, COUNTERS, HEADER, MAX_CAPACITY, MAX_CELLS, N_HEADER,
-                                            fb_passed, kernel_defines, ransac_outliers)
+from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer
+from vilib_ros.frontend.gpu_frame import H, MAX_BANDS, PARAMS_BYTES, RING, FrameKernels, result_layout
+from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS, fb_passed, ransac_outliers
 from vilib_ros.types import FrameStats, TrackFrame
 
-RING = 4
 RESULT_SLOTS = 8
-# How the frame gets to the device: 'mapped' = copied into a page-locked slot, read there by the
-# pyramid kernel (zero-copy); 'copy' = copied into a page-locked slot, then a DMA copy on the upload
-# stream; 'pageable' = a DMA copy straight from the caller's array on the upload stream (the driver
-# stages it: its host copy and the transfer overlap).
 UPLOADS = ("mapped", "copy", "pageable")
-FUSED_LEVELS = 5                # pyramid_frame builds levels 1..5; further ones by pyramid_halve
-# FrameParams (kernels/frame.cuh): 128 bytes; word offsets of its fields
-PARAMS_BYTES = 128
-_U64_SRC, _U64_OUT = 0, 2
-_F32_M, _F32_USE_M, _F32_DT, _I32_STEREO = 6, 15, 18, 19
-_H = {n: i for i, n in enumerate(HEADER)}
-
-
-def table_layout(S: int, n_cells: int) -> Layout:
-    """The device table: header, counters, the live tracks, cell occupancy, per-frame LK
-    scratch, frame parameters and constants (cameras, stereo rotation and essential matrix)."""
-    f32, i8 = np.float32, np.int8
-    return Layout([("hdr", np.int64, N_HEADER), ("cnt", np.int64, len(COUNTERS)), ("ids", np.int64, S),
-                   ("uv", f32, (S, 2)), ("xy", f32, (S, 2)), ("vel", f32, (S, 2)), ("score", f32, S),
-                   ("level", np.int32, S), ("age", np.int32, S), ("occ", np.uint8, n_cells),
-                   ("lk_pos", f32, (S, 2)), ("lk_status", i8, S), ("lk_xy", f32, (S, 2)), ("lk_iters", np.int32, S),
-                   ("fb_pos", f32, (S, 2)), ("fb_status", i8, S), ("st_pos", f32, (S, 2)), ("st_status", i8, S),
-                   ("st_xy", f32, (S, 2)), ("params", np.uint8, PARAMS_BYTES), ("cam", f32, 12), ("cam_r", f32, 12),
-                   ("M_rl", f32, 12), ("epi", f32, 12)])
-
-
-def result_layout(S: int) -> Layout:
-    """One result slot (page-locked host memory, written by pack_output)."""
-    return Layout([("hdr", np.int64, N_HEADER), ("cnt", np.int64, len(COUNTERS)), ("ids", np.int64, S),
-                   ("uv", np.float32, (S, 2)), ("xy", np.float64, (S, 2)), ("vel", np.float64, (S, 2)),
-                   ("score", np.float32, S), ("level", np.int32, S), ("age", np.int32, S),
-                   ("uv_r", np.float32, (S, 2)), ("xy_r", np.float64, (S, 2))])
+BANDS = 4                       # bands of a streamed upload
+# FrameParams (kernels/frame.cuh): word offsets of its fields
+_U64_SRC, _U64_OUT, _U64_READY = 0, 2, 10
+_F32_M, _F32_USE_M, _F32_DT, _I32_STEREO, _I32_SEQ, _I32_BAND_ROWS = 6, 15, 18, 19, 22, 23
 
 
 class _Ticket:
@@ -83,7 +55,7 @@ class GpuPipeline:
     device = "cuda"
 
     def __init__(self, camera, config, detector, tracker, capacity: int, levels: int, first_id: int = 0,
-                 camera_right=None, T_right_left=None, upload: str = "pageable"):
+                 camera_right=None, T_right_left=None, upload: str = "mapped"):
         import cupy as cp
 
         S = int(capacity)
@@ -95,43 +67,17 @@ class GpuPipeline:
             raise ValueError(f"upload must be one of {UPLOADS}, got {upload!r}")
         self._cp = cp
         self.camera, self.config, self.detector, self.tracker = camera, config, detector, tracker
-        self.W, self.H, self.S, self.levels = int(camera.width), int(camera.height), S, int(levels)
-        self.stereo_on = camera_right is not None and bool(config.stereo)
         self.upload = upload
+        self.k = FrameKernels(camera, config, detector, tracker, S, levels, first_id, camera_right, T_right_left)
+        self.W, self.H, self.S, self.stereo_on = self.k.W, self.k.H, S, self.k.stereo_on
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.up_stream = cp.cuda.Stream(non_blocking=True)
-        self.pyrs = [GpuPyramid(self.W, self.H, self.levels) for _ in range(RING)]
-        self.pyrs_r = [GpuPyramid(self.W, self.H, self.levels) for _ in range(RING)] if self.stereo_on else []
-        self._lk_tab = [tracker.level_table(p) for p in self.pyrs]
-        self._lk_tab_r = [tracker.level_table(p) for p in self.pyrs_r]
-        self._det_desc = [detector.levels_desc(p) for p in self.pyrs]
-        lvl = np.zeros((RING, 2, self.levels), np.uint64)
-        for s in range(RING):
-            lvl[s, 0] = [a.data.ptr for a in self.pyrs[s].levels]
-            if self.stereo_on:
-                lvl[s, 1] = [a.data.ptr for a in self.pyrs_r[s].levels]
-        self._lvl = [cp.asarray(lvl[s].reshape(-1)) for s in range(RING)]
-        # the device table, its constants and first id
-        self._tl = table_layout(S, detector.n_cells)
-        host = np.zeros(self._tl.nbytes, np.uint8)
-        hv = self._tl.views(host)
-        hv["hdr"][_H["next_id"]] = int(first_id)
-        hv["cam"][:] = cam_params(camera)
-        if self.stereo_on:
-            T = np.asarray(T_right_left, np.float64).reshape(4, 4)
-            hv["cam_r"][:] = cam_params(camera_right)
-            hv["M_rl"][:9] = T[:3, :3].ravel()
-            hv["M_rl"][9] = 1.0
-            hv["epi"][:9] = essential_rl(T).ravel()
-        self._table = cp.asarray(host)
-        self.t = self._tl.views(self._table)
-        p0 = self._tl.offset("params")
-        self._M = self._table[p0 + 4 * _F32_M:p0 + 4 * (_F32_M + 12)].view(cp.float32)
-        # page-locked host memory: frame staging, frame parameters, result slots, RANSAC exchange
+        # page-locked host memory: frame staging, band flags, frame parameters, result slots, RANSAC
         keep = self._keep = []
-        self._img = [pinned_buffer(self.W * self.H, keep).reshape(self.H, self.W) for _ in range(RING)]
-        self._img_r = ([pinned_buffer(self.W * self.H, keep).reshape(self.H, self.W) for _ in range(RING)]
-                       if self.stereo_on else [])
+        n_img = self.W * self.H
+        self._img = [[pinned_buffer(n_img, keep).reshape(self.H, self.W) for _ in range(RING)]
+                     for _ in range(2 if self.stereo_on else 1)]
+        self._flags = pinned_buffer(RING * 2 * MAX_BANDS * 4, keep).view(np.uint32).reshape(RING, 2, MAX_BANDS)
         prm = pinned_buffer(RING * PARAMS_BYTES, keep)
         self._prm_u64 = prm.view(np.uint64).reshape(RING, -1)
         self._prm_f32 = prm.view(np.float32).reshape(RING, -1)
@@ -141,60 +87,53 @@ class GpuPipeline:
         res = pinned_buffer(RESULT_SLOTS * nb, keep)
         self._out = [self._rl.views(res[o * nb:(o + 1) * nb]) for o in range(RESULT_SLOTS)]
         self._reject = pinned_buffer(max(S, 16), keep)[:S].view(np.int8)
-        self._mirror = self._tl.views(pinned_buffer(self._tl.nbytes, keep))
-        dptr = {a.ctypes.data: host_device_pointer(a.ctypes.data) for a in
-                self._img + self._img_r + [prm, res, self._reject]}
-        if not all(dptr.values()):
+        mirror = pinned_buffer(self.k.layout.nbytes, keep)
+        self._mirror = self.k.layout.views(mirror)
+        self._mirror_ptr = mirror.ctypes.data
+        self._dev = {a.ctypes.data: host_device_pointer(a.ctypes.data)
+                     for a in [x for cam in self._img for x in cam] + [self._flags, prm, res, self._reject]}
+        if not all(self._dev.values()):
+            from vilib_ros._cuda import CudaUnavailable
+
             raise CudaUnavailable("page-locked host memory is not mapped into the device's address space")
-        self._dev = dptr
-        self._prm_dev = [dptr[prm.ctypes.data] + PARAMS_BYTES * s for s in range(RING)]
-        self._out_dev = [dptr[res.ctypes.data] + nb * o for o in range(RESULT_SLOTS)]
+        self._prm_dev = [self._dev[prm.ctypes.data] + PARAMS_BYTES * s for s in range(RING)]
+        self._flags_dev = [self._dev[self._flags.ctypes.data] + self._flags[s].nbytes * s for s in range(RING)]
+        self._out_dev = [self._dev[res.ctypes.data] + nb * o for o in range(RESULT_SLOTS)]
         self._out_offsets = tuple(np.int32(self._rl.offset(n)) for n in
                                   ("hdr", "cnt", "ids", "uv", "xy", "vel", "score", "level", "age", "uv_r", "xy_r"))
-        # kernels
-        try:
-            fe = get_module("frontend", kernel_defines())
-            pm = get_module("pyramid")
-            self._k_update, self._k_final, self._k_pack = (fe.get_function(n) for n in
-                                                           ("table_update", "finalize", "pack_output"))
-            self._k_pyr, self._k_halve = pm.get_function("pyramid_frame"), pm.get_function("pyramid_halve")
-        except CudaUnavailable:
-            raise
-        except Exception as exc:
-            raise CudaUnavailable(f"frontend kernels failed to load: {exc.__class__.__name__}: {exc}") from exc
-        self._k_lk = tracker.frontend_kernel
+        tiles = -(-self.H // 32)
+        self.band_rows = 32 * -(-tiles // BANDS)
         self._ev_start = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
         self._ev_done = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
-        self._ev_input = cp.cuda.Event(disable_timing=True)
         self._ev_up = [cp.cuda.Event(disable_timing=True) for _ in range(RING)]
+        self._ev_input = cp.cuda.Event(disable_timing=True)
         self.graphs = GraphCache(self.stream, config.use_graph, name="frontend")
+        self.graphs_up = GraphCache(self.up_stream, config.use_graph, name="frontend upload")
         self.graph_launches = 0
-        self.crf_block_rows = 8             # CRF grid rows: few blocks, so that a gated-off launch is cheap
         self.probe = None                   # benchmark: called with each stage's name after it is enqueued
-        self._pinned: dict[int, int] = {}   # page-locked frames of pinned_frames(): host -> device address
+        self._pinned: dict[int, int] = {}   # frames of pinned_frames(): host -> device address
         self._frames = 0
-        self._slot_out = [-1] * RING        # result slot of the last frame computed in each frame slot
+        self._seq = 0
+        self._slot_out = [-1] * RING        # result slot of the last frame uploaded into each frame slot
         self._pending: dict[int, _Ticket] = {}
         self._counters = np.zeros(len(COUNTERS), np.int64)
         self._next_id = int(first_id)
         self._count = 0
-        self._warm_up(host)
+        self._warm_up()
 
-    def _warm_up(self, initial: np.ndarray) -> None:
-        """Run every kernel once on an empty frame, outside graph capture (module loading must
-        not happen inside a capture), then restore the initial table."""
+    def _warm_up(self) -> None:
+        """Every kernel once on an empty frame, outside graph capture (module loading must not
+        happen inside a capture), then the initial table again."""
         cp = self._cp
         cp.cuda.Device().synchronize()
-        u, f = self._prm_u64[0], self._prm_f32[0]
-        u[_U64_SRC] = self._dev[self._img[0].ctypes.data]
-        u[_U64_SRC + 1] = self._dev[self._img_r[0].ctypes.data] if self.stereo_on else 0
-        u[_U64_OUT] = self._out_dev[0]
-        f[_F32_USE_M] = 0.0
-        f[_F32_DT] = 0.0
+        for cam in range(len(self._img)):
+            self._prm_u64[0, _U64_SRC + cam] = self._dev[self._img[cam][0].ctypes.data]
+        self._prm_u64[0, _U64_OUT] = self._out_dev[0]
         self._prm_i32[0, _I32_STEREO] = 1 if self.stereo_on else 0
-        self._enqueue(0, self.stereo_on, "all", True)
+        self.k.enqueue_upload(0, self.stereo_on, self._prm_dev[0], self.stream, True)
+        self.k.enqueue_compute(0, self.stereo_on, "all", self.stream, True, self._out_offsets)
         self.stream.synchronize()
-        self._table.set(initial)
+        self.k.table.set(self.k.initial)
         cp.cuda.Device().synchronize()
 
     # ------------------------------------------------------------------ state
@@ -202,7 +141,7 @@ class GpuPipeline:
     def next_id(self) -> int:
         if self._pending:                   # frames in flight may have given out ids
             self.stream.synchronize()
-            return int(self.t["hdr"][_H["next_id"]].get())
+            return int(self.k.hdr("next_id").get()[0])
         return self._next_id
 
     @property
@@ -214,64 +153,28 @@ class GpuPipeline:
 
     @property
     def graph_error(self) -> str | None:
-        return self.graphs.error
+        return self.graphs.error or self.graphs_up.error
 
     def reset(self) -> None:
         """Drop every track (ids go on); frames in flight are finished and discarded."""
+        self.up_stream.synchronize()
         self.stream.synchronize()
         self._pending.clear()
         with self.stream:
-            self.t["hdr"][_H["count"]:_H["count"] + 1].fill(0)
+            self.k.hdr("count").fill(0)
+            self.k.hdr("error").fill(0)
         self.stream.synchronize()
         self._count = 0
 
     def apply_config(self, config) -> None:
         """Take new kernel scalars: the graphs are captured again with them at the next frame."""
+        self.up_stream.synchronize()
         self.stream.synchronize()
-        self.config = config
+        self.config = self.k.config = config
         self.detector.config = config.detector
         self.tracker.config = config.tracker
         self.graphs.clear()
-
-    # ------------------------------------------------------------------ per frame
-    def submit(self, image, image_right, stamp_ns: int, R, dt: float, host_stats: dict) -> _Ticket:
-        s = self._frames % RING
-        o = self._frames % RESULT_SLOTS
-        self._frames += 1
-        old = self._pending.pop(o, None)
-        if old is not None:                 # never collected: copy it out before its slot is reused
-            old.frame = self._frame(old).copy()
-        if self._slot_out[s] >= 0:          # the frame that last used this slot has read it
-            self._ev_done[self._slot_out[s]].synchronize()
-        self._slot_out[s] = o
-        stereo = image_right is not None and self.stereo_on
-        if self.upload != "mapped" and self._frames > RING - 1:
-            # the DMA into slot s waits for the last frame that reads it (as the previous frame)
-            self.up_stream.wait_event(self._ev_done[(self._frames - RING) % RESULT_SLOTS])
-        src = self._source(image, self._img, s, self.pyrs[s])
-        src_r = self._source(image_right, self._img_r, s, self.pyrs_r[s]) if stereo else 0
-        if self.upload != "mapped":
-            self._ev_up[s].record(self.up_stream)
-            self.stream.wait_event(self._ev_up[s])
-        u, f = self._prm_u64[s], self._prm_f32[s]
-        u[_U64_SRC] = src
-        u[_U64_SRC + 1] = src_r
-        u[_U64_OUT] = self._out_dev[o]
-        if R is None:
-            f[_F32_USE_M] = 0.0
-        else:
-            f[_F32_M:_F32_M + 9] = np.asarray(R, np.float64).T.ravel()
-            f[_F32_USE_M] = 1.0
-        f[_F32_DT] = dt
-        self._prm_i32[s, _I32_STEREO] = 1 if stereo else 0
-        tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
-        if self.config.ransac:
-            self._run_ransac(s, o, stereo)
-        else:
-            self._run(s, o, stereo, "all", record_start=True, record_done=True)
-        host_stats["graph_launches"] = self.graph_launches
-        self._pending[o] = tk
-        return tk
+        self.graphs_up.clear()
 
     def pinned_frames(self, count: int) -> list[np.ndarray]:
         """``count`` page-locked frame buffers that :meth:`submit` reads without a host copy."""
@@ -282,48 +185,116 @@ class GpuPipeline:
             out.append(a)
         return out
 
-    def _source(self, image, staging, s, pyr) -> int:
-        """Device-accessible address of the frame for the pyramid kernel (see ``upload``)."""
-        cp = self._cp
-        if isinstance(image, np.ndarray):
-            host = image.ctypes.data
-            d = self._pinned.get(host, 0) if image.flags.c_contiguous else 0
-            if not d and (self.upload != "pageable" or not image.flags.c_contiguous):
-                np.copyto(staging[s], image)  # the one host copy, into the page-locked slot
-                host = staging[s].ctypes.data
-                d = self._dev[host]
-            if self.upload == "mapped":
-                return d
-            cp.cuda.runtime.memcpyAsync(pyr.levels[0].data.ptr, host, self.W * self.H,
-                                        cp.cuda.runtime.memcpyHostToDevice, self.up_stream.ptr)
-            return pyr.levels[0].data.ptr
-        # a CuPy array: read on the device, after the work queued on the caller's stream
-        self._ev_input.record(cp.cuda.get_current_stream())
-        self.stream.wait_event(self._ev_input)
-        return int(image.data.ptr)
-
-    def _run(self, s, o, stereo, phase, record_start=False, record_done=False) -> None:
-        st = self.stream
-        g = None if self.probe else self.graphs.get((s, stereo, phase), lambda: self._enqueue(s, stereo, phase, False))
-        if record_start:
-            self._ev_start[o].record(st)
-        if g is not None:
-            g.launch(st)
-            self.graph_launches += 1
-            if checked_launches():
-                st.synchronize()
+    # ------------------------------------------------------------------ per frame
+    def submit(self, image, image_right, stamp_ns: int, R, dt: float, host_stats: dict) -> _Ticket:
+        s, o, k = self._frames % RING, self._frames % RESULT_SLOTS, self._frames
+        self._frames += 1
+        self._seq = self._seq % 0x7FFFFFFF + 1
+        old = self._pending.pop(o, None)
+        if old is not None:                 # never collected: copy it out before its slot is reused
+            old.frame = self._frame(old).copy()
+        if self._slot_out[s] >= 0:          # the upload that last used this slot's staging is done
+            self._ev_done[self._slot_out[s]].synchronize()
+        self._slot_out[s] = o
+        stereo = image_right is not None and self.stereo_on
+        up = self.stream if self.probe else self.up_stream
+        if k >= RING - 1 and up is not self.stream:
+            # slot s is the previous frame of frame k - (RING - 1): the upload waits for it
+            up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
+        streamed = (self.upload == "mapped" and self.graphs_up.enabled and self.graphs_up.error is None
+                    and not self.probe)
+        bands = []
+        u = self._prm_u64[s]
+        for cam, img in enumerate((image, image_right) if stereo else (image,)):
+            u[_U64_SRC + cam] = self._source(img, cam, s, up, streamed, bands)
+        if not stereo:
+            u[_U64_SRC + 1] = 0
+        u[_U64_OUT] = self._out_dev[o]
+        u[_U64_READY] = self._flags_dev[s] if bands else 0
+        f, i32 = self._prm_f32[s], self._prm_i32[s]
+        if R is None:
+            f[_F32_USE_M] = 0.0
         else:
-            self._enqueue(s, stereo, phase, True)
-        if record_done:
-            self._ev_done[o].record(st)
+            f[_F32_M:_F32_M + 9] = np.asarray(R, np.float64).T.ravel()
+            f[_F32_USE_M] = 1.0
+        f[_F32_DT] = dt
+        i32[_I32_STEREO] = 1 if stereo else 0
+        i32[_I32_SEQ] = self._seq
+        i32[_I32_BAND_ROWS] = self.band_rows
+        tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
+        self._ev_start[o].record(up)
+        try:
+            # launches of a streamed upload are not checked one by one (a check would wait for the
+            # kernel, which waits for the copy below); everything is checked after the frame
+            self._launch(self.graphs_up, ("up", s, stereo), up,
+                         lambda checked: self.k.enqueue_upload(s, stereo, self._prm_dev[s], up, checked and not bands,
+                                                               probe=self.probe))
+        finally:
+            for cam, dst, src in bands:     # the streamed copy: band by band, each flagged when done
+                flags = self._flags[s, cam]
+                for b, r0 in enumerate(range(0, self.H, self.band_rows)):
+                    np.copyto(dst[r0:r0 + self.band_rows], src[r0:r0 + self.band_rows])
+                    flags[b] = self._seq
+        if up is not self.stream:
+            self._ev_up[s].record(up)
+            self.stream.wait_event(self._ev_up[s])
+        if self.config.ransac:
+            self._compute_ransac(s, stereo)
+        else:
+            self._launch(self.graphs, (s, stereo, "all"), self.stream, lambda checked: self.k.enqueue_compute(
+                s, stereo, "all", self.stream, checked, self._out_offsets, probe=self.probe))
+        self._ev_done[o].record(self.stream)
+        if checked_launches():
+            self.up_stream.synchronize()
+            self.stream.synchronize()
+        host_stats["graph_launches"] = self.graph_launches
+        self._pending[o] = tk
+        return tk
 
-    def _run_ransac(self, s, o, stereo) -> None:
-        """Phase A (pyramid, LK, FB, table copied to the host), RANSAC here, phase B (the rest)."""
+    def _source(self, image, cam, s, up, streamed, bands) -> int:
+        """Device-accessible address of one camera's frame for the pyramid kernel; appends the
+        (camera, staging, frame) of a streamed copy to ``bands`` (done after the launch)."""
+        cp = self._cp
+        if not isinstance(image, np.ndarray):       # a CuPy array: read on the device, after the caller's work
+            self._ev_input.record(cp.cuda.get_current_stream())
+            up.wait_event(self._ev_input)
+            return int(image.data.ptr)
+        level0 = self.k.pyrs_r[s].levels[0] if cam else self.k.pyrs[s].levels[0]
+        host = image.ctypes.data
+        d = self._pinned.get(host, 0) if image.flags.c_contiguous else 0
+        staging = self._img[cam][s]
+        if self.upload == "mapped":
+            if d:
+                return d
+            if streamed:
+                bands.append((cam, staging, image))
+            else:
+                np.copyto(staging, image)
+            return self._dev[staging.ctypes.data]
+        if not d and (self.upload == "copy" or not image.flags.c_contiguous):
+            np.copyto(staging, image)               # the one host copy, into the page-locked slot
+            host = staging.ctypes.data
+        cp.cuda.runtime.memcpyAsync(level0.data.ptr, host, self.W * self.H, cp.cuda.runtime.memcpyHostToDevice,
+                                    up.ptr)
+        return level0.data.ptr
+
+    def _launch(self, cache, key, stream, enqueue) -> None:
+        """The graph for ``key`` (captured from ``enqueue`` the first time), else the kernels."""
+        g = None if self.probe else cache.get(key, lambda: enqueue(False))
+        if g is not None:
+            g.launch(stream)
+            self.graph_launches += 1
+        else:
+            enqueue(True)
+
+    def _compute_ransac(self, s, stereo) -> None:
+        """Phase A (LK, FB, table copied to the host), RANSAC here, phase B (the rest)."""
         c = self.config
-        self._run(s, o, stereo, "A", record_start=True)
+        self._launch(self.graphs, (s, stereo, "A"), self.stream, lambda checked: self.k.enqueue_compute(
+            s, stereo, "A", self.stream, checked, self._out_offsets, mirror_host=self._mirror_ptr, probe=self.probe))
         self.stream.synchronize()
         m = self._mirror
-        n = int(m["hdr"][_H["count"]])
+        n = int(m["hdr"][H["count"]])
         ok = m["lk_status"][:n] == 0
         if c.fb_check:
             ok &= fb_passed(m["fb_pos"][:n], m["fb_status"][:n], m["uv"][:n], c.fb_threshold)
@@ -332,91 +303,9 @@ class GpuPipeline:
         self._reject[:] = 0
         if out is not None:
             self._reject[np.flatnonzero(ok)[out]] = 1
-        self._run(s, o, stereo, "B", record_done=True)
-
-    def _lk(self, tmpl, img, count, tmpl_pos, guess, outs, xy=None, M=None, cam_pred=None, cam_out=None, gate=None,
-            epi=None, epi_threshold=0.0, counters=(None, None)):
-        tc = self.config.tracker
-        null = np.uint64(0)
-
-        def p(a):
-            return null if a is None else a
-
-        warps = self.tracker.warps
-        args = (tmpl, img, np.int32(self.W), np.int32(self.H), np.int32(tc.levels), np.int32(tc.patch16_mask),
-                count, tmpl_pos, guess, p(xy), p(M), p(cam_pred), p(cam_out), p(gate), np.int32(tc.max_iterations),
-                np.float32(tc.eps), np.float32(tc.min_eigen), np.float32(tc.max_residual), p(epi),
-                np.float32(epi_threshold), p(counters[0]), p(counters[1]), *(p(a) for a in outs))
-        return ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
-
-    def _enqueue(self, s, stereo, phase, checked) -> None:
-        """The frame's kernels on :attr:`stream` (``phase``: 'all', or 'A' / 'B' around RANSAC)."""
-        st, t, c = self.stream, self.t, self.config
-        null = np.uint64(0)
-        sp = (s - 1) % RING                 # the previous frame's slot (empty table after a reset)
-        count = t["hdr"][_H["count"]:_H["count"] + 1]
-        probe = self.probe or (lambda name: None)
-
-        def go(kern, grid, block, args, name=None):
-            launch(kern, grid, block, args, stream=st, checked=checked)
-            if name:
-                probe(name)
-
-        if phase in ("all", "A"):
-            ncam = 2 if stereo else 1
-            go(self._k_pyr, ((self.W + 127) // 128, (self.H + 31) // 32, ncam), (256, 1, 1),
-               (np.uint64(self._prm_dev[s]), t["params"], self._lvl[s], np.int32(self.levels), np.int32(self.W),
-                np.int32(self.H), np.int32(min(self.levels - 1, FUSED_LEVELS))), "pyramid")
-            for pyr in ([self.pyrs[s]] + ([self.pyrs_r[s]] if stereo else [])):
-                for k in range(FUSED_LEVELS + 1, self.levels):
-                    src, dst = pyr.levels[k - 1], pyr.levels[k]
-                    h, w = dst.shape
-                    go(self._k_halve, ((w + 31) // 32, (h + 7) // 8, 1), (32, 8, 1),
-                       (src, np.int32(src.shape[1]), dst, np.int32(w), np.int32(w), np.int32(h)))
-            go(self._k_lk, *self._lk(self._lk_tab[sp], self._lk_tab[s], count, t["uv"], t["uv"],
-                                     (t["lk_pos"], t["lk_status"], t["lk_xy"], t["lk_iters"]), xy=t["xy"], M=self._M,
-                                     cam_pred=t["cam"], cam_out=t["cam"]), name="lk")
-            if c.fb_check:
-                go(self._k_lk, *self._lk(self._lk_tab[s], self._lk_tab[sp], count, t["lk_pos"], t["uv"],
-                                         (t["fb_pos"], t["fb_status"], None, None), gate=t["lk_status"]), name="fb")
-        if phase == "A":
-            cp = self._cp
-            cp.cuda.runtime.memcpyAsync(self._mirror["hdr"].ctypes.data, self._table.data.ptr, self._tl.nbytes,
-                                        cp.cuda.runtime.memcpyDeviceToHost, st.ptr)
-            return
-        rows, cols = self.detector.grid_shape
-        dc = c.detector
-        go(self._k_update, (1, 1, 1), (1024, 1, 1),
-           (t["hdr"], t["cnt"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
-            t["lk_pos"], t["lk_status"], t["lk_xy"], t["lk_iters"],
-            t["fb_pos"] if c.fb_check else null, t["fb_status"] if c.fb_check else null, np.float32(c.fb_threshold),
-            np.uint64(self._dev[self._reject.ctypes.data]) if phase == "B" else null, t["params"], t["occ"],
-            np.int32(dc.cell_width), np.int32(dc.cell_height), np.int32(rows), np.int32(cols),
-            np.float64(c.min_track_fraction * self.S)), "table")
-        d = self.detector
-        gate = t["hdr"][_H["detect"]:_H["detect"] + 1]
-        d.enqueue_crf(self._det_desc[s], st, checked, gate=gate, block_rows=self.crf_block_rows)
-        probe("crf")
-        d.enqueue_nms(st, checked, occupancy=t["occ"], gate=gate)
-        probe("nms")
-        pack_args = (t["params"], t["st_pos"], t["st_xy"], np.int32(N_HEADER), np.int32(len(COUNTERS)),
-                     *self._out_offsets)
-        go(self._k_final, (1, 1, 1), (1024, 1, 1),
-           (t["hdr"], t["cnt"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
-            d.out_x, d.out_y, d.out_score, d.out_level, np.int32(d.n_cells), t["cam"], np.int32(self.S),
-            np.int32(0 if stereo else 1), *pack_args), "finalize")
-        if stereo:
-            ci = COUNTER_INDEX
-            go(self._k_lk, *self._lk(self._lk_tab[s], self._lk_tab_r[s], count, t["uv"], t["uv"],
-                                     (t["st_pos"], t["st_status"], t["st_xy"], None), xy=t["xy"], M=t["M_rl"],
-                                     cam_pred=t["cam_r"], cam_out=t["cam_r"], epi=t["epi"],
-                                     epi_threshold=c.stereo_epipolar_threshold,
-                                     counters=(t["cnt"][ci["stereo_matched"]:ci["stereo_matched"] + 1],
-                                               t["cnt"][ci["stereo_rejected"]:ci["stereo_rejected"] + 1])),
-               name="stereo")
-            go(self._k_pack, ((self.S + 255) // 256, 1, 1), (256, 1, 1),
-               (t["hdr"], t["cnt"], t["params"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"],
-                t["age"], *pack_args[1:]), "pack")
+        self._launch(self.graphs, (s, stereo, "B"), self.stream, lambda checked: self.k.enqueue_compute(
+            s, stereo, "B", self.stream, checked, self._out_offsets, reject_dev=self._dev[self._reject.ctypes.data],
+            probe=self.probe))
 
     # ------------------------------------------------------------------ results
     def collect(self, tk: _Ticket) -> TrackFrame:
@@ -433,9 +322,14 @@ class GpuPipeline:
         o = tk.out
         self._ev_done[o].synchronize()
         v = self._out[o]
-        n = int(v["hdr"][_H["count"]])
+        hdr = v["hdr"]
+        if hdr[H["error"]]:
+            self.reset()
+            raise RuntimeError(f"GPU frontend: the frame at {tk.stamp} did not reach the device in time "
+                               "(streamed upload timed out); the tracks were reset")
+        n = int(hdr[H["count"]])
         np.copyto(self._counters, v["cnt"])
-        self._next_id = int(v["hdr"][_H["next_id"]])
+        self._next_id = int(hdr[H["next_id"]])
         self._count = n
         tk.keep = None
         fr = TrackFrame(stamp_ns=tk.stamp, ids=v["ids"][:n], uv=v["uv"][:n], xy=v["xy"][:n], velocity=v["vel"][:n],
@@ -446,4 +340,3 @@ class GpuPipeline:
             fr.uv_right = v["uv_r"][:n]
             fr.xy_right = v["xy_r"][:n]
         return fr
-
