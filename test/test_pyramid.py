@@ -104,7 +104,7 @@ def _pyramid_frame(img, levels, source):
     k = get_module("pyramid").get_function("pyramid_frame")
     k(((w + 127) // 128, (h + 31) // 32, 1), (256, 1, 1),
       (np.uint64(host_device_pointer(prm.ctypes.data)), dprm, lvl, np.int32(levels), np.int32(w), np.int32(h),
-       np.int32(min(levels - 1, 5)), np.uint64(0)))
+       np.int32(min(levels - 1, 5))))
     cp.cuda.Device().synchronize()
     assert dprm.get().view(np.uint64)[2] == 12345
     return pyr.to_host()

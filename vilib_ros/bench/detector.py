@@ -143,7 +143,7 @@ def detect_timed(det, image, events, baseline=False, spin=True):
     after upload + pyramid, after CRF, after NMS-C with the cells written to page-locked host
     memory). With ``spin`` the GPU is first held busy by a spin kernel, so that the whole
     sequence is queued before it runs: the events then time GPU execution, not host launch gaps."""
-    src, use_occ, _ = det.prepare(image)
+    src, use_occ = det.prepare(image)
     s = det.stream
     if spin:
         _spin(det)
@@ -189,7 +189,7 @@ def bench_gpu_config(frames, cfg, repeat, upload=None) -> dict:
             detect_timed(det, buf, events, baseline=True)
             base_nms.append(ms(events[2], events[3]) * 1e3)
             base_total.append(ms(events[0], events[3]) * 1e3)
-            src, _, _ = det.prepare(buf)
+            src, _ = det.prepare(buf)
             g = det.graphs.get((False, False, det.upload, src if det.upload == "copy" else 0),
                                lambda: det.enqueue_frame(src, False, False))
             if g is not None:   # GPU time of the whole graph (upload .. cells on the host)

@@ -5,8 +5,9 @@ NumPy frame (what a ROS image message gives), called synchronously; part of
 Measured in one run on the real EuRoC frames (looped):
 
 * ``process()`` latency, mono and stereo (the right frame: the left one shifted by 8 px, a
-  0.11 m baseline), median / p90 / p99; also with ``upload='copy'`` (a copy to the device
-  before the graph instead of the kernel reading page-locked memory);
+  0.11 m baseline), median / p90 / p99; every upload variant (``'mapped'``: the pyramid kernel
+  reads the frame from page-locked memory; ``'copy'``: a DMA copy from there; ``'pageable'``: a
+  DMA copy straight from the frame), measured interleaved in chunks of 100 frames;
 * host time per frame: instrumented (``submit`` + ``result`` without the wait for the GPU) and
   by cProfile (all profiled time minus the time in ``synchronize``; profiler overhead included);
 * GPU time per frame: CUDA events around the frame's graph, with the graph queued behind a spin
@@ -83,8 +84,8 @@ def _tracker(device, stereo=False, frames=None):
     return FeatureTracker(euroc_cam0(), FrontendConfig(), device=device, camera_right=cam_r, T_right_left=T), right
 
 
-def run_process(ft, frames, n, right=None, warm=50) -> dict:
-    """Latency of synchronous process() calls from pageable frames."""
+def process_times(ft, frames, n, right=None, warm=0) -> tuple[list, list]:
+    """Latencies of ``n`` synchronous process() calls from pageable frames, and track counts."""
     nf = len(frames)
     lat, ntr = [], []
     for k in range(n + warm):
@@ -95,7 +96,23 @@ def run_process(ft, frames, n, right=None, warm=50) -> dict:
         if k >= warm:
             lat.append(t1 - t0)
             ntr.append(len(fr))
+    return lat, ntr
+
+
+def run_process(ft, frames, n, right=None, warm=50) -> dict:
+    lat, ntr = process_times(ft, frames, n, right, warm)
     return {**_stats(lat), "tracks_per_frame": float(np.mean(ntr))}
+
+
+def interleaved(runs: dict, rounds: int) -> dict:
+    """Call every measurement in turn, round after round, and pool what each returns: the host's
+    speed drifts on a shared machine (its frame copy took 18 to 53 us in runs of one day), so
+    variants are compared in the same minutes."""
+    out = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, fn in runs.items():
+            out[k].extend(fn())
+    return out
 
 
 def run_host_split(ft, frames, n, warm=50) -> dict:
@@ -137,6 +154,7 @@ def run_gpu_exec(ft, frames, n, warm=20) -> dict:
 
 
 def run_submit_ahead(ft, frames, n, warm=50) -> dict:
+    """Frames/s with the next frame submitted before the result of the last one is taken."""
     nf = len(frames)
     ft.submit(frames[0], _stamp())
     t_start = None
@@ -277,18 +295,13 @@ def host_copy(frames, n=500) -> dict:
     return out
 
 
-def run_detect_pageable(frames, n, upload) -> dict:
-    from vilib_ros.frontend.detector import DetectorConfig
-    from vilib_ros.frontend.detector_gpu import GpuFastDetector
-
-    det = GpuFastDetector(frames[0].shape[1], frames[0].shape[0], DetectorConfig(), upload=upload)
+def detect_times(det, frames, n) -> list:
     ts = []
-    for k in range(n + 20):
+    for k in range(n):
         t0 = time.perf_counter()
         det.detect(frames[k % len(frames)])
-        if k >= 20:
-            ts.append(time.perf_counter() - t0)
-    return _stats(ts)
+        ts.append(time.perf_counter() - t0)
+    return ts
 
 
 def bench_per_frame(frames, n: int = 2000) -> dict:
@@ -298,29 +311,45 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
            "data": f"{len(frames)} real EuRoC V1_01 cam0 frames {frames[0].shape[1]}x{frames[0].shape[0]}, looped",
            "host": f"{platform.node()} {platform.processor() or platform.machine()} python {platform.python_version()}",
            "reference": REFERENCE, "targets": TARGETS, "frames": n}
-    ft, _ = _tracker("cuda")
-    assert ft.device == "cuda", "the per-frame table needs the GPU path"
-    res["mono"] = run_process(ft, frames, n)
+    from vilib_ros.frontend.detector import DetectorConfig
+    from vilib_ros.frontend.detector_gpu import GpuFastDetector
+    from vilib_ros.frontend.gpu_pipeline import UPLOADS
+
+    # the upload variants, interleaved: process() latency, submit-ahead frames/s, detection alone
+    fts = {}
+    for up in UPLOADS:
+        ft, _ = _tracker("cuda")
+        assert ft.device == "cuda", "the per-frame table needs the GPU path"
+        ft.pipeline.upload = up
+        process_times(ft, frames, 50)
+        fts[up] = ft
+    default = _tracker("cuda")[0].pipeline.upload
+    res["upload_default"] = default
+    chunk = 100
+    rounds = max(1, n // chunk)
+    lat = interleaved({up: (lambda ft=ft: process_times(ft, frames, chunk)[0]) for up, ft in fts.items()}, rounds)
+    for up in UPLOADS:
+        res["mono" if up == default else f"mono_{up}_upload"] = _stats(lat[up])
+    res["mono"]["tracks_per_frame"] = float(np.mean(process_times(fts[default], frames, 100)[1]))
+    fps = interleaved({up: (lambda ft=ft: [run_submit_ahead(ft, frames, 5 * chunk, warm=20)["fps"]])
+                       for up, ft in fts.items()}, rounds)
+    for up in UPLOADS:
+        res["submit_ahead" if up == default else f"submit_ahead_{up}_upload"] = {
+            "frames": 5 * chunk * rounds, "fps": float(np.median(fps[up])), "fps_per_chunk": fps[up]}
+    dets = {up: GpuFastDetector(frames[0].shape[1], frames[0].shape[0], DetectorConfig(), upload=up) for up in UPLOADS}
+    for d in dets.values():
+        detect_times(d, frames, 20)
+    dt = interleaved({up: (lambda d=d: detect_times(d, frames, chunk)) for up, d in dets.items()}, rounds)
+    res["detect_pageable"] = {up: _stats(v) for up, v in dt.items()}
+    ft = fts[default]
     res["host_split"] = run_host_split(ft, frames, n)
     res["gpu"] = run_gpu_exec(ft, frames, min(n, 1000))
     res["profile"] = run_profile(ft, frames, min(n, 1000))
     res["gated_detection"] = gated_detection_cost(ft)
     res["gated_detection_full_grid"] = gated_detection_cost(ft, block_rows=0)
-    res["stages_mono"] = stage_breakdown(ft, frames, min(n, 500))
     res["host_copy"] = host_copy(frames)
-    ft, _ = _tracker("cuda")
-    res["submit_ahead"] = run_submit_ahead(ft, frames, 4 * n)
-    from vilib_ros.frontend.gpu_pipeline import UPLOADS
-
-    res["upload_default"] = ft.pipeline.upload
-    for up in UPLOADS:
-        if up == res["upload_default"]:
-            continue
-        ft, _ = _tracker("cuda")
-        ft.pipeline.upload = up
-        res[f"mono_{up}_upload"] = run_process(ft, frames, n)
-        res[f"stages_mono_{up}_upload"] = stage_breakdown(ft, frames, min(n, 500))
-        res[f"submit_ahead_{up}_upload"] = run_submit_ahead(ft, frames, 2 * n)
+    for up, ft in fts.items():
+        res["stages_mono" if up == default else f"stages_mono_{up}_upload"] = stage_breakdown(ft, frames, min(n, 500))
     ft, right = _tracker("cuda", stereo=True, frames=frames)
     res["stereo"] = run_process(ft, frames, n, right=right)
     res["stages_stereo"] = stage_breakdown(ft, frames, min(n, 500), right=right)
@@ -329,7 +358,6 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     for p_, f in zip(pinned, frames):
         p_[...] = f
     res["mono_pinned_input"] = run_process(ft, pinned, n)
-    res["detect_pageable"] = {u: run_detect_pageable(frames, n, u) for u in UPLOADS}
     res.update({
         "process_p50_us": res["mono"]["p50_us"], "process_p90_us": res["mono"]["p90_us"],
         "process_p99_us": res["mono"]["p99_us"], "stereo_process_p50_us": res["stereo"]["p50_us"],
@@ -337,7 +365,7 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
         "host_python_us_per_frame": res["host_split"]["host"]["p50_us"],
         "host_python_us_per_frame_cprofile": res["profile"]["host_us_per_frame"],
         "gpu_us_per_frame": res["gpu"]["exec"]["p50_us"],
-        "detect_pageable_p50_us": min(v["p50_us"] for v in res["detect_pageable"].values()),
+        "detect_pageable_p50_us": res["detect_pageable"][default]["p50_us"],
         "tracks_per_frame": res["mono"]["tracks_per_frame"]})
     res["verdicts"] = verdicts(res)
     return res
@@ -355,7 +383,8 @@ def verdicts(res) -> list[str]:
     line("stereo process() p50", res["stereo_process_p50_us"], t["stereo_process_p50_us"])
     line("submit-ahead", res["submit_ahead_fps"], t["submit_ahead_fps"], le=False, unit="frames/s")
     line("host Python per frame (instrumented p50)", res["host_python_us_per_frame"], t["host_python_us_per_frame"])
-    line("detection end to end from a pageable frame", res["detect_pageable_p50_us"], t["detect_pageable_us"])
+    line(f"detection end to end from a pageable frame (upload='{res.get('upload_default')}')",
+         res["detect_pageable_p50_us"], t["detect_pageable_us"])
     ref = REFERENCE["process_us"]
     v.append(f"against the original implementation ({ref:.0f} us per frame, measured {REFERENCE['measured']}): "
              f"{ref / res['process_p50_us']:.2f}x (mono p50), submit-ahead {res['submit_ahead_fps'] / REFERENCE['frames_per_s']:.2f}x "

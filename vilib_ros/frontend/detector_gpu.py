@@ -45,11 +45,10 @@ class GpuFastDetector:
     cell outputs on the device, and for :meth:`detect` a device pyramid plus page-locked host
     buffers (frame, occupancy, cell results). :meth:`detect` reads the frame where it lies:
     with ``upload='mapped'`` (default) the pyramid kernel reads page-locked host memory
-    directly: a pageable frame is copied into the staging buffer band by band after the launch,
-    and the kernel takes each band as soon as it is flagged (the copy and the transfer overlap;
-    frames from :meth:`pinned_frames` are read in place); with ``'copy'`` a copy into the device
-    pyramid comes first; with ``'pageable'`` that copy is made straight from the caller's array
-    (the driver stages it). The NMS-C kernel writes the cells straight into page-locked host
+    directly (a pageable frame is copied into the staging buffer first; frames from
+    :meth:`pinned_frames` are read in place); with ``'copy'`` a copy into the device pyramid
+    comes first; with ``'pageable'`` that copy is made straight from the caller's array (the
+    driver stages it). The NMS-C kernel writes the cells straight into page-locked host
     memory. With ``use_graph`` the sequence is one CUDA graph launch.
     """
 
@@ -130,16 +129,10 @@ class GpuFastDetector:
         self._cells_host = pinned_buffer(16 * n, self._pinned_keep).view(np.float32)
         self._occ_host = pinned_buffer(max(n, 16), self._pinned_keep)[:n]
         self._prm_host = pinned_buffer(128, self._pinned_keep).view(np.uint64)
-        self._prm_i32 = self._prm_host.view(np.int32)
-        self._flags = pinned_buffer(4 * 32, self._pinned_keep).view(np.uint32)
-        self._seq = 0
-        tiles = -(-self.height // 32)
-        self.band_rows = 32 * -(-tiles // 4)        # a streamed upload: 4 bands of whole 32-row tiles
         self._prm_dev = cp.zeros(128, cp.uint8)
         self._dptr = {"cells": host_device_pointer(self._cells_host.ctypes.data),
                       "occ": host_device_pointer(self._occ_host.ctypes.data),
-                      "prm": host_device_pointer(self._prm_host.ctypes.data),
-                      "flags": host_device_pointer(self._flags.ctypes.data)}
+                      "prm": host_device_pointer(self._prm_host.ctypes.data)}
         if not all(self._dptr.values()):
             raise CudaUnavailable("page-locked host memory is not mapped into the device's address space")
         self._pinned_ptrs: dict[int, int] = {self._frame_host.ctypes.data: host_device_pointer(self._frame_host.ctypes.data)}
@@ -148,7 +141,7 @@ class GpuFastDetector:
         # every kernel once on an empty frame, outside graph capture (module loading must not
         # happen inside a capture)
         cp.cuda.Device().synchronize()
-        src, _, _ = self.prepare(self._frame_host)
+        src, _ = self.prepare(self._frame_host)
         self.enqueue_frame(src, False, True)
         self.enqueue_frame(src, False, True, baseline=True)
         self.stream.synchronize()
@@ -236,42 +229,27 @@ class GpuFastDetector:
             out.append(a)
         return out
 
-    def prepare(self, image, occupancy=None, streamed: bool = False) -> tuple[int, bool, bool]:
-        """Check the frame, stage it in page-locked memory unless it is there already (with
-        ``streamed``, 'mapped': later, band by band, by :meth:`stream_copy`), set the frame
-        parameters; returns (host address of the frame, whether occupancy is used, whether the
-        streamed copy is still to do)."""
+    def prepare(self, image, occupancy=None) -> tuple[int, bool]:
+        """Check the frame, stage it in page-locked memory unless it is there already (or the
+        upload is 'pageable'), set the frame parameters; returns (host address of the frame,
+        whether occupancy is used)."""
         check_image(image, self.width, self.height)
         occ = check_occupancy(occupancy, self.grid_shape)
         dptr = self._pinned_ptrs.get(image.ctypes.data) if image.flags.c_contiguous else None
-        later = False
         if dptr is None and self.upload == "pageable" and image.flags.c_contiguous:
             src, dptr = image.ctypes.data, 0
         elif dptr is None:
-            later = streamed and self.upload == "mapped"
-            if not later:
-                np.copyto(self._frame_host, image)
+            np.copyto(self._frame_host, image)
             src, dptr = self._frame_host.ctypes.data, self._pinned_ptrs[self._frame_host.ctypes.data]
         else:
             src = image.ctypes.data
-        self._seq = self._seq % 0x7FFFFFFF + 1
-        self._prm_host[10] = self._dptr["flags"] if later else 0      # FrameParams.ready
-        self._prm_i32[22] = self._seq
-        self._prm_i32[23] = self.band_rows
         if occ is not None:
             self._occ_host[:] = occ.reshape(-1)
         # the pyramid kernel reads the frame at src[0]: the page-locked frame itself ('mapped'),
-        # or its copy in level 0 ('copy')
+        # or its copy in level 0
         self._prm_host[0] = dptr if self.upload == "mapped" else self.pyramid.levels[0].data.ptr
         self._prm_host[1] = 0
-        return src, occ is not None, later
-
-    def stream_copy(self, image) -> None:
-        """The streamed copy of a prepared frame: band by band into the page-locked staging
-        buffer, each band flagged for the waiting pyramid kernel."""
-        for b, r0 in enumerate(range(0, self.height, self.band_rows)):
-            np.copyto(self._frame_host[r0:r0 + self.band_rows], image[r0:r0 + self.band_rows])
-            self._flags[b] = self._seq
+        return src, occ is not None
 
     def upload_frame(self, src_host_ptr: int) -> None:
         """The frame into level 0 of the pyramid ('copy', 'pageable'), on :attr:`stream`."""
@@ -288,7 +266,7 @@ class GpuFastDetector:
         grid = ((self.width + 127) // 128, (self.height + 31) // 32, 1)
         launch(self._k_pyramid, grid, (256, 1, 1),
                (np.uint64(self._dptr["prm"]), self._prm_dev, self._lvl_table, np.int32(len(self.pyramid.levels)),
-                np.int32(self.width), np.int32(self.height), np.int32(min(self.config.levels - 1, 5)), np.uint64(0)),
+                np.int32(self.width), np.int32(self.height), np.int32(min(self.config.levels - 1, 5))),
                stream=s, checked=checked)
 
     def host_outputs(self) -> tuple:
@@ -312,21 +290,16 @@ class GpuFastDetector:
                             level=h[3 * n:].view(np.int32).copy(), grid_shape=self.grid_shape)
 
     def _run(self, image, occupancy, baseline):
-        streamed = self.graphs.enabled and self.graphs.error is None
-        src, use_occ, later = self.prepare(image, occupancy, streamed)
+        src, use_occ = self.prepare(image, occupancy)
         if self.upload == "pageable":
             self.upload_frame(src)
         key = (use_occ, baseline, self.upload, src if self.upload == "copy" else 0)
-        try:
-            g = self.graphs.get(key, lambda: self.enqueue_frame(src, use_occ, False, baseline))
-            if g is not None:
-                g.launch(self.stream)
-            else:       # a check would wait for the kernel, which waits for the streamed copy
-                self.enqueue_frame(src, use_occ, not later, baseline)
-        finally:
-            if later:
-                self.stream_copy(image)
-        self.stream.synchronize()
+        g = self.graphs.get(key, lambda: self.enqueue_frame(src, use_occ, False, baseline))
+        if g is not None:
+            g.launch(self.stream)
+        else:
+            self.enqueue_frame(src, use_occ, True, baseline)
+        self.stream.synchronize()           # a fault of the graph's kernels shows here
         return self.cells_host()
 
     def detect(self, image: np.ndarray, occupancy=None) -> CellFeatures:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vilib_ros.frontend.detector import DetectorConfig, make_detector
+from vilib_ros.frontend.gpu_pipeline import RESULT_SLOTS
 from vilib_ros.frontend.imu_prediction import GyroPredictor, ImuGapError
 from vilib_ros.frontend.track_table import COUNTER_INDEX
 from vilib_ros.frontend.tracker import TrackerConfig, make_tracker
@@ -116,7 +117,7 @@ class FeatureTracker:
     submitted; ``frame.copy()`` keeps one longer.
     """
 
-    RESULT_SLOTS = 8
+    RESULT_SLOTS = RESULT_SLOTS
 
     def __init__(self, camera, config: FrontendConfig | None = None, device: str = "auto",
                  camera_right=None, T_right_left=None, first_id: int = 0):

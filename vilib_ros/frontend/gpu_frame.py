@@ -5,9 +5,9 @@ the device table (:func:`table_layout`: header, counters, the live tracks, cell 
 scratch, per-slot frame parameters, constants) and the kernels. It enqueues a frame in two
 parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline.GpuPipeline`:
 
-* :meth:`~FrameKernels.enqueue_upload` (upload stream): [a copy of the page-locked frame into the
-  slot's level 0] -> ``pyramid_frame`` (reads the frame: page-locked host memory, streamed in
-  bands, or the device copy; builds the levels; copies the frame parameters to the device);
+* :meth:`~FrameKernels.enqueue_upload` (upload stream): ``pyramid_frame`` (reads the frame from
+  page-locked host memory or a device copy, builds the levels, copies the frame parameters to the
+  device);
 * :meth:`~FrameKernels.enqueue_compute` (compute stream): ``lk_frontend`` (previous -> current
   frame, from the IMU-predicted position, undistorted result) [-> ``lk_frontend`` backward: the
   forward-backward check] -> ``table_update`` (status, compaction, velocity, age, cell
@@ -30,7 +30,6 @@ from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, HEADER, N_HE
 RING = 4
 FUSED_LEVELS = 5                # pyramid_frame builds levels 1..5; further ones by pyramid_halve
 PARAMS_BYTES = 128              # FrameParams, kernels/frame.cuh
-MAX_BANDS = 16                  # FP_MAX_BANDS
 _F32_M = 6                      # FrameParams.M, in 32-bit words
 H = {n: i for i, n in enumerate(HEADER)}
 
@@ -117,18 +116,12 @@ class FrameKernels:
         return _view1(self.t["hdr"], H[name])
 
     # ------------------------------------------------------------------ launches
-    def enqueue_upload(self, s, stereo, hp_dev: int, stream, checked: bool, copy_from: int = 0,
-                       probe=None) -> None:
+    def enqueue_upload(self, s, stereo, hp_dev: int, stream, checked: bool, probe=None) -> None:
         """Pyramid of slot ``s`` (both cameras on stereo frames) from the frame whose address the
-        frame parameters at ``hp_dev`` hold; ``copy_from``: page-locked host address of the left
-        frame to copy into level 0 first (capturable; the parameters then point at level 0)."""
-        cp = self._cp
-        if copy_from:
-            cp.cuda.runtime.memcpyAsync(self.pyrs[s].levels[0].data.ptr, copy_from, self.W * self.H,
-                                        cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+        frame parameters at ``hp_dev`` (page-locked) hold."""
         launch(self._k_pyr, ((self.W + 127) // 128, (self.H + 31) // 32, 2 if stereo else 1), (256, 1, 1),
                (np.uint64(hp_dev), self.t["params"][s], self._lvl[s], np.int32(self.levels), np.int32(self.W),
-                np.int32(self.H), np.int32(min(self.levels - 1, FUSED_LEVELS)), self.hdr("error")),
+                np.int32(self.H), np.int32(min(self.levels - 1, FUSED_LEVELS))),
                stream=stream, checked=checked)
         for pyr in ([self.pyrs[s]] + ([self.pyrs_r[s]] if stereo else [])):
             for k in range(FUSED_LEVELS + 1, self.levels):

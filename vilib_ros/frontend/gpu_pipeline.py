@@ -9,10 +9,9 @@ compute part of frame k overlaps the upload of frame k+1.
 
 How the frame gets to the device (``upload``):
 
-* ``'mapped'`` (default): the pyramid kernel reads the frame from page-locked memory. A pageable
-  frame is copied there in bands after the launch; the kernel takes each band as soon as its flag
-  says it is there, so the host copy and the transfer overlap (``streamed``). Frames from
-  :meth:`GpuPipeline.pinned_frames` are read in place;
+* ``'mapped'`` (default): a pageable frame is copied into a page-locked slot and the pyramid
+  kernel reads it there (zero-copy); frames from :meth:`GpuPipeline.pinned_frames` are read in
+  place;
 * ``'copy'``: the frame is copied into a page-locked slot, then a DMA copy to the device;
 * ``'pageable'``: a DMA copy straight from the caller's array (the driver stages it);
 * a CuPy array is read in place on the device.
@@ -29,16 +28,15 @@ from __future__ import annotations
 import numpy as np
 
 from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer
-from vilib_ros.frontend.gpu_frame import H, MAX_BANDS, PARAMS_BYTES, RING, FrameKernels, result_layout
+from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
 from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS, fb_passed, ransac_outliers
 from vilib_ros.types import FrameStats, TrackFrame
 
 RESULT_SLOTS = 8
 UPLOADS = ("mapped", "copy", "pageable")
-BANDS = 4                       # bands of a streamed upload
 # FrameParams (kernels/frame.cuh): word offsets of its fields
-_U64_SRC, _U64_OUT, _U64_READY = 0, 2, 10
-_F32_M, _F32_USE_M, _F32_DT, _I32_STEREO, _I32_SEQ, _I32_BAND_ROWS = 6, 15, 18, 19, 22, 23
+_U64_SRC, _U64_OUT = 0, 2
+_F32_M, _F32_USE_M, _F32_DT, _I32_STEREO = 6, 15, 18, 19
 
 
 class _Ticket:
@@ -72,12 +70,11 @@ class GpuPipeline:
         self.W, self.H, self.S, self.stereo_on = self.k.W, self.k.H, S, self.k.stereo_on
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.up_stream = cp.cuda.Stream(non_blocking=True)
-        # page-locked host memory: frame staging, band flags, frame parameters, result slots, RANSAC
+        # page-locked host memory: frame staging, frame parameters, result slots, RANSAC exchange
         keep = self._keep = []
         n_img = self.W * self.H
         self._img = [[pinned_buffer(n_img, keep).reshape(self.H, self.W) for _ in range(RING)]
                      for _ in range(2 if self.stereo_on else 1)]
-        self._flags = pinned_buffer(RING * 2 * MAX_BANDS * 4, keep).view(np.uint32).reshape(RING, 2, MAX_BANDS)
         prm = pinned_buffer(RING * PARAMS_BYTES, keep)
         self._prm_u64 = prm.view(np.uint64).reshape(RING, -1)
         self._prm_f32 = prm.view(np.float32).reshape(RING, -1)
@@ -91,18 +88,15 @@ class GpuPipeline:
         self._mirror = self.k.layout.views(mirror)
         self._mirror_ptr = mirror.ctypes.data
         self._dev = {a.ctypes.data: host_device_pointer(a.ctypes.data)
-                     for a in [x for cam in self._img for x in cam] + [self._flags, prm, res, self._reject]}
+                     for a in [x for cam in self._img for x in cam] + [prm, res, self._reject]}
         if not all(self._dev.values()):
             from vilib_ros._cuda import CudaUnavailable
 
             raise CudaUnavailable("page-locked host memory is not mapped into the device's address space")
         self._prm_dev = [self._dev[prm.ctypes.data] + PARAMS_BYTES * s for s in range(RING)]
-        self._flags_dev = [self._dev[self._flags.ctypes.data] + self._flags[s].nbytes * s for s in range(RING)]
         self._out_dev = [self._dev[res.ctypes.data] + nb * o for o in range(RESULT_SLOTS)]
         self._out_offsets = tuple(np.int32(self._rl.offset(n)) for n in
                                   ("hdr", "cnt", "ids", "uv", "xy", "vel", "score", "level", "age", "uv_r", "xy_r"))
-        tiles = -(-self.H // 32)
-        self.band_rows = 32 * -(-tiles // BANDS)
         self._ev_start = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
         self._ev_done = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
         self._ev_up = [cp.cuda.Event(disable_timing=True) for _ in range(RING)]
@@ -113,7 +107,6 @@ class GpuPipeline:
         self.probe = None                   # benchmark: called with each stage's name after it is enqueued
         self._pinned: dict[int, int] = {}   # frames of pinned_frames(): host -> device address
         self._frames = 0
-        self._seq = 0
         self._slot_out = [-1] * RING        # result slot of the last frame uploaded into each frame slot
         self._pending: dict[int, _Ticket] = {}
         self._counters = np.zeros(len(COUNTERS), np.int64)
@@ -162,7 +155,6 @@ class GpuPipeline:
         self._pending.clear()
         with self.stream:
             self.k.hdr("count").fill(0)
-            self.k.hdr("error").fill(0)
         self.stream.synchronize()
         self._count = 0
 
@@ -189,7 +181,6 @@ class GpuPipeline:
     def submit(self, image, image_right, stamp_ns: int, R, dt: float, host_stats: dict) -> _Ticket:
         s, o, k = self._frames % RING, self._frames % RESULT_SLOTS, self._frames
         self._frames += 1
-        self._seq = self._seq % 0x7FFFFFFF + 1
         old = self._pending.pop(o, None)
         if old is not None:                 # never collected: copy it out before its slot is reused
             old.frame = self._frame(old).copy()
@@ -201,40 +192,24 @@ class GpuPipeline:
         if k >= RING - 1 and up is not self.stream:
             # slot s is the previous frame of frame k - (RING - 1): the upload waits for it
             up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
-        streamed = (self.upload == "mapped" and self.graphs_up.enabled and self.graphs_up.error is None
-                    and not self.probe)
-        bands = []
         u = self._prm_u64[s]
         for cam, img in enumerate((image, image_right) if stereo else (image,)):
-            u[_U64_SRC + cam] = self._source(img, cam, s, up, streamed, bands)
+            u[_U64_SRC + cam] = self._source(img, cam, s, up)
         if not stereo:
             u[_U64_SRC + 1] = 0
         u[_U64_OUT] = self._out_dev[o]
-        u[_U64_READY] = self._flags_dev[s] if bands else 0
-        f, i32 = self._prm_f32[s], self._prm_i32[s]
+        f = self._prm_f32[s]
         if R is None:
             f[_F32_USE_M] = 0.0
         else:
             f[_F32_M:_F32_M + 9] = np.asarray(R, np.float64).T.ravel()
             f[_F32_USE_M] = 1.0
         f[_F32_DT] = dt
-        i32[_I32_STEREO] = 1 if stereo else 0
-        i32[_I32_SEQ] = self._seq
-        i32[_I32_BAND_ROWS] = self.band_rows
+        self._prm_i32[s, _I32_STEREO] = 1 if stereo else 0
         tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
         self._ev_start[o].record(up)
-        try:
-            # launches of a streamed upload are not checked one by one (a check would wait for the
-            # kernel, which waits for the copy below); everything is checked after the frame
-            self._launch(self.graphs_up, ("up", s, stereo), up,
-                         lambda checked: self.k.enqueue_upload(s, stereo, self._prm_dev[s], up, checked and not bands,
-                                                               probe=self.probe))
-        finally:
-            for cam, dst, src in bands:     # the streamed copy: band by band, each flagged when done
-                flags = self._flags[s, cam]
-                for b, r0 in enumerate(range(0, self.H, self.band_rows)):
-                    np.copyto(dst[r0:r0 + self.band_rows], src[r0:r0 + self.band_rows])
-                    flags[b] = self._seq
+        self._launch(self.graphs_up, ("up", s, stereo), up,
+                     lambda checked: self.k.enqueue_upload(s, stereo, self._prm_dev[s], up, checked, probe=self.probe))
         if up is not self.stream:
             self._ev_up[s].record(up)
             self.stream.wait_event(self._ev_up[s])
@@ -244,16 +219,14 @@ class GpuPipeline:
             self._launch(self.graphs, (s, stereo, "all"), self.stream, lambda checked: self.k.enqueue_compute(
                 s, stereo, "all", self.stream, checked, self._out_offsets, probe=self.probe))
         self._ev_done[o].record(self.stream)
-        if checked_launches():
-            self.up_stream.synchronize()
+        if checked_launches():              # the graphs' kernels: a fault shows here
             self.stream.synchronize()
         host_stats["graph_launches"] = self.graph_launches
         self._pending[o] = tk
         return tk
 
-    def _source(self, image, cam, s, up, streamed, bands) -> int:
-        """Device-accessible address of one camera's frame for the pyramid kernel; appends the
-        (camera, staging, frame) of a streamed copy to ``bands`` (done after the launch)."""
+    def _source(self, image, cam, s, up) -> int:
+        """Device-accessible address of one camera's frame for the pyramid kernel (see ``upload``)."""
         cp = self._cp
         if not isinstance(image, np.ndarray):       # a CuPy array: read on the device, after the caller's work
             self._ev_input.record(cp.cuda.get_current_stream())
@@ -266,10 +239,7 @@ class GpuPipeline:
         if self.upload == "mapped":
             if d:
                 return d
-            if streamed:
-                bands.append((cam, staging, image))
-            else:
-                np.copyto(staging, image)
+            np.copyto(staging, image)               # the one host copy, into the page-locked slot
             return self._dev[staging.ctypes.data]
         if not d and (self.upload == "copy" or not image.flags.c_contiguous):
             np.copyto(staging, image)               # the one host copy, into the page-locked slot
@@ -323,10 +293,6 @@ class GpuPipeline:
         self._ev_done[o].synchronize()
         v = self._out[o]
         hdr = v["hdr"]
-        if hdr[H["error"]]:
-            self.reset()
-            raise RuntimeError(f"GPU frontend: the frame at {tk.stamp} did not reach the device in time "
-                               "(streamed upload timed out); the tracks were reset")
         n = int(hdr[H["count"]])
         np.copyto(self._counters, v["cnt"])
         self._next_id = int(hdr[H["next_id"]])

@@ -27,7 +27,7 @@ import numpy as np
 from vilib_ros.frontend.tracker import TrackStatus
 from vilib_ros.types import CellFeatures, FrameStats, TrackFrame
 
-HEADER = ("count", "next_id", "detect", "new", "error")
+HEADER = ("count", "next_id", "detect", "new")
 N_HEADER = 8
 COUNTERS = ("lost_left_image", "lost_diverged", "lost_not_converged", "fb_rejected", "ransac_rejected",
             "tracked_total", "iterations_total", "tracks_lost", "tracks_new", "redetections", "detection_runs",

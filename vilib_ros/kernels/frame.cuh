@@ -10,11 +10,5 @@ struct FrameParams {
     float M[12];                 // rotation prediction: M[0..8] row-major, applied when M[9] != 0
     float dt;                    // seconds since the previous accepted frame (0: none)
     int stereo;                  // 1: the right frame is given (stereo matching runs)
-    unsigned long long ready;    // streamed upload: device-accessible address of the band flags
-                                 // (uint32 [2][FP_MAX_BANDS], page-locked); 0 = the frame is complete
-    int seq;                     // a band is there once its flag holds seq
-    int band_rows;               // rows per band, a multiple of 32
-    int pad[8];                  // 128 bytes in all
+    int pad[12];                 // 128 bytes in all
 };
-
-#define FP_MAX_BANDS 16

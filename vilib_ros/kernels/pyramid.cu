@@ -26,24 +26,11 @@ extern "C" __global__ void pyramid_halve(const unsigned char* __restrict__ src, 
 // level equals the level-by-level build bit for bit. A level-k pixel inside the level's image
 // only depends on level-0 pixels inside the image, so tiles need no apron.
 // Block (0, 0, 0) also copies the frame parameters to the device for the kernels after it.
-//
-// Streamed upload (hp->ready != 0): the host copies the frame into page-locked memory band by band
-// after the launch and sets the band's flag to hp->seq when a band is there; a block waits for the
-// flag of its band (thread 0, acquire load at system scope, bounded: after PF_TIMEOUT_CYCLES it
-// sets *err and goes on) and reads the band uncached, so the copy and the transfer overlap.
 #include "frame.cuh"
 
 #define PF_TW 128
 #define PF_TH 32
 #define PF_THREADS 256
-#define PF_TIMEOUT_CYCLES 2000000000ll
-
-__device__ __forceinline__ unsigned int ld_acquire_sys(const unsigned int* p)
-{
-    unsigned int v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 
 template <int W, int H>
 __device__ __forceinline__ void pf_halve(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
@@ -63,8 +50,7 @@ __device__ __forceinline__ void pf_halve(const unsigned char* __restrict__ src, 
 
 extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     const FrameParams* __restrict__ hp, FrameParams* __restrict__ dp,
-    const unsigned long long* __restrict__ levels, int max_levels, int w0, int h0, int n_fused,
-    unsigned long long* __restrict__ err)
+    const unsigned long long* __restrict__ levels, int max_levels, int w0, int h0, int n_fused)
 {
     __shared__ __align__(16) unsigned char t0[PF_TH * PF_TW];
     __shared__ unsigned char t1[(PF_TH / 2) * (PF_TW / 2)];
@@ -81,23 +67,6 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     unsigned char* L0 = reinterpret_cast<unsigned char*>(levels[cam * max_levels]);
     const bool copy0 = src != L0;
     const int x0 = blockIdx.x * PF_TW, y0 = blockIdx.y * PF_TH;
-    const unsigned long long ready = hp->ready;
-    if (ready != 0ull) {                     // block-uniform
-        if (tid == 0) {
-            const unsigned int* flag = reinterpret_cast<const unsigned int*>(ready) + cam * FP_MAX_BANDS +
-                                       y0 / hp->band_rows;
-            const unsigned int want = (unsigned int)hp->seq;
-            const long long t0 = clock64();
-            while (ld_acquire_sys(flag) != want) {
-                if (clock64() - t0 > PF_TIMEOUT_CYCLES) {
-                    if (err != nullptr) atomicExch(err, 1ull);
-                    break;
-                }
-                __nanosleep(256);
-            }
-        }
-        __syncthreads();
-    }
     {
         const int r = tid >> 3, c = (tid & 7) * 16;
         const int y = y0 + r, x = x0 + c;
@@ -105,13 +74,13 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
         if (y < h0) {
             const long long o = (long long)y * w0 + x;
             if ((w0 & 15) == 0 && (s & 15ull) == 0 && x + 16 <= w0) {
-                v = __ldcv(reinterpret_cast<const uint4*>(src + o));   // uncached: may have just arrived
+                v = *reinterpret_cast<const uint4*>(src + o);
                 if (copy0) *reinterpret_cast<uint4*>(L0 + o) = v;
             } else {
                 unsigned char b[16];
 #pragma unroll
                 for (int k = 0; k < 16; ++k) {
-                    b[k] = (x + k < w0) ? __ldcv(src + o + k) : (unsigned char)0;
+                    b[k] = (x + k < w0) ? src[o + k] : (unsigned char)0;
                     if (copy0 && x + k < w0) L0[o + k] = b[k];
                 }
                 v = *reinterpret_cast<const uint4*>(b);
