@@ -205,6 +205,17 @@ def pinned_buffer(nbytes: int, keep: list) -> np.ndarray:
     return a
 
 
+def pinned_frames(count: int, height: int, width: int, keep: list, registry: dict) -> list[np.ndarray]:
+    """``count`` page-locked (height, width) uint8 frames, each entered in ``registry`` (host
+    address -> device address) so that its owner reads it without a host copy."""
+    out = []
+    for _ in range(int(count)):
+        a = pinned_buffer(int(width) * int(height), keep).reshape(int(height), int(width))
+        registry[a.ctypes.data] = host_device_pointer(a.ctypes.data)
+        out.append(a)
+    return out
+
+
 def host_device_pointer(ptr: int) -> int:
     """Device address of page-locked host memory at ``ptr``, or 0 where ``ptr`` is pageable
     (or not mapped into the device's address space)."""

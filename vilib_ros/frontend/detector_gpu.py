@@ -15,7 +15,7 @@ import logging
 import numpy as np
 
 from vilib_ros._cuda import (CudaUnavailable, GraphCache, cuda_available, cuda_unavailable_reason,
-                             get_module, host_device_pointer, launch, pinned_buffer)
+                             get_module, host_device_pointer, launch, pinned_buffer, pinned_frames)
 from vilib_ros.frontend.detector import (SCORE_CODES, DetectorConfig, check_geometry, check_image, check_occupancy,
                                          grid_shape_for)
 from vilib_ros.frontend.fast_lut import build_lut
@@ -222,12 +222,7 @@ class GpuFastDetector:
     # -- host convenience
     def pinned_frames(self, count: int) -> list[np.ndarray]:
         """``count`` page-locked frame buffers; :meth:`detect` reads them without a host copy."""
-        out = []
-        for _ in range(int(count)):
-            a = pinned_buffer(self.width * self.height, self._pinned_keep).reshape(self.height, self.width)
-            self._pinned_ptrs[a.ctypes.data] = host_device_pointer(a.ctypes.data)
-            out.append(a)
-        return out
+        return pinned_frames(count, self.height, self.width, self._pinned_keep, self._pinned_ptrs)
 
     def prepare(self, image, occupancy=None) -> tuple[int, bool]:
         """Check the frame, stage it in page-locked memory unless it is there already (or the

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer
+from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
 from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
 from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS, fb_passed, ransac_outliers
 from vilib_ros.types import FrameStats, TrackFrame
@@ -170,12 +170,7 @@ class GpuPipeline:
 
     def pinned_frames(self, count: int) -> list[np.ndarray]:
         """``count`` page-locked frame buffers that :meth:`submit` reads without a host copy."""
-        out = []
-        for _ in range(int(count)):
-            a = pinned_buffer(self.W * self.H, self._keep).reshape(self.H, self.W)
-            self._pinned[a.ctypes.data] = host_device_pointer(a.ctypes.data)
-            out.append(a)
-        return out
+        return pinned_frames(count, self.H, self.W, self._keep, self._pinned)
 
     # ------------------------------------------------------------------ per frame
     def submit(self, image, image_right, stamp_ns: int, R, dt: float, host_stats: dict) -> _Ticket:

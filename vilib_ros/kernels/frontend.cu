@@ -102,30 +102,29 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
         const int i = i0 + j;
         r_keep[j] = false;
         if (j >= per || i >= n) continue;
-        const int st = lk_status[i];
+        // every load first, unconditionally (one memory latency, not a chain of them)
+        const int st = lk_status[i], it = lk_iters[i];
+        const float2 xn = lk_xy[i], xo = xy[i], p = lk_pos[i], u = uv[i], v0 = vel[i];
+        r_id[j] = ids[i];
+        r_score[j] = score[i];
+        r_level[j] = level[i];
+        r_age[j] = age[i] + 1;
         c_left += st == ST_LEFT_IMAGE;
         c_div += st == ST_DIVERGED;
         c_nc += st == ST_NOT_CONVERGED;
         bool keep = st == ST_TRACKED;
-        if (keep) { ++c_tr; c_it += (unsigned int)lk_iters[i]; }
+        if (keep) { ++c_tr; c_it += (unsigned int)it; }
         if (keep && fb_status != nullptr) {
-            const float2 a = fb_pos[i], b = uv[i];
-            const float dx = a.x - b.x, dy = a.y - b.y;
+            const float2 a = fb_pos[i];
+            const float dx = a.x - u.x, dy = a.y - u.y;
             if (!(fb_status[i] == ST_TRACKED && sqrtf(dx * dx + dy * dy) < fb_threshold)) { ++c_fb; keep = false; }
         }
         if (keep && reject != nullptr && reject[i] != 0) { ++c_rs; keep = false; }
         if (!keep) continue;
-        const float2 xn = lk_xy[i], xo = xy[i];
-        float2 v = vel[i];
-        if (dt > 0.f) v = make_float2((xn.x - xo.x) / dt, (xn.y - xo.y) / dt);
         r_keep[j] = true;
-        r_id[j] = ids[i];
-        r_uv[j] = lk_pos[i];
+        r_uv[j] = p;
         r_xy[j] = xn;
-        r_vel[j] = v;
-        r_score[j] = score[i];
-        r_level[j] = level[i];
-        r_age[j] = age[i] + 1;
+        r_vel[j] = dt > 0.f ? make_float2((xn.x - xo.x) / dt, (xn.y - xo.y) / dt) : v0;
         ++kept;
     }
     int total;

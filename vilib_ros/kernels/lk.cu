@@ -378,14 +378,18 @@ __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels
     active_value, n, max_iterations, eps2, min_eigen, max_residual, out_pos, out_status, out_residual, \
     out_gain, out_offset, out_iters
 
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_translation(LK_ARGS)
-{ lk_track_impl<LK_MODE_TRANSLATION>(LK_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_offset(LK_ARGS)
-{ lk_track_impl<LK_MODE_OFFSET>(LK_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_gain(LK_ARGS)
-{ lk_track_impl<LK_MODE_GAIN>(LK_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_gain_offset(LK_ARGS)
-{ lk_track_impl<LK_MODE_GAIN_OFFSET>(LK_PASS); }
+// One kernel per photometric mode (the mode is a template parameter of the implementation).
+#define LK_KERNELS(PREFIX, IMPL, ARGS, PASS)                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_translation(ARGS)        \
+    { IMPL<LK_MODE_TRANSLATION>(PASS); }                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_offset(ARGS)             \
+    { IMPL<LK_MODE_OFFSET>(PASS); }                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_gain(ARGS)               \
+    { IMPL<LK_MODE_GAIN>(PASS); }                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_gain_offset(ARGS)        \
+    { IMPL<LK_MODE_GAIN_OFFSET>(PASS); }
+
+LK_KERNELS(lk_track, lk_track_impl, LK_ARGS, LK_PASS)
 
 // ---------------------------------------------------------------------------------------------
 // The frontend's LK launches (vilib_ros.frontend.gpu_pipeline), on the device-side track table:
@@ -483,11 +487,4 @@ __device__ void lk_frontend_impl(const unsigned long long* __restrict__ tmpl_lev
     cam_pred, cam_out, gate, max_iterations, eps2, min_eigen, max_residual, epi, epi_threshold, n_matched, \
     n_rejected, out_pos, out_status, out_xy, out_iters
 
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_frontend_translation(LKF_ARGS)
-{ lk_frontend_impl<LK_MODE_TRANSLATION>(LKF_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_frontend_offset(LKF_ARGS)
-{ lk_frontend_impl<LK_MODE_OFFSET>(LKF_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_frontend_gain(LKF_ARGS)
-{ lk_frontend_impl<LK_MODE_GAIN>(LKF_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_frontend_gain_offset(LKF_ARGS)
-{ lk_frontend_impl<LK_MODE_GAIN_OFFSET>(LKF_PASS); }
+LK_KERNELS(lk_frontend, lk_frontend_impl, LKF_ARGS, LKF_PASS)
