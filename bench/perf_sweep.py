@@ -131,7 +131,9 @@ def sweep_lk(frames, warps_list=(4,)):
 def sweep_nms(frames, n_frames=24, warps_list=(8,), reps=1):
     import cupy as cp
 
-    from vilib_ros.frontend.detector import DetectorConfig, GpuFastDetector
+    from vilib_ros.bench.detector import detect_timed
+    from vilib_ros.frontend.detector import DetectorConfig
+    from vilib_ros.frontend.detector_gpu import GpuFastDetector
 
     H, W = frames[0].shape
     rows = []
@@ -146,16 +148,16 @@ def sweep_nms(frames, n_frames=24, warps_list=(8,), reps=1):
                     ring = det.pinned_frames(n_frames)
                     for buf, f in zip(ring, frames):
                         buf[...] = f
-                    ev = [cp.cuda.Event() for _ in range(6)]
+                    ev = [cp.cuda.Event() for _ in range(4)]
                     variants = [("global", False), ("smem", False), ("base", True)]
                     times = {v[0]: [] for v in variants}
                     for rep in range(reps):
                         for fi, buf in enumerate(ring):
                             for name, base in variants:
                                 det.nms_kernel = "global" if base else name
-                                res = det.detect_timed(buf, ev, baseline=base, spin_cycles=SPIN)
+                                res = detect_timed(det, buf, ev, baseline=base)
                                 if rep > 0 or fi > 0:
-                                    times[name].append(cp.cuda.get_elapsed_time(ev[3], ev[4]) * 1e3)
+                                    times[name].append(cp.cuda.get_elapsed_time(ev[2], ev[3]) * 1e3)
                                 o = np.concatenate([res.x, res.y, res.score, res.level.astype(np.float32)])
                                 if fi not in ref_cells:
                                     ref_cells[fi] = o
@@ -187,7 +189,8 @@ def profile_target(frames, what):
         for i in range(12):
             trk.track(frames[i], frames[i + 1], pts)
     else:
-        from vilib_ros.frontend.detector import DetectorConfig, GpuFastDetector
+        from vilib_ros.frontend.detector import DetectorConfig
+        from vilib_ros.frontend.detector_gpu import GpuFastDetector
 
         for levels in (1, 2):
             det = GpuFastDetector(frames[0].shape[1], frames[0].shape[0], DetectorConfig(levels=levels), use_graph=False)

@@ -5,13 +5,15 @@
 #   3. the tracker / frontend benchmark (OpenCV LK in the same run);
 #   4. the whole-VIO benchmark (GPU frontend + gtsam backend), where gtsam imports
 #      (a machine without internet can be given the gtsam wheel: pip install --target DIR, PYTHONPATH).
-# Usage: bash bench/run_gpu.sh [tests|bench|all] ; results go to $OUT (default bench/out).
+# Usage: bash bench/run_gpu.sh [tests|bench|all] ; results go to $OUT (default bench/out), the
+# benchmarks' console logs to $LOGDIR (default $OUT).
 # The EuRoC frames are read from $VILIB_ROS_EUROC (default .data/euroc_v101_head).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 OUT=${OUT:-bench/out}
-mkdir -p "$OUT"
+LOGDIR=${LOGDIR:-$OUT}
+mkdir -p "$OUT" "$LOGDIR"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export VILIB_ROS_EUROC=${VILIB_ROS_EUROC:-.data/euroc_v101_head}
 rc=0
@@ -21,12 +23,13 @@ if [[ $what == tests || $what == all ]]; then
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == bench || $what == all ]]; then
-  python3 -m vilib_ros bench --out "$OUT" 2>&1 | tee "$OUT/bench_detector.log" || rc=1
+  python3 -m vilib_ros bench --out "$OUT" 2>&1 | tee "$LOGDIR/bench_detector.log" || rc=1
   if python3 -c "import vilib_ros.bench.tracker" 2>/dev/null; then
-    python3 -m vilib_ros bench-tracker --out "$OUT" 2>&1 | tee "$OUT/bench_tracker.log" || rc=1
+    # the LK tracker, the whole frontend and the per-frame table (frontend_per_frame.json)
+    python3 -m vilib_ros bench-tracker --out "$OUT" 2>&1 | tee "$LOGDIR/bench_tracker.log" || rc=1
   fi
   if python3 -c "import gtsam" 2>/dev/null; then
-    python3 -m vilib_ros bench-vio --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$OUT/bench_vio.log" || rc=1
+    python3 -m vilib_ros bench-vio --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$LOGDIR/bench_vio.log" || rc=1
   fi
 fi
 exit $rc

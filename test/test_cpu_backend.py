@@ -169,7 +169,8 @@ class TestFeatureTrackerCompiled:
         for impl in ("numba", "numpy"):
             monkeypatch.setenv(ENV, impl)
             ft = FeatureTracker(euroc_cam0(), device="cpu")
-            compiled = isinstance(ft.detector, NumbaFastDetector) and isinstance(ft.tracker, NumbaLKTracker)
+            compiled = (isinstance(ft.pipeline.detector, NumbaFastDetector)
+                        and isinstance(ft.pipeline.tracker, NumbaLKTracker))
             assert compiled == (impl == "numba")
             runs[impl] = ([ft.process(img, STAMP0 + k * DT) for k, img in enumerate(euroc_frames)], dict(ft.stats))
         (fa, sa), (fb, sb) = runs["numba"], runs["numpy"]

@@ -260,3 +260,17 @@ class TestMakeDetector:
     def test_bad_device(self):
         with pytest.raises(ValueError, match="device"):
             make_detector(752, 480, DetectorConfig(), device="tpu")
+
+    @pytest.mark.parametrize("device", ["auto", "cuda"])
+    @pytest.mark.parametrize("field,value", [("arc_length", 13), ("nms_radius", 5), ("cell_width", 40),
+                                             ("levels", 5), ("border", 2)])
+    def test_bad_config_before_device(self, device, field, value):
+        """Configuration errors are reported before any device is touched, so they read the same
+        with and without CUDA (these tests were marked gpu and skipped where they could run)."""
+        with pytest.raises(ValueError, match=field):
+            make_detector(752, 480, DetectorConfig(**{field: value}), device=device)
+
+    @pytest.mark.parametrize("device", ["auto", "cuda"])
+    def test_too_small_image_before_device(self, device):
+        with pytest.raises(ValueError, match="smaller"):
+            make_detector(40, 40, DetectorConfig(), device=device)

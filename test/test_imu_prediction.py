@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vilib_ros import synthetic as syn
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.frontend.imu_prediction import (GyroPredictor, ImuGapError, camera_rotation, integrate_gyro, predict_points,
                                       so3_exp)
@@ -84,12 +85,39 @@ class TestPredictPoints:
         assert np.allclose(predict_points(cam, np.eye(3), uv), uv, atol=1e-4)
         assert predict_points(cam, np.eye(3), np.zeros((0, 2))).shape == (0, 2)
 
-    def test_gyro_predictor(self):
+
+
+class TestGyroPredictor:
+    """GyroPredictor is what FeatureTracker uses for its IMU prediction (this test used to check
+    only zero rotation, on a class no production code used)."""
+
+    def test_rotation_and_prediction_of_far_points(self):
         cam = euroc_cam0()
+        w = np.array([0.8, -1.5, 0.6])
+        t0, t1 = 1_000_000_000, 1_050_000_000
+        g = _gyro(t0, t1, 200, lambda t: w)
         p = GyroPredictor(cam)
-        g = _gyro(0, 50_000_000, 200, lambda t: np.zeros(3))
-        uv = np.array([[300.0, 200.0]])
-        assert np.allclose(p.predict(g, 0, 50_000_000, uv), uv, atol=1e-4)
+        R_b = Rotation.from_rotvec(w * 0.05).as_matrix()
+        R_bs = cam.T_BS[:3, :3]
+        assert np.allclose(p.rotation(g, t0, t1), R_bs.T @ R_b @ R_bs, atol=1e-9)
+        rng = np.random.default_rng(3)
+        X0 = np.column_stack([rng.uniform(-0.5, 0.5, 300), rng.uniform(-0.35, 0.35, 300), np.ones(300)]) * 1000.0
+        uv0 = cam.project(X0)
+        uv1 = cam.project((R_bs.T @ R_b.T @ R_bs @ X0.T).T)
+        pred = p.predict(g, t0, t1, uv0)
+        ok = (uv1[:, 0] > 0) & (uv1[:, 0] < 751) & (uv1[:, 1] > 0) & (uv1[:, 1] < 479)
+        assert ok.sum() > 100
+        assert np.max(np.linalg.norm(pred[ok] - uv1[ok], axis=1)) < 1e-2
+        assert np.median(np.linalg.norm(uv1[ok] - uv0[ok], axis=1)) > 10     # a rotation that matters
+
+    def test_gap_and_max_gap(self):
+        cam = euroc_cam0()
+        t0, t1 = 1_000_000_000, 1_050_000_000
+        g = _gyro(t0, t1, 200, lambda t: np.ones(3))
+        sparse = g[::6]                                       # 30 ms between samples
+        with pytest.raises(ImuGapError, match="gap"):
+            GyroPredictor(cam, max_gap_ns=20_000_000).rotation(sparse, t0, t1)
+        GyroPredictor(cam, max_gap_ns=40_000_000).rotation(sparse, t0, t1)
 
 
 def _run_frontend(seq, imgs, use_imu):
@@ -119,7 +147,6 @@ class TestFastRotationPreset:
 
     @pytest.mark.slow
     def test_prediction_keeps_more_tracks_fewer_iterations(self):
-        syn = pytest.importorskip("vilib_ros.synthetic")
         seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.6, stereo=False, seed=2, preset="fast_rotation"))
         imgs = [seq.render(k)[0] for k in range(10)]
         off = _run_frontend(seq, imgs, False)

@@ -45,23 +45,79 @@ class TestBuildPyramidCpu:
             build_pyramid_cpu(np.zeros((8, 8), np.uint8), 5)
 
 
+def _poisoned_pyramid(w, h, levels):
+    from vilib_ros.frontend.pyramid import GpuPyramid
+
+    pyr = GpuPyramid(w, h, levels)
+    for lv in pyr.levels:
+        lv.fill(0xAB)
+    return pyr
+
+
 @pytest.mark.gpu
 class TestGpuPyramid:
     @pytest.mark.parametrize("shape", [(480, 752), (101, 77)])
-    def test_equals_cpu(self, shape, euroc_frames):
-        from vilib_ros.frontend.pyramid import GpuPyramid
-
+    def test_random_equals_cpu(self, shape):
         rng = np.random.default_rng(2)
-        imgs = [rng.integers(0, 256, shape, dtype=np.uint8)]
-        if shape == (480, 752):
-            imgs += [euroc_frames[0], euroc_frames[50]]
-        pyr = GpuPyramid(shape[1], shape[0], 5)
-        for img in imgs:
-            for lv in pyr.levels[1:]:
-                lv.fill(0xAB)  # poison
+        img = rng.integers(0, 256, shape, dtype=np.uint8)
+        pyr = _poisoned_pyramid(shape[1], shape[0], 5)
+        pyr.upload(img)
+        pyr.build()
+        for g, r in zip(pyr.to_host(), build_pyramid_cpu(img, 5)):
+            np.testing.assert_array_equal(g, r)
+
+    def test_euroc_equals_cpu(self, euroc_frames):
+        pyr = _poisoned_pyramid(752, 480, 5)
+        for img in (euroc_frames[0], euroc_frames[50]):
             pyr.upload(img)
             pyr.build()
-            got = pyr.to_host()
-            ref = build_pyramid_cpu(img, 5)
-            for g, r in zip(got, ref):
+            for g, r in zip(pyr.to_host(), build_pyramid_cpu(img, 5)):
                 np.testing.assert_array_equal(g, r)
+
+
+def _pyramid_frame(img, levels, source):
+    """Run the frontend's fused kernel (kernels/pyramid.cu: pyramid_frame) on one frame read from
+    ``source``: page-locked host memory (zero-copy), a CuPy array, or level 0 itself."""
+    import cupy as cp
+
+    from vilib_ros._cuda import get_module, host_device_pointer, pinned_buffer
+
+    h, w = img.shape
+    pyr = _poisoned_pyramid(w, h, levels)
+    keep = []
+    prm = pinned_buffer(128, keep).view(np.uint64)
+    prm[:] = 0
+    if source == "pinned":
+        buf = pinned_buffer(img.size, keep).reshape(h, w)
+        buf[...] = img
+        prm[0] = host_device_pointer(buf.ctypes.data)
+    elif source == "cupy":
+        d = cp.asarray(img)
+        prm[0] = d.data.ptr
+    else:
+        pyr.levels[0].set(img)
+        prm[0] = pyr.levels[0].data.ptr
+    prm[2] = 12345                   # a field the kernel copies to the device
+    lvl = cp.asarray(np.array([a.data.ptr for a in pyr.levels], np.uint64))
+    dprm = cp.zeros(128, cp.uint8)
+    cp.cuda.Device().synchronize()
+    k = get_module("pyramid").get_function("pyramid_frame")
+    k(((w + 127) // 128, (h + 31) // 32, 1), (256, 1, 1),
+      (np.uint64(host_device_pointer(prm.ctypes.data)), dprm, lvl, np.int32(levels), np.int32(w), np.int32(h),
+       np.int32(min(levels - 1, 5))))
+    cp.cuda.Device().synchronize()
+    assert dprm.get().view(np.uint64)[2] == 12345
+    return pyr.to_host()
+
+
+@pytest.mark.gpu
+class TestPyramidFrameKernel:
+    @pytest.mark.parametrize("source", ["pinned", "cupy", "level0"])
+    @pytest.mark.parametrize("shape,levels", [((480, 752), 6), ((101, 77), 5), ((97, 200), 4)])
+    def test_equals_cpu(self, shape, levels, source):
+        """Fused levels (tiles of 128x32 in shared memory) equal the level-by-level NumPy build,
+        for widths with and without 16-byte rows and partial tiles, from every kind of source."""
+        rng = np.random.default_rng(levels)
+        img = rng.integers(0, 256, shape, dtype=np.uint8)
+        for k, (g, r) in enumerate(zip(_pyramid_frame(img, levels, source), build_pyramid_cpu(img, levels))):
+            np.testing.assert_array_equal(g, r, err_msg=f"level {k}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vilib_ros import synthetic as syn
 from vilib_ros.frontend.tracker import MODES, CpuLKTracker, TrackerConfig, TrackStatus, track_cpu, track_opencv
 
 cv2 = pytest.importorskip("cv2")
@@ -27,7 +28,6 @@ def _shifted(img, dx, dy, gain=1.0, offset=0.0):
 @pytest.fixture(scope="module")
 def synth_illum():
     """A slow sequence under fast global gain/offset flicker (frames 0..7 + detections)."""
-    syn = pytest.importorskip("vilib_ros.synthetic")
     seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.4, illumination=True, gain_amplitude=0.4,
                                                    offset_amplitude=25, illumination_period_s=0.6, stereo=False,
                                                    seed=3, preset="slow"))
@@ -179,7 +179,6 @@ class TestAgainstOpenCV:
 class TestSyntheticGroundTruth:
     @pytest.mark.parametrize("mode", MODES)
     def test_median_error_default_preset(self, mode):
-        syn = pytest.importorskip("vilib_ros.synthetic")
         from vilib_ros.frontend.detector import make_detector
 
         seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.3, stereo=False, seed=1))

@@ -4,7 +4,8 @@ Everything is NumPy on the host; GPU stages keep their own device buffers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -37,9 +38,47 @@ class CellFeatures:
         return np.stack([self.x[v], self.y[v]], axis=1).astype(np.float32)
 
 
+class FrameStats(Mapping):
+    """Counters since start as of one frame: a read-only mapping name -> int.
+
+    ``index`` maps the names held in the int64 array ``values`` (on the GPU path a view of the
+    frame's result slot) to their positions; ``extra`` holds the rest (host-side counters).
+    ``dict(stats)`` makes a plain copy.
+    """
+
+    __slots__ = ("_index", "_values", "_extra")
+
+    def __init__(self, index: Mapping[str, int], values: np.ndarray, extra: Mapping[str, int] | None = None):
+        self._index = index
+        self._values = values
+        self._extra = extra if extra is not None else {}
+
+    def __getitem__(self, key: str) -> int:
+        i = self._index.get(key)
+        if i is not None:
+            return int(self._values[i])
+        return int(self._extra[key])
+
+    def __iter__(self):
+        yield from self._index
+        yield from (k for k in self._extra if k not in self._index)
+
+    def __len__(self) -> int:
+        return len(self._index) + sum(1 for k in self._extra if k not in self._index)
+
+    def __repr__(self) -> str:
+        return f"FrameStats({dict(self)!r})"
+
+
 @dataclass
 class TrackFrame:
-    """Frontend output for one frame (the content of the tracks message)."""
+    """Frontend output for one frame (the content of the tracks message).
+
+    On the GPU path the arrays are views of a page-locked result slot that the frontend
+    reuses: they stay valid until ``FeatureTracker.RESULT_SLOTS - 1`` further frames have been
+    submitted (see :class:`vilib_ros.frontend.FeatureTracker`). :meth:`copy` makes a frame
+    that owns its data.
+    """
 
     stamp_ns: int
     ids: np.ndarray        # int64 (N,) persistent track ids
@@ -59,3 +98,15 @@ class TrackFrame:
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
+
+    def copy(self) -> "TrackFrame":
+        """A frame owning copies of every array (and of the counters)."""
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.ndarray):
+                v = v.copy()
+            elif f.name in ("stats", "timings"):
+                v = dict(v)
+            kw[f.name] = v
+        return TrackFrame(**kw)

@@ -38,7 +38,6 @@ class NumbaFastDetector(CpuFastDetector):
         self._out = (np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.float32),
                      np.empty(n, np.int32))
         self._occ = np.zeros(n, np.uint8)
-        self._args = (self.lut, int(c.arc_length), int(c.threshold_int), int(SCORE_CODES[c.score]), int(c.border))
         self.detect(np.zeros((self.height, self.width), np.uint8))   # JIT load / compile now, not on frame 1
 
     # -- stages on the internal buffers
@@ -48,7 +47,9 @@ class NumbaFastDetector(CpuFastDetector):
         return self._pyr.build(image)
 
     def _score(self, levels) -> None:
-        lut, n, t, code, border = self._args
+        # scalars read from the config at every call: FeatureTracker.apply_config changes them live
+        c = self.config
+        lut, n, t, code, border = self.lut, int(c.arc_length), int(c.threshold_int), int(SCORE_CODES[c.score]), int(c.border)
         for lv, out in zip(levels, self._scores):
             fast_score(lv, lut, n, t, code, border, out)
 

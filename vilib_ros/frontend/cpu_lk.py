@@ -346,15 +346,21 @@ class NumbaLKTracker(CpuLKTracker):
         super().__init__(width, height, config, max_features)
         self.threads = cpu_threads()
         c = self.config
-        npar, gslot, oslot = _MODE_INFO[c.mode]
         self._patch = np.array([int(p) for p in c.patch_sizes[: c.levels]] + [8] * (MAX_LEVELS - c.levels), np.int64)
-        self._params = (int(gslot), int(oslot), int(npar), int(c.max_iterations), float(c.eps), float(c.min_eigen),
-                        float(c.max_residual), float(c.osc_eps), float(c.osc_growth))
         # JIT load / compile now, not on frame 1 (one inactive feature on dummy levels)
         one = np.zeros((1, 2), np.float32)
         out = [np.empty((1, 2), np.float32), np.empty(1, np.int8)] + [np.empty(1, np.float32) for _ in range(3)]
         lk_track((_DUMMY_LEVEL,) * MAX_LEVELS, (_DUMMY_LEVEL,) * MAX_LEVELS, 1, self._patch, one, one,
                  np.zeros(1, np.uint8), *self._params, *out, np.empty(1, np.int32), 1)
+
+    @property
+    def _params(self) -> tuple:
+        """The kernel scalars, read from the config at every call (FeatureTracker.apply_config
+        changes them live)."""
+        c = self.config
+        npar, gslot, oslot = _MODE_INFO[c.mode]
+        return (int(gslot), int(oslot), int(npar), int(c.max_iterations), float(c.eps), float(c.min_eigen),
+                float(c.max_residual), float(c.osc_eps), float(c.osc_growth))
 
     def _levels(self, pyr, what):
         L = int(self.config.levels)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vilib_ros._cuda import launch
+from vilib_ros._cuda import Layout, launch
 
 log = logging.getLogger("vilib_ros.frontend.tracker")
 
@@ -320,23 +320,6 @@ def track_opencv(tmpl_img, img, tmpl_pos, pred=None, window: int = 21, levels: i
 # Trackers with one interface
 
 
-class Layout:
-    """Named, 16-byte aligned fields in one flat byte buffer (host pinned or device), so that
-    one copy moves them all."""
-
-    def __init__(self, fields):
-        self.spec = {}
-        off = 0
-        for name, dt, shape in fields:
-            nb = int(np.dtype(dt).itemsize * int(np.prod(shape)))
-            self.spec[name] = (off, np.dtype(dt), tuple(shape), nb)
-            off += (nb + 15) // 16 * 16
-        self.nbytes = max(off, 16)
-
-    def views(self, buf) -> dict:
-        return {n: buf[o:o + nb].view(dt).reshape(shape) for n, (o, dt, shape, nb) in self.spec.items()}
-
-
 OUTPUT_FIELDS = (("pos", np.float32, 2), ("status", np.int8, 0), ("residual", np.float32, 0), ("gain", np.float32, 0),
                  ("offset", np.float32, 0), ("iterations", np.int32, 0))
 
@@ -409,6 +392,8 @@ class GpuLKTracker:
         mod = get_module("lk", {"LK_WARPS": self.warps, "LK_OSC_EPS": f"{float(c.osc_eps)!r}f",
                                 "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", **(defines or {})})
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
+        # the frontend's variant on the device-side track table (same compile-time settings)
+        self.frontend_kernel = mod.get_function(f"lk_frontend_{self.config.mode}")
         self._tables: dict[int, object] = {}
         self._arg_cache: dict = {}   # launch arguments per set of buffers (built once: ~10 us of Python)
         m = self.max_features

@@ -1,11 +1,11 @@
 // FAST corner response (CRF) with the paper's bit-packed 8 KB segment-test table.
-// Thread mapping: one thread per pixel (x, y) of one pyramid level; block 32x8, so a warp
-// reads one 32-pixel line segment (coalesced). Pixels inside the map but within `border`
+// Thread mapping: one thread per pixel (x, y) of a pyramid level (blockIdx.z = level); block 32x8,
+// so a warp reads one 32-pixel line segment (coalesced). Pixels inside the map but within `border`
 // of its edge get score 0; every pixel x < w, y < h is written (no pre-zeroing needed).
 // Compile-time defines: FAST_N (arc length 9..12), FAST_SCORE (0 SAD-B, 1 SAD-A, 2 MT).
 // MT is found by binary search with the LUT here and by sliding-window minima in the NumPy
 // reference: two independent formulations of one definition.
-// Definitions match vilib_ros/detector.py (fast_score_cpu) bit for bit.
+// Definitions match vilib_ros/frontend/detector.py (fast_score_cpu) bit for bit.
 #ifndef FAST_N
 #define FAST_N 10
 #endif
@@ -53,13 +53,11 @@ __device__ __forceinline__ unsigned int segment_test(const unsigned int* __restr
     return lut_bit(lut, dark) | lut_bit(lut, bright);
 }
 
-extern "C" __global__ void fast_crf(const unsigned char* __restrict__ img, int img_pitch, int w, int h,
-                                    const unsigned int* __restrict__ lut, int threshold, int border,
-                                    float* __restrict__ score, int score_pitch)
+// Corner response of pixel (x, y) of one level (0 outside the border, or where the test fails).
+__device__ __forceinline__ float crf_pixel(const unsigned char* __restrict__ img, int img_pitch, int w, int h,
+                                           int x, int y, const unsigned int* __restrict__ lut, int threshold,
+                                           int border)
 {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x;
-    const int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= w || y >= h) return;
     float out = 0.0f;
     if (x >= border && y >= border && x < w - border && y < h - border) {
         const unsigned char* p = img + (long long)y * img_pitch + x;
@@ -100,5 +98,31 @@ extern "C" __global__ void fast_crf(const unsigned char* __restrict__ img, int i
 #endif
         }
     }
-    score[(long long)y * score_pitch + x] = out;
+    return out;
+}
+
+// Every detection level in one launch: blockIdx.z = level k, grid sized for level 0 (blocks
+// outside level k's map exit); a block covers rows y = blockIdx.y * 8 + threadIdx.y + i *
+// gridDim.y * 8 (a grid-stride loop: the frontend launches few block rows, so that a launch
+// whose gate is off costs few blocks). Level descriptors, 4 long longs per level:
+//   img_desc[4k..]   = [uint8 image pointer, pitch (bytes), width, height]
+//   score_desc[4k..] = [float score map pointer, pitch (floats), width, height]
+// `gate` (nullable): a device flag; when it is 0 the kernel does nothing (the frontend's
+// redetection runs only on frames whose live tracks fell below the fraction).
+extern "C" __global__ void fast_crf_levels(const long long* __restrict__ img_desc,
+                                           const long long* __restrict__ score_desc, int levels,
+                                           const unsigned int* __restrict__ lut, int threshold, int border,
+                                           const long long* __restrict__ gate)
+{
+    const int k = blockIdx.z;
+    if (k >= levels) return;
+    if (gate != nullptr && *gate == 0) return;
+    const int w = (int)img_desc[4 * k + 2], h = (int)img_desc[4 * k + 3];
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= w) return;
+    const unsigned char* img = reinterpret_cast<const unsigned char*>(img_desc[4 * k]);
+    float* score = reinterpret_cast<float*>(score_desc[4 * k]);
+    const int img_pitch = (int)img_desc[4 * k + 1], score_pitch = (int)score_desc[4 * k + 1];
+    for (int y = blockIdx.y * blockDim.y + threadIdx.y; y < h; y += gridDim.y * blockDim.y)
+        score[(long long)y * score_pitch + x] = crf_pixel(img, img_pitch, w, h, x, y, lut, threshold, border);
 }

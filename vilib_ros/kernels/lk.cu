@@ -16,7 +16,7 @@
 // Coordinates: level-0 pixel centres at integers; level l coordinate x_l = (x_0 + 0.5) / 2^l - 0.5
 // (the 2x2-mean pyramid). Level l image: width w0 >> l, height h0 >> l, pitch = width.
 //
-// Status codes (int8), shared with vilib_ros.tracker.TrackStatus.
+// Status codes (int8), shared with vilib_ros.frontend.tracker.TrackStatus.
 #define LK_TRACKED 0
 #define LK_LEFT_IMAGE 1
 #define LK_DIVERGED 2
@@ -284,6 +284,53 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
     return code;
 }
 
+// The whole pyramid for one feature (whole warp): template centre `tp` (level 0), initial guess
+// `p0` (level 0). Returns the status; (x, y) = level-0 position, alpha/beta the illumination,
+// residual the final mean |r| (0..255), iters the iterations over all levels (warp-uniform).
+template <int MODE>
+__device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ tmpl_levels,
+                                        const unsigned long long* __restrict__ img_levels,
+                                        int w0, int h0, int n_levels, int patch16_mask, float2 tp, float2 p0,
+                                        int max_iterations, float eps2, float min_eigen, float max_residual,
+                                        float& x, float& y, float& alpha, float& beta, float& residual, int& iters)
+{
+    alpha = 0.f; beta = 0.f; residual = 0.f;
+    iters = 0;
+    int status = LK_NOT_CONVERGED;
+    // estimate in level-(L-1) coordinates
+    const float top = 1.f / (float)(1 << (n_levels - 1));
+    x = (p0.x + 0.5f) * top - 0.5f;
+    y = (p0.y + 0.5f) * top - 0.5f;
+    if (!(isfinite(p0.x) && isfinite(p0.y) && isfinite(tp.x) && isfinite(tp.y))) return LK_DIVERGED;
+    for (int l = n_levels - 1; l >= 0; --l) {
+        const float s = 1.f / (float)(1 << l);
+        const int w = w0 >> l, h = h0 >> l;
+        const uchar* T = (const uchar*)tmpl_levels[l];
+        const uchar* I = (const uchar*)img_levels[l];
+        const float tcx = (tp.x + 0.5f) * s - 0.5f, tcy = (tp.y + 0.5f) * s - 0.5f;
+        int r;
+        if ((patch16_mask >> l) & 1)
+            r = track_level<16, MODE>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual, iters);
+        else
+            r = track_level<8, MODE>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual, iters);
+        if (l == 0) {
+            status = (r == LVL_CONVERGED) ? LK_TRACKED
+                   : (r == LVL_MAXITER) ? LK_NOT_CONVERGED
+                   : (r == LVL_LEFT) ? LK_LEFT_IMAGE : LK_DIVERGED;
+        } else {
+            x = 2.f * x + 0.5f;           // level l -> level l-1
+            y = 2.f * y + 0.5f;
+        }
+    }
+    if (!(isfinite(x) && isfinite(y) && isfinite(alpha) && isfinite(beta)) ||
+        !(1.f + alpha > 0.2f && 1.f + alpha < 5.f)) {
+        status = LK_DIVERGED;
+    } else if ((status == LK_TRACKED || status == LK_NOT_CONVERGED) && max_residual > 0.f && residual > max_residual) {
+        status = LK_DIVERGED;
+    }
+    return status;
+}
+
 template <int MODE>
 __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels,
                               const unsigned long long* __restrict__ img_levels,
@@ -306,43 +353,10 @@ __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels
         }
         return;
     }
-    const float2 tp = tmpl_pos[f];
-    float alpha = 0.f, beta = 0.f, residual = 0.f;
-    int iters = 0;
-    int status = LK_NOT_CONVERGED;
-    // estimate in level-(L-1) coordinates
-    const float top = 1.f / (float)(1 << (n_levels - 1));
-    float x = (p0.x + 0.5f) * top - 0.5f, y = (p0.y + 0.5f) * top - 0.5f;
-    if (!(isfinite(p0.x) && isfinite(p0.y) && isfinite(tp.x) && isfinite(tp.y))) {
-        status = LK_DIVERGED;
-    } else {
-        for (int l = n_levels - 1; l >= 0; --l) {
-            const float s = 1.f / (float)(1 << l);
-            const int w = w0 >> l, h = h0 >> l;
-            const uchar* T = (const uchar*)tmpl_levels[l];
-            const uchar* I = (const uchar*)img_levels[l];
-            const float tcx = (tp.x + 0.5f) * s - 0.5f, tcy = (tp.y + 0.5f) * s - 0.5f;
-            int r;
-            if ((patch16_mask >> l) & 1)
-                r = track_level<16, MODE>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual, iters);
-            else
-                r = track_level<8, MODE>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual, iters);
-            if (l == 0) {
-                status = (r == LVL_CONVERGED) ? LK_TRACKED
-                       : (r == LVL_MAXITER) ? LK_NOT_CONVERGED
-                       : (r == LVL_LEFT) ? LK_LEFT_IMAGE : LK_DIVERGED;
-            } else {
-                x = 2.f * x + 0.5f;           // level l -> level l-1
-                y = 2.f * y + 0.5f;
-            }
-        }
-        if (!(isfinite(x) && isfinite(y) && isfinite(alpha) && isfinite(beta)) ||
-            !(1.f + alpha > 0.2f && 1.f + alpha < 5.f)) {
-            status = LK_DIVERGED;
-        } else if ((status == LK_TRACKED || status == LK_NOT_CONVERGED) && max_residual > 0.f && residual > max_residual) {
-            status = LK_DIVERGED;
-        }
-    }
+    float x, y, alpha, beta, residual;
+    int iters;
+    const int status = lk_point<MODE>(tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, tmpl_pos[f], p0,
+                                      max_iterations, eps2, min_eigen, max_residual, x, y, alpha, beta, residual, iters);
     if (lane == 0) {
         out_pos[f] = make_float2(x, y);
         out_status[f] = (signed char)status;
@@ -364,11 +378,113 @@ __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels
     active_value, n, max_iterations, eps2, min_eigen, max_residual, out_pos, out_status, out_residual, \
     out_gain, out_offset, out_iters
 
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_translation(LK_ARGS)
-{ lk_track_impl<LK_MODE_TRANSLATION>(LK_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_offset(LK_ARGS)
-{ lk_track_impl<LK_MODE_OFFSET>(LK_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_gain(LK_ARGS)
-{ lk_track_impl<LK_MODE_GAIN>(LK_PASS); }
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_track_gain_offset(LK_ARGS)
-{ lk_track_impl<LK_MODE_GAIN_OFFSET>(LK_PASS); }
+// One kernel per photometric mode (the mode is a template parameter of the implementation).
+#define LK_KERNELS(PREFIX, IMPL, ARGS, PASS)                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_translation(ARGS)        \
+    { IMPL<LK_MODE_TRANSLATION>(PASS); }                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_offset(ARGS)             \
+    { IMPL<LK_MODE_OFFSET>(PASS); }                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_gain(ARGS)               \
+    { IMPL<LK_MODE_GAIN>(PASS); }                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_gain_offset(ARGS)        \
+    { IMPL<LK_MODE_GAIN_OFFSET>(PASS); }
+
+LK_KERNELS(lk_track, lk_track_impl, LK_ARGS, LK_PASS)
+
+// ---------------------------------------------------------------------------------------------
+// The frontend's LK launches (vilib_ros.frontend.gpu_pipeline), on the device-side track table:
+// the number of slots comes from device memory (`count`), the initial guess is made here (the
+// rotation-only prediction of vilib_ros.frontend.imu_prediction.predict_points where M[9] != 0:
+// distort(M [xy, 1]) with `cam_pred`, else `guess`), and lane 0 undistorts the result with
+// `cam_out` (NaN unless tracked). Three uses, one kernel:
+//   temporal: previous -> current frame of every live track (M = R_c0_c1^T, may be off);
+//   backward: current -> previous frame of the tracked ones (`gate` = forward status; the
+//             forward-backward check), no prediction, no undistortion;
+//   stereo:   left -> right image of every live track (M = R_right_left, cam_pred = cam_out = right
+//             camera) with the epipolar check (`epi` = E_rl row-major, threshold in right-image
+//             pixels, 0 = off) against the left `xy`: rejected and untracked slots get NaN, and
+//             the matched / rejected counters are incremented.
+// Thread mapping as lk_track_*: one warp per slot.
+#include "camera.cuh"
+
+template <int MODE>
+__device__ void lk_frontend_impl(const unsigned long long* __restrict__ tmpl_levels,
+                                 const unsigned long long* __restrict__ img_levels,
+                                 int w0, int h0, int n_levels, int patch16_mask,
+                                 const long long* __restrict__ count, const float2* __restrict__ tmpl_pos,
+                                 const float2* __restrict__ guess, const float2* __restrict__ xy,
+                                 const float* __restrict__ M, const float* __restrict__ cam_pred,
+                                 const float* __restrict__ cam_out, const signed char* __restrict__ gate,
+                                 int max_iterations, float eps2, float min_eigen, float max_residual,
+                                 const float* __restrict__ epi, float epi_threshold,
+                                 unsigned long long* __restrict__ n_matched, unsigned long long* __restrict__ n_rejected,
+                                 float2* __restrict__ out_pos, signed char* __restrict__ out_status,
+                                 float2* __restrict__ out_xy, int* __restrict__ out_iters)
+{
+    const int f = blockIdx.x * LK_WARPS + threadIdx.y;
+    if (f >= (int)*count) return;             // warp-uniform
+    const int lane = threadIdx.x;
+    const float qnan = __int_as_float(0x7fc00000);
+    float2 p0 = guess[f];
+    if (gate != nullptr && gate[f] != LK_TRACKED) {
+        if (lane == 0) {
+            out_pos[f] = p0; out_status[f] = LK_INACTIVE;
+            if (out_xy != nullptr) out_xy[f] = make_float2(qnan, qnan);
+            if (out_iters != nullptr) out_iters[f] = 0;
+        }
+        return;
+    }
+    if (M != nullptr && M[9] != 0.f) {
+        const float2 q = xy[f];
+        const float X = M[0] * q.x + M[1] * q.y + M[2];
+        const float Y = M[3] * q.x + M[4] * q.y + M[5];
+        const float Z = M[6] * q.x + M[7] * q.y + M[8];
+        if (Z > 1e-6f) p0 = distort_norm(X / Z, Y / Z, cam_pred);
+    }
+    float x, y, alpha, beta, residual;
+    int iters;
+    const int status = lk_point<MODE>(tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, tmpl_pos[f], p0,
+                                      max_iterations, eps2, min_eigen, max_residual, x, y, alpha, beta, residual, iters);
+    if (lane != 0) return;
+    float2 pos = make_float2(x, y);
+    float2 q = make_float2(qnan, qnan);
+    if (cam_out != nullptr && status == LK_TRACKED) q = undistort_px(x, y, cam_out);
+    if (epi != nullptr) {
+        bool good = status == LK_TRACKED && isfinite(q.x) && isfinite(q.y);
+        if (good && epi_threshold > 0.f) {
+            const float2 l = xy[f];
+            const float a = epi[0] * l.x + epi[1] * l.y + epi[2];
+            const float b = epi[3] * l.x + epi[4] * l.y + epi[5];
+            const float c = epi[6] * l.x + epi[7] * l.y + epi[8];
+            const float dist = fabsf(q.x * a + q.y * b + c) / (sqrtf(a * a + b * b) + 1e-12f) * cam_out[0];
+            good = dist < epi_threshold;
+        }
+        if (good) {
+            atomicAdd(n_matched, 1ull);
+        } else {
+            if (status == LK_TRACKED) atomicAdd(n_rejected, 1ull);
+            pos = make_float2(qnan, qnan);
+            q = pos;
+        }
+    }
+    out_pos[f] = pos;
+    out_status[f] = (signed char)status;
+    if (out_xy != nullptr) out_xy[f] = q;
+    if (out_iters != nullptr) out_iters[f] = iters;
+}
+
+#define LKF_ARGS                                                                                  \
+    const unsigned long long* __restrict__ tmpl_levels, const unsigned long long* __restrict__ img_levels, \
+    int w0, int h0, int n_levels, int patch16_mask, const long long* __restrict__ count,         \
+    const float2* __restrict__ tmpl_pos, const float2* __restrict__ guess, const float2* __restrict__ xy, \
+    const float* __restrict__ M, const float* __restrict__ cam_pred, const float* __restrict__ cam_out, \
+    const signed char* __restrict__ gate, int max_iterations, float eps2, float min_eigen,       \
+    float max_residual, const float* __restrict__ epi, float epi_threshold,                       \
+    unsigned long long* __restrict__ n_matched, unsigned long long* __restrict__ n_rejected,      \
+    float2* __restrict__ out_pos, signed char* __restrict__ out_status, float2* __restrict__ out_xy, \
+    int* __restrict__ out_iters
+#define LKF_PASS tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, count, tmpl_pos, guess, xy, M, \
+    cam_pred, cam_out, gate, max_iterations, eps2, min_eigen, max_residual, epi, epi_threshold, n_matched, \
+    n_rejected, out_pos, out_status, out_xy, out_iters
+
+LK_KERNELS(lk_frontend, lk_frontend_impl, LKF_ARGS, LKF_PASS)

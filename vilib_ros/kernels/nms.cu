@@ -104,8 +104,10 @@ __device__ __forceinline__ void cell_kernel(const long long* __restrict__ desc, 
                                             int cell_w, int cell_h, int cols,
                                             const unsigned char* __restrict__ occupancy, int use_occupancy,
                                             float* __restrict__ out_x, float* __restrict__ out_y,
-                                            float* __restrict__ out_score, int* __restrict__ out_level)
+                                            float* __restrict__ out_score, int* __restrict__ out_level,
+                                            const long long* __restrict__ gate)
 {
+    if (gate != nullptr && *gate == 0) return;   // whole block: redetection not needed this frame
     __shared__ float sh_s[MAX_WARPS];
     __shared__ unsigned int sh_k[MAX_WARPS];
     if (NMS_CW > 0) cell_w = NMS_CW;
@@ -242,29 +244,30 @@ __device__ __forceinline__ void cell_kernel(const long long* __restrict__ desc, 
     }
 }
 
-// Combined NMS + cell maximum (NMS-C). grid = (cols, rows), block = (32, M).
+// Combined NMS + cell maximum (NMS-C). grid = (cols, rows), block = (32, M). `gate` (nullable):
+// when the device flag is 0 every block returns at once (the frontend's redetection gate).
 extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) nms_cell(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
                                     int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
-                                    float* out_x, float* out_y, float* out_score, int* out_level)
+                                    float* out_x, float* out_y, float* out_score, int* out_level, const long long* gate)
 {
-    cell_kernel<true, false>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level);
+    cell_kernel<true, false>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level, gate);
 }
 
 // NMS-C with the cell (+ apron) staged in shared memory first. Same grid and block; dynamic
 // shared memory = 4 * sum_k (cell_w/2^k + 2 NMS_R) * (cell_h/2^k + 2 NMS_R) bytes.
 extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) nms_cell_smem(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
                                          int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
-                                         float* out_x, float* out_y, float* out_score, int* out_level)
+                                         float* out_x, float* out_y, float* out_score, int* out_level, const long long* gate)
 {
-    cell_kernel<true, true>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level);
+    cell_kernel<true, true>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level, gate);
 }
 
 // Baseline step 2: cell maximum of already suppressed maps (no neighbourhood test).
 extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) cell_select(const long long* __restrict__ desc, int levels, int cell_w, int cell_h,
                                        int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
-                                       float* out_x, float* out_y, float* out_score, int* out_level)
+                                       float* out_x, float* out_y, float* out_score, int* out_level, const long long* gate)
 {
-    cell_kernel<false, false>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level);
+    cell_kernel<false, false>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level, gate);
 }
 
 // Baseline step 1: full-map spiral NMS (Foerstner). Thread mapping: one thread per pixel of

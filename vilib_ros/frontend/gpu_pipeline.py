@@ -1,0 +1,303 @@
+"""The frontend's GPU pipeline: the host side of a frame, two CUDA graph launches and one event.
+
+Per frame the host fills the slot's frame parameters in page-locked memory (source address,
+result slot, rotation prediction, dt), launches the slot's upload graph on the upload stream and
+its compute graph on the compute stream (:mod:`vilib_ros.frontend.gpu_frame`), and records one
+event; :meth:`GpuPipeline.collect` waits for it and hands out a TrackFrame whose arrays are views
+of the frame's result slot in page-locked memory (written by the kernels: zero-copy). The
+compute part of frame k overlaps the upload of frame k+1.
+
+How the frame gets to the device (``upload``):
+
+* ``'mapped'`` (default): a pageable frame is copied into a page-locked slot and the pyramid
+  kernel reads it there (zero-copy); frames from :meth:`GpuPipeline.pinned_frames` are read in
+  place;
+* ``'copy'``: the frame is copied into a page-locked slot, then a DMA copy to the device;
+* ``'pageable'``: a DMA copy straight from the caller's array (the driver stages it);
+* a CuPy array is read in place on the device.
+
+Slots: :data:`~vilib_ros.frontend.gpu_frame.RING` frame slots (staging buffer, device pyramid,
+frame parameters) and :data:`RESULT_SLOTS` result slots. A frame's result stays valid until
+``RESULT_SLOTS - 1`` further frames have been submitted; a result not yet collected when its
+slot comes round again is copied first. With RANSAC on, the compute graph is split around a host
+RANSAC (a synchronisation per frame). The decisions are those of
+:class:`~vilib_ros.frontend.track_table.TrackTable`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
+from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
+from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS, fb_passed, ransac_outliers
+from vilib_ros.types import FrameStats, TrackFrame
+
+RESULT_SLOTS = 8
+UPLOADS = ("mapped", "copy", "pageable")
+# FrameParams (kernels/frame.cuh): word offsets of its fields
+_U64_SRC, _U64_OUT = 0, 2
+_F32_M, _F32_USE_M, _F32_DT, _I32_STEREO = 6, 15, 18, 19
+
+
+class _Ticket:
+    """A submitted frame until its result is collected."""
+
+    __slots__ = ("slot", "out", "stamp", "stereo", "host", "keep", "frame")
+
+    def __init__(self, slot, out, stamp, stereo, host, keep):
+        self.slot, self.out, self.stamp, self.stereo, self.host, self.keep = slot, out, stamp, stereo, host, keep
+        self.frame = None
+
+
+class GpuPipeline:
+    device = "cuda"
+
+    def __init__(self, camera, config, detector, tracker, capacity: int, levels: int, first_id: int = 0,
+                 camera_right=None, T_right_left=None, upload: str = "mapped"):
+        import cupy as cp
+
+        S = int(capacity)
+        if S > MAX_CAPACITY:
+            raise ValueError(f"the GPU frontend holds at most {MAX_CAPACITY} tracks, got a target of {S}")
+        if detector.n_cells > MAX_CELLS:
+            raise ValueError(f"the GPU frontend handles at most {MAX_CELLS} detector cells, got {detector.n_cells}")
+        if upload not in UPLOADS:
+            raise ValueError(f"upload must be one of {UPLOADS}, got {upload!r}")
+        self._cp = cp
+        self.camera, self.config, self.detector, self.tracker = camera, config, detector, tracker
+        self.upload = upload
+        self.k = FrameKernels(camera, config, detector, tracker, S, levels, first_id, camera_right, T_right_left)
+        self.W, self.H, self.S, self.stereo_on = self.k.W, self.k.H, S, self.k.stereo_on
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.up_stream = cp.cuda.Stream(non_blocking=True)
+        # page-locked host memory: frame staging, frame parameters, result slots, RANSAC exchange
+        keep = self._keep = []
+        n_img = self.W * self.H
+        self._img = [[pinned_buffer(n_img, keep).reshape(self.H, self.W) for _ in range(RING)]
+                     for _ in range(2 if self.stereo_on else 1)]
+        prm = pinned_buffer(RING * PARAMS_BYTES, keep)
+        self._prm_u64 = prm.view(np.uint64).reshape(RING, -1)
+        self._prm_f32 = prm.view(np.float32).reshape(RING, -1)
+        self._prm_i32 = prm.view(np.int32).reshape(RING, -1)
+        self._rl = result_layout(S)
+        nb = self._rl.nbytes
+        res = pinned_buffer(RESULT_SLOTS * nb, keep)
+        self._out = [self._rl.views(res[o * nb:(o + 1) * nb]) for o in range(RESULT_SLOTS)]
+        self._reject = pinned_buffer(max(S, 16), keep)[:S].view(np.int8)
+        mirror = pinned_buffer(self.k.layout.nbytes, keep)
+        self._mirror = self.k.layout.views(mirror)
+        self._mirror_ptr = mirror.ctypes.data
+        self._dev = {a.ctypes.data: host_device_pointer(a.ctypes.data)
+                     for a in [x for cam in self._img for x in cam] + [prm, res, self._reject]}
+        if not all(self._dev.values()):
+            from vilib_ros._cuda import CudaUnavailable
+
+            raise CudaUnavailable("page-locked host memory is not mapped into the device's address space")
+        self._prm_dev = [self._dev[prm.ctypes.data] + PARAMS_BYTES * s for s in range(RING)]
+        self._out_dev = [self._dev[res.ctypes.data] + nb * o for o in range(RESULT_SLOTS)]
+        self._out_offsets = tuple(np.int32(self._rl.offset(n)) for n in
+                                  ("hdr", "cnt", "ids", "uv", "xy", "vel", "score", "level", "age", "uv_r", "xy_r"))
+        self._ev_start = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
+        self._ev_done = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
+        self._ev_up = [cp.cuda.Event(disable_timing=True) for _ in range(RING)]
+        self._ev_input = cp.cuda.Event(disable_timing=True)
+        self.graphs = GraphCache(self.stream, config.use_graph, name="frontend")
+        self.graphs_up = GraphCache(self.up_stream, config.use_graph, name="frontend upload")
+        self.graph_launches = 0
+        self.probe = None                   # benchmark: called with each stage's name after it is enqueued
+        self._pinned: dict[int, int] = {}   # frames of pinned_frames(): host -> device address
+        self._frames = 0
+        self._slot_out = [-1] * RING        # result slot of the last frame uploaded into each frame slot
+        self._pending: dict[int, _Ticket] = {}
+        self._counters = np.zeros(len(COUNTERS), np.int64)
+        self._next_id = int(first_id)
+        self._count = 0
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Every kernel once on an empty frame, outside graph capture (module loading must not
+        happen inside a capture), then the initial table again."""
+        cp = self._cp
+        cp.cuda.Device().synchronize()
+        for cam in range(len(self._img)):
+            self._prm_u64[0, _U64_SRC + cam] = self._dev[self._img[cam][0].ctypes.data]
+        self._prm_u64[0, _U64_OUT] = self._out_dev[0]
+        self._prm_i32[0, _I32_STEREO] = 1 if self.stereo_on else 0
+        self.k.enqueue_upload(0, self.stereo_on, self._prm_dev[0], self.stream, True)
+        self.k.enqueue_compute(0, self.stereo_on, "all", self.stream, True, self._out_offsets)
+        self.stream.synchronize()
+        self.k.table.set(self.k.initial)
+        cp.cuda.Device().synchronize()
+
+    # ------------------------------------------------------------------ state
+    @property
+    def next_id(self) -> int:
+        if self._pending:                   # frames in flight may have given out ids
+            self.stream.synchronize()
+            return int(self.k.hdr("next_id").get()[0])
+        return self._next_id
+
+    @property
+    def num_tracks(self) -> int:
+        return self._count
+
+    def counters(self) -> np.ndarray:
+        return self._counters
+
+    @property
+    def graph_error(self) -> str | None:
+        return self.graphs.error or self.graphs_up.error
+
+    def reset(self) -> None:
+        """Drop every track (ids go on); frames in flight are finished and discarded."""
+        self.up_stream.synchronize()
+        self.stream.synchronize()
+        self._pending.clear()
+        with self.stream:
+            self.k.hdr("count").fill(0)
+        self.stream.synchronize()
+        self._count = 0
+
+    def apply_config(self, config) -> None:
+        """Take new kernel scalars: the graphs are captured again with them at the next frame."""
+        self.up_stream.synchronize()
+        self.stream.synchronize()
+        self.config = self.k.config = config
+        self.detector.config = config.detector
+        self.tracker.config = config.tracker
+        self.graphs.clear()
+        self.graphs_up.clear()
+
+    def pinned_frames(self, count: int) -> list[np.ndarray]:
+        """``count`` page-locked frame buffers that :meth:`submit` reads without a host copy."""
+        return pinned_frames(count, self.H, self.W, self._keep, self._pinned)
+
+    # ------------------------------------------------------------------ per frame
+    def submit(self, image, image_right, stamp_ns: int, R, dt: float, host_stats: dict) -> _Ticket:
+        s, o, k = self._frames % RING, self._frames % RESULT_SLOTS, self._frames
+        self._frames += 1
+        old = self._pending.pop(o, None)
+        if old is not None:                 # never collected: copy it out before its slot is reused
+            old.frame = self._frame(old).copy()
+        if self._slot_out[s] >= 0:          # the upload that last used this slot's staging is done
+            self._ev_done[self._slot_out[s]].synchronize()
+        self._slot_out[s] = o
+        stereo = image_right is not None and self.stereo_on
+        up = self.stream if self.probe else self.up_stream
+        if k >= RING - 1 and up is not self.stream:
+            # slot s is the previous frame of frame k - (RING - 1): the upload waits for it
+            up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
+        u = self._prm_u64[s]
+        for cam, img in enumerate((image, image_right) if stereo else (image,)):
+            u[_U64_SRC + cam] = self._source(img, cam, s, up)
+        if not stereo:
+            u[_U64_SRC + 1] = 0
+        u[_U64_OUT] = self._out_dev[o]
+        f = self._prm_f32[s]
+        if R is None:
+            f[_F32_USE_M] = 0.0
+        else:
+            f[_F32_M:_F32_M + 9] = np.asarray(R, np.float64).T.ravel()
+            f[_F32_USE_M] = 1.0
+        f[_F32_DT] = dt
+        self._prm_i32[s, _I32_STEREO] = 1 if stereo else 0
+        tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
+        self._ev_start[o].record(up)
+        self._launch(self.graphs_up, ("up", s, stereo), up,
+                     lambda checked: self.k.enqueue_upload(s, stereo, self._prm_dev[s], up, checked, probe=self.probe))
+        if up is not self.stream:
+            self._ev_up[s].record(up)
+            self.stream.wait_event(self._ev_up[s])
+        if self.config.ransac:
+            self._compute_ransac(s, stereo)
+        else:
+            self._launch(self.graphs, (s, stereo, "all"), self.stream, lambda checked: self.k.enqueue_compute(
+                s, stereo, "all", self.stream, checked, self._out_offsets, probe=self.probe))
+        self._ev_done[o].record(self.stream)
+        if checked_launches():              # the graphs' kernels: a fault shows here
+            self.stream.synchronize()
+        host_stats["graph_launches"] = self.graph_launches
+        self._pending[o] = tk
+        return tk
+
+    def _source(self, image, cam, s, up) -> int:
+        """Device-accessible address of one camera's frame for the pyramid kernel (see ``upload``)."""
+        cp = self._cp
+        if not isinstance(image, np.ndarray):       # a CuPy array: read on the device, after the caller's work
+            self._ev_input.record(cp.cuda.get_current_stream())
+            up.wait_event(self._ev_input)
+            return int(image.data.ptr)
+        level0 = self.k.pyrs_r[s].levels[0] if cam else self.k.pyrs[s].levels[0]
+        host = image.ctypes.data
+        d = self._pinned.get(host, 0) if image.flags.c_contiguous else 0
+        staging = self._img[cam][s]
+        if self.upload == "mapped":
+            if d:
+                return d
+            np.copyto(staging, image)               # the one host copy, into the page-locked slot
+            return self._dev[staging.ctypes.data]
+        if not d and (self.upload == "copy" or not image.flags.c_contiguous):
+            np.copyto(staging, image)               # the one host copy, into the page-locked slot
+            host = staging.ctypes.data
+        cp.cuda.runtime.memcpyAsync(level0.data.ptr, host, self.W * self.H, cp.cuda.runtime.memcpyHostToDevice,
+                                    up.ptr)
+        return level0.data.ptr
+
+    def _launch(self, cache, key, stream, enqueue) -> None:
+        """The graph for ``key`` (captured from ``enqueue`` the first time), else the kernels."""
+        g = None if self.probe else cache.get(key, lambda: enqueue(False))
+        if g is not None:
+            g.launch(stream)
+            self.graph_launches += 1
+        else:
+            enqueue(True)
+
+    def _compute_ransac(self, s, stereo) -> None:
+        """Phase A (LK, FB, table copied to the host), RANSAC here, phase B (the rest)."""
+        c = self.config
+        self._launch(self.graphs, (s, stereo, "A"), self.stream, lambda checked: self.k.enqueue_compute(
+            s, stereo, "A", self.stream, checked, self._out_offsets, mirror_host=self._mirror_ptr, probe=self.probe))
+        self.stream.synchronize()
+        m = self._mirror
+        n = int(m["hdr"][H["count"]])
+        ok = m["lk_status"][:n] == 0
+        if c.fb_check:
+            ok &= fb_passed(m["fb_pos"][:n], m["fb_status"][:n], m["uv"][:n], c.fb_threshold)
+        out = ransac_outliers(m["xy"][:n][ok], m["lk_xy"][:n][ok], c.ransac_threshold / float(self.camera.fx),
+                              c.ransac_confidence)
+        self._reject[:] = 0
+        if out is not None:
+            self._reject[np.flatnonzero(ok)[out]] = 1
+        self._launch(self.graphs, (s, stereo, "B"), self.stream, lambda checked: self.k.enqueue_compute(
+            s, stereo, "B", self.stream, checked, self._out_offsets, reject_dev=self._dev[self._reject.ctypes.data],
+            probe=self.probe))
+
+    # ------------------------------------------------------------------ results
+    def collect(self, tk: _Ticket) -> TrackFrame:
+        """The frame's TrackFrame (waits for it): views of its result slot."""
+        if tk.frame is not None:
+            return tk.frame
+        fr = self._frame(tk)
+        if self._pending.get(tk.out) is tk:
+            del self._pending[tk.out]
+        return fr
+
+    def _frame(self, tk: _Ticket) -> TrackFrame:
+        cp = self._cp
+        o = tk.out
+        self._ev_done[o].synchronize()
+        v = self._out[o]
+        hdr = v["hdr"]
+        n = int(hdr[H["count"]])
+        np.copyto(self._counters, v["cnt"])
+        self._next_id = int(hdr[H["next_id"]])
+        self._count = n
+        tk.keep = None
+        fr = TrackFrame(stamp_ns=tk.stamp, ids=v["ids"][:n], uv=v["uv"][:n], xy=v["xy"][:n], velocity=v["vel"][:n],
+                        score=v["score"][:n], level=v["level"][:n], age=v["age"][:n],
+                        timings={"gpu_s": cp.cuda.get_elapsed_time(self._ev_start[o], self._ev_done[o]) * 1e-3},
+                        stats=FrameStats(COUNTER_INDEX, v["cnt"], tk.host))
+        if tk.stereo:
+            fr.uv_right = v["uv_r"][:n]
+            fr.xy_right = v["xy_r"][:n]
+        return fr

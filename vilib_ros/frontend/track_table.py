@@ -1,0 +1,184 @@
+"""The track table: live tracks with persistent ids, updated once per frame.
+
+:class:`TrackTable` is the NumPy table of the CPU pipeline; ``kernels/frontend.cu``
+(``table_update``, ``new_tracks``) is its device twin in the GPU pipeline. Both make the same
+decisions in the same order, so the two pipelines give the same ids:
+
+* **update** (after LK): a track lives on where LK says TRACKED, the forward-backward check (if
+  on) passes and RANSAC (if on) does not reject it. Live tracks are compacted to the front of
+  the table in their order (oldest first); position, undistorted position, velocity
+  (``d xy / dt``, kept where ``dt`` is 0) and age (+1) are updated.
+* **occupancy**: the detector cells that hold a live track.
+* **redetection** when ``live == 0`` or ``live < min_track_fraction * target``: the detector's
+  cell winners in free cells become new tracks, the strongest first where there are more than
+  free slots (score, then lower cell index), appended in cell order with
+  ``id = next_id + cell index``; ``next_id`` then advances by the number of cells. So an id is
+  never given twice, and a track's id depends only on the frame of its detection run and its
+  cell, not on what happened to other tracks.
+
+:data:`HEADER` and :data:`COUNTERS` name the int64 header slots and counters of the device
+table and of the GPU result slots; :func:`kernel_defines` turns them into the kernels'
+``H_*`` / ``C_*`` defines (one name for one thing).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from vilib_ros.frontend.tracker import TrackStatus
+from vilib_ros.types import CellFeatures, FrameStats, TrackFrame
+
+HEADER = ("count", "next_id", "detect", "new")
+N_HEADER = 8
+COUNTERS = ("lost_left_image", "lost_diverged", "lost_not_converged", "fb_rejected", "ransac_rejected",
+            "tracked_total", "iterations_total", "tracks_lost", "tracks_new", "redetections", "detection_runs",
+            "stereo_matched", "stereo_rejected")
+COUNTER_INDEX = {name: i for i, name in enumerate(COUNTERS)}
+MAX_CAPACITY = 4096     # table kernels: one block of 1024 threads, 4 slots each
+MAX_CELLS = 8192        # new_tracks: 8 cells per thread
+
+
+def kernel_defines() -> dict[str, int]:
+    """``H_<NAME>`` / ``C_<NAME>`` compile-time indices for ``kernels/frontend.cu``."""
+    d = {f"H_{n.upper()}": i for i, n in enumerate(HEADER)}
+    d.update({f"C_{n.upper()}": i for i, n in enumerate(COUNTERS)})
+    return d
+
+
+def fb_passed(fb_pos, fb_status, uv, threshold: float) -> np.ndarray:
+    """Forward-backward check per slot: the backward track came home (float32, as the kernel)."""
+    d = np.linalg.norm(np.asarray(fb_pos, np.float32) - np.asarray(uv, np.float32), axis=1)
+    return (np.asarray(fb_status) == TrackStatus.TRACKED) & (d < np.float32(threshold))
+
+
+def ransac_outliers(xy_old, xy_new, threshold: float, confidence: float) -> np.ndarray | None:
+    """Outliers of a fundamental-matrix RANSAC (OpenCV) on undistorted normalised points, as a
+    bool mask over the rows; None where it cannot run (fewer than 8 points, no model)."""
+    if len(xy_old) < 8:
+        return None
+    import cv2
+
+    F, mask = cv2.findFundamentalMat(np.asarray(xy_old, np.float64), np.asarray(xy_new, np.float64), cv2.FM_RANSAC,
+                                     float(threshold), float(confidence))
+    if F is None or mask is None:
+        return None
+    return mask.ravel() == 0
+
+
+class TrackTable:
+    """Live tracks (NumPy, the CPU pipeline's table); see the module docstring."""
+
+    def __init__(self, capacity: int, grid_shape: tuple[int, int], cell_size: tuple[int, int], first_id: int = 0):
+        S = int(capacity)
+        self.capacity = S
+        self.grid_shape = (int(grid_shape[0]), int(grid_shape[1]))
+        self.n_cells = self.grid_shape[0] * self.grid_shape[1]
+        self.cell_w, self.cell_h = int(cell_size[0]), int(cell_size[1])
+        self.count = 0
+        self.next_id = int(first_id)
+        self.counters = np.zeros(len(COUNTERS), np.int64)
+        self.ids = np.zeros(S, np.int64)
+        self.uv = np.zeros((S, 2), np.float32)
+        self.xy = np.zeros((S, 2), np.float64)
+        self.vel = np.zeros((S, 2), np.float64)
+        self.score = np.zeros(S, np.float32)
+        self.level = np.zeros(S, np.int32)
+        self.age = np.zeros(S, np.int32)
+
+    def clear(self) -> None:
+        """Drop every track (ids are not reused: ``next_id`` stays)."""
+        self.count = 0
+
+    def tally(self, name: str, value) -> None:
+        """Add ``value`` to the counter ``name``."""
+        self.counters[COUNTER_INDEX[name]] += int(value)
+
+    def update(self, pos, status, xy_new, iterations, dt: float, fb_ok=None, reject=None) -> None:
+        """Apply one frame's LK results for slots ``0..count-1``: ``pos`` (level-0 pixels),
+        ``status``, ``xy_new`` (undistorted, used where tracked), ``iterations``; ``fb_ok``:
+        forward-backward result per slot (None: check off); ``reject``: RANSAC outliers per
+        slot (None: not run)."""
+        n = self.count
+        st = np.asarray(status)[:n]
+        keep = st == TrackStatus.TRACKED
+        hist = np.bincount(st.astype(np.int64), minlength=len(TrackStatus))
+        self.tally("lost_left_image", hist[TrackStatus.LEFT_IMAGE])
+        self.tally("lost_diverged", hist[TrackStatus.DIVERGED])
+        self.tally("lost_not_converged", hist[TrackStatus.NOT_CONVERGED])
+        self.tally("tracked_total", hist[TrackStatus.TRACKED])
+        self.tally("iterations_total", np.asarray(iterations)[:n][keep].sum())
+        if fb_ok is not None:
+            bad = keep & ~np.asarray(fb_ok)[:n]
+            self.tally("fb_rejected", np.count_nonzero(bad))
+            keep &= ~bad
+        if reject is not None:
+            bad = keep & np.asarray(reject, bool)[:n]
+            self.tally("ransac_rejected", np.count_nonzero(bad))
+            keep &= ~bad
+        idx = np.flatnonzero(keep)
+        k = idx.size
+        xn = np.asarray(xy_new, np.float64)[idx]
+        vel = (xn - self.xy[idx]) / dt if dt > 0 else self.vel[idx]
+        # fancy indexing copies first, so compacting in place is safe
+        self.ids[:k] = self.ids[idx]
+        self.uv[:k] = np.asarray(pos, np.float32)[idx]
+        self.vel[:k] = vel
+        self.xy[:k] = xn
+        self.score[:k] = self.score[idx]
+        self.level[:k] = self.level[idx]
+        self.age[:k] = self.age[idx] + 1
+        self.tally("tracks_lost", n - k)
+        self.count = k
+
+    def occupancy(self) -> np.ndarray:
+        """(rows, cols) bool: the detector cells that hold a live track."""
+        rows, cols = self.grid_shape
+        occ = np.zeros((rows, cols), bool)
+        uv = self.uv[:self.count]
+        if uv.shape[0]:
+            r = np.clip(np.floor(uv[:, 1] / np.float32(self.cell_h)).astype(np.int64), 0, rows - 1)
+            c = np.clip(np.floor(uv[:, 0] / np.float32(self.cell_w)).astype(np.int64), 0, cols - 1)
+            occ[r, c] = True
+        return occ
+
+    def need_detection(self, detect_below: float) -> bool:
+        """Redetection flag: no live track, or fewer than ``detect_below``."""
+        return self.count == 0 or self.count < detect_below
+
+    def add(self, cells: CellFeatures, undistort) -> int:
+        """New tracks from the detector's cells (one detection run); returns how many."""
+        self.tally("detection_runs", 1)
+        x, y, score, level = cells.x, cells.y, cells.score, cells.level
+        cand = np.flatnonzero((level >= 0) & np.isfinite(x) & np.isfinite(y))
+        free = self.capacity - self.count
+        if cand.size > free:
+            order = cand[np.argsort(-score[cand], kind="stable")][:max(free, 0)]
+            cand = np.sort(order)
+        k = cand.size
+        if k == 0:
+            return 0
+        sl = slice(self.count, self.count + k)
+        self.ids[sl] = self.next_id + cand
+        self.uv[sl, 0] = x[cand]
+        self.uv[sl, 1] = y[cand]
+        self.xy[sl] = undistort(self.uv[sl])
+        self.vel[sl] = 0.0
+        self.score[sl] = score[cand]
+        self.level[sl] = level[cand]
+        self.age[sl] = 0
+        self.count += k
+        self.next_id += self.n_cells
+        self.tally("tracks_new", k)
+        self.tally("redetections", 1)
+        return k
+
+    def frame(self, stamp_ns: int, uv_right=None, xy_right=None, timings=None, host_stats=None) -> TrackFrame:
+        """The live tracks as a TrackFrame owning copies of the table's arrays."""
+        n = self.count
+        fr = TrackFrame(stamp_ns=int(stamp_ns), ids=self.ids[:n].copy(), uv=self.uv[:n].copy(),
+                        xy=self.xy[:n].copy(), velocity=self.vel[:n].copy(), score=self.score[:n].copy(),
+                        level=self.level[:n].copy(), age=self.age[:n].copy(), timings=dict(timings or {}),
+                        stats=FrameStats(COUNTER_INDEX, self.counters.copy(), host_stats))
+        if uv_right is not None:
+            fr.uv_right = np.asarray(uv_right, np.float32)[:n]
+            fr.xy_right = np.asarray(xy_right, np.float64)[:n]
+        return fr
