@@ -122,7 +122,8 @@ class VioEstimator:
         self.mode = mode
         self.window_s = max(cfg.window_s, cfg.mono_window_s) if mode == "mono" else cfg.window_s
         self.imu_noise = normalise_imu_noise(imu_noise)
-        self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale)
+        self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
+                                                  cfg.imu_walk_scale)
         self._T_BS0 = cam0.T_BS.copy()
         self._pose_bs0 = gtsam.Pose3(self._T_BS0)
         self._sigma_n = cfg.pixel_sigma / cam0.fx           # normalised-coordinate sigma

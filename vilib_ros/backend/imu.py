@@ -30,9 +30,11 @@ def normalise_imu_noise(noise: dict | None) -> dict:
     return out
 
 
-def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float = 1.0):
+def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float = 1.0, walk_scale: float = 1.0):
     """gtsam PreintegrationCombinedParams with continuous-time noise densities (gtsam divides
-    by dt internally) and bias random walks from the EuRoC sensor.yaml parameters."""
+    by dt internally) and bias random walks from the EuRoC sensor.yaml parameters; ``scale``
+    multiplies the white-noise densities, ``walk_scale`` the bias random walks (see
+    ``BackendConfig.imu_noise_scale``)."""
     import gtsam
 
     n = normalise_imu_noise(noise)
@@ -41,8 +43,8 @@ def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float 
     p.setGyroscopeCovariance((scale * n["gyroscope_noise_density"]) ** 2 * I3)
     p.setAccelerometerCovariance((scale * n["accelerometer_noise_density"]) ** 2 * I3)
     p.setIntegrationCovariance(1e-8 * I3)
-    p.setBiasOmegaCovariance((scale * n["gyroscope_random_walk"]) ** 2 * I3)
-    p.setBiasAccCovariance((scale * n["accelerometer_random_walk"]) ** 2 * I3)
+    p.setBiasOmegaCovariance((walk_scale * n["gyroscope_random_walk"]) ** 2 * I3)
+    p.setBiasAccCovariance((walk_scale * n["accelerometer_random_walk"]) ** 2 * I3)
     return p
 
 
