@@ -43,6 +43,9 @@ class BackendConfig:
     imu_noise_scale: float = 30.0       # multiplies the white-noise densities (gyro and accelerometer)
     imu_walk_scale: float = 5.0         # multiplies the bias random walks
     gravity: float = 9.81
+    imu_max_gap_s: float = 0.1          # a longer hole between IMU samples is never integrated across
+    imu_max_gyro: float = 35.0          # rad/s (2000 deg/s, the ADIS16448 range): larger samples are rejected
+    imu_max_acc: float = 160.0          # m/s^2 (16 g): larger samples are rejected
     # --- initialisation ---
     init_window_s: float = 0.5
     static_gyro_std: float = 0.01       # rad/s, std of the 10 block means of the init window
@@ -73,6 +76,8 @@ class BackendConfig:
             raise ValueError("pixel_sigma and huber_k must be > 0")
         if self.max_landmarks_per_kf < 1:
             raise ValueError("max_landmarks_per_kf must be >= 1")
+        if not (self.imu_max_gap_s > 0 and self.imu_max_gyro > 0 and self.imu_max_acc > 0):
+            raise ValueError("imu_max_gap_s, imu_max_gyro and imu_max_acc must be > 0")
         if not (self.imu_noise_scale > 0 and self.imu_walk_scale > 0):
             raise ValueError("imu_noise_scale and imu_walk_scale must be > 0")
         return self

@@ -44,6 +44,18 @@ Failure handling: any exception from the smoother (IndeterminantLinearSystemExce
 other RuntimeErrors) or a diverged state (speed, bias bounds, NaN) resets the smoother from
 the last good state propagated with the IMU; ``stats['resets']`` counts it. Bad IMU samples
 (NaN, non-monotonic) and bad frames are skipped and counted.
+
+IMU holes and absurd samples: a sample beyond the sensor's range (``imu_max_gyro``,
+``imu_max_acc``; e.g. 1e30 from a corrupted message) is rejected and counted
+(``imu_out_of_range``). A hole between two samples longer than ``imu_max_gap_s`` is counted
+(``imu_gaps``) and never integrated across: a frame whose stamp lies beyond the IMU by more than
+the gap gets no state (``frames_without_imu``), and the first frame after the hole starts a
+re-initialisation (``imu_gap_resets``, also counted in ``resets``, with a warning): the same
+static or moving-start initialisation as at start-up, on IMU and frames after the hole only,
+anchored at the last keyframe's position and heading (gravity direction, velocity and gyro bias
+are estimated afresh). The vehicle moved by an unknown amount during the hole: the trajectory
+continues from where it was last known, with a fresh velocity, instead of from an integration
+of nothing. Frames during the re-initialisation get their states once it succeeds.
 """
 from __future__ import annotations
 
@@ -150,7 +162,8 @@ class VioEstimator:
         self.stats = {"frames": 0, "keyframes": 0, "resets": 0, "imu_samples": 0, "imu_skipped": 0,
                       "frames_skipped": 0, "frames_without_tracks": 0, "outliers_rejected": 0,
                       "landmarks_created": 0, "landmarks_active": 0, "blacklisted": 0, "init_kind": "",
-                      "init_attempts": 0, "imu_late": 0,
+                      "init_attempts": 0, "imu_late": 0, "imu_out_of_range": 0, "imu_gaps": 0,
+                      "imu_gap_resets": 0, "frames_without_imu": 0,
                       "kf_time": 0, "kf_parallax": 0, "kf_tracks": 0, "zero_velocity_updates": 0}
         self.kf_timings: list[dict] = []    # per keyframe: total_s, smoother_s, python_s
         self._imu = ImuBuffer()
@@ -161,6 +174,7 @@ class VioEstimator:
         self._initialised = False
         self._last_state: VioState | None = None
         self._last_frame_t: int | None = None
+        self._reinit_anchor: np.ndarray | None = None    # last known pose before an IMU hole
         self._reset_bookkeeping()
 
     # ------------------------------------------------------------------ inputs
@@ -170,14 +184,27 @@ class VioEstimator:
         if g.shape != (3,) or a.shape != (3,):
             raise ValueError(f"gyro and acc must have 3 elements, got {g.shape} and {a.shape}")
         s = np.concatenate([g, a])
-        if not np.all(np.isfinite(s)) or np.abs(s).max() > 1e3:
+        cfg = self.config
+        if not np.all(np.isfinite(s)):
             self.stats["imu_skipped"] += 1
-            log.warning("skipping non-finite/implausible IMU sample at %d", t_ns)
+            log.warning("skipping non-finite IMU sample at %d", t_ns)
             return
+        if np.abs(g).max() > cfg.imu_max_gyro or np.abs(a).max() > cfg.imu_max_acc:
+            self.stats["imu_skipped"] += 1
+            self.stats["imu_out_of_range"] += 1
+            log.warning("skipping IMU sample at %d beyond the sensor range (|gyro| <= %g rad/s, |acc| <= %g m/s^2): "
+                        "max |gyro| %.3g, max |acc| %.3g", t_ns, cfg.imu_max_gyro, cfg.imu_max_acc,
+                        np.abs(g).max(), np.abs(a).max())
+            return
+        last = self._imu.last_t
         if not self._imu.add(int(t_ns), s):
             self.stats["imu_skipped"] += 1
             log.warning("skipping non-monotonic IMU sample at %d", t_ns)
             return
+        if last is not None and int(t_ns) - last > cfg.imu_max_gap_s * 1e9:
+            self.stats["imu_gaps"] += 1
+            log.warning("IMU gap of %.3f s (%d -> %d) is longer than imu_max_gap_s = %g: not integrated across",
+                        (int(t_ns) - last) * 1e-9, last, t_ns, cfg.imu_max_gap_s)
         self.stats["imu_samples"] += 1
 
     def add_frame(self, frame: TrackFrame) -> VioState | None:
@@ -229,10 +256,11 @@ class VioEstimator:
         W = int(cfg.init_window_s * 1e9)
         first_imu = self._imu.t[0]
         last_imu = self._imu.last_t
-        if first_imu <= t0 - W:
+        before_ok = first_imu <= t0 - W and self._imu.max_gap(t0 - W, t0) <= cfg.imu_max_gap_s * 1e9
+        if before_ok:
             _, win = self._imu.window(t0 - W, t0)
         elif last_imu >= t0 + W or self._pending_frames[-1].stamp_ns >= t0 + W:
-            _, win = self._imu.window(first_imu, t0 + W)
+            _, win = self._imu.window(first_imu if self._reinit_anchor is None else t0, t0 + W)
         else:
             return False
         if is_static(win, cfg, cfg.gravity):
@@ -267,10 +295,20 @@ class VioEstimator:
         log.info("initialised (%s) at %d: v=%s bg=%s", res.kind, t0, np.round(res.v_w, 3), np.round(res.bg, 4))
         T = np.eye(4)
         T[:3, :3] = res.R_wb
-        self._t0_ns = t0
-        self._start_smoother(t0, T, res.v_w, np.concatenate([res.ba, res.bg]),
+        v_w = res.v_w
+        anchor, self._reinit_anchor = self._reinit_anchor, None
+        if anchor is None:
+            self._t0_ns = t0
+        else:   # re-initialisation after an IMU hole: continue from the last known position and heading
+            M = anchor[:3, :3] @ res.R_wb.T
+            psi = np.arctan2(M[1, 0] - M[0, 1], M[0, 0] + M[1, 1])
+            Rz = np.array([[np.cos(psi), -np.sin(psi), 0], [np.sin(psi), np.cos(psi), 0], [0, 0, 1.0]])
+            T[:3, :3] = Rz @ res.R_wb
+            T[:3, 3] = anchor[:3, 3]
+            v_w = Rz @ v_w
+        self._start_smoother(t0, T, v_w, np.concatenate([res.ba, res.bg]),
                              rot_sigma=res.rot_sigma, pos_sigma=1e-3, v_sigma=res.v_sigma,
-                             ba_sigma=0.1, bg_sigma=0.003 if res.kind == "static" else 0.01, first=True)
+                             ba_sigma=0.1, bg_sigma=0.003 if res.kind == "static" else 0.01, first=anchor is None)
         self._initialised = True
         return True
 
@@ -335,6 +373,19 @@ class VioEstimator:
         self._start_smoother(t_ns, T, v, bias6, rot_sigma=0.01, pos_sigma=0.01, v_sigma=0.2,
                              ba_sigma=0.1, bg_sigma=0.01)
 
+    def _imu_gap_reset(self, fr: TrackFrame):
+        """After an IMU hole: re-initialise, anchored at the last keyframe pose (module docstring)."""
+        kf = self._last_kf
+        gap_s = self._imu.max_gap(self._pim_t, fr.stamp_ns) * 1e-9
+        self.stats["imu_gap_resets"] += 1
+        self.stats["resets"] += 1
+        log.warning("backend reset #%d at %d: IMU hole of %.3f s before this frame; re-initialising from the "
+                    "IMU and frames after it, continuing from the last keyframe pose (%.2f s old)",
+                    self.stats["resets"], fr.stamp_ns, gap_s, (fr.stamp_ns - kf.t_ns) * 1e-9)
+        self._reinit_anchor = kf.T.copy()
+        self._initialised = False
+        self._pending_frames = [fr]
+
     # ------------------------------------------------------------------ per frame
     def _predict(self):
         """NavState at the end of the current preintegration from the last keyframe estimate."""
@@ -345,10 +396,17 @@ class VioEstimator:
         T = ns.pose().matrix()
         return T, np.asarray(ns.velocity())
 
-    def _process(self, fr: TrackFrame) -> VioState:
+    def _process(self, fr: TrackFrame) -> VioState | None:
         t = fr.stamp_ns
+        max_gap = int(self.config.imu_max_gap_s * 1e9)
         if self._imu.last_t < t:
             self.stats["imu_late"] += 1
+            if t - self._imu.last_t > max_gap:      # inside an IMU hole: nothing to estimate with
+                self.stats["frames_without_imu"] += 1
+                return None
+        if t > self._pim_t and self._imu.max_gap(self._pim_t, t) > max_gap:
+            self._imu_gap_reset(fr)
+            return None
         if t > self._pim_t:
             self._imu.integrate(self._pim, self._pim_t, t)
             self._pim_t = t
@@ -842,7 +900,7 @@ class VioEstimator:
     def propagate(self, t_ns: int) -> VioState | None:
         """IMU-rate state: the last frame state integrated with the buffered IMU up to t_ns."""
         s = self._last_state
-        if s is None or t_ns < s.stamp_ns:
+        if s is None or t_ns < s.stamp_ns or self._imu.max_gap(s.stamp_ns, int(t_ns)) > self.config.imu_max_gap_s * 1e9:
             return None
         R = self._last_R.copy()
         p = s.p.copy()

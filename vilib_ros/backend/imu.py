@@ -82,6 +82,21 @@ class ImuBuffer:
             return np.zeros(0, np.int64), np.zeros((0, 6))
         return np.asarray(self.t[i0:i1], np.int64), np.asarray(self.d[i0:i1])
 
+    def max_gap(self, t_a: int, t_b: int) -> int:
+        """Longest stretch of [t_a, t_b] (ns) without a sample: the spacing of the samples inside,
+        and from the last sample at or before t_a / to t_b where the buffer does not reach them."""
+        if not self.t:
+            return int(t_b - t_a)
+        i0 = max(bisect.bisect_right(self.t, t_a) - 1, 0)
+        i1 = bisect.bisect_left(self.t, t_b)
+        knots = self.t[i0:i1 + 1]
+        gap = int(np.max(np.diff(knots))) if len(knots) > 1 else 0
+        if t_a < self.t[0]:
+            gap = max(gap, self.t[0] - int(t_a))
+        if t_b > self.t[-1]:
+            gap = max(gap, int(t_b) - self.t[-1])
+        return gap
+
     def _at(self, t_ns: int) -> np.ndarray:
         i = bisect.bisect_left(self.t, t_ns)
         if i <= 0:
