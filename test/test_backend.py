@@ -116,7 +116,7 @@ class TestStereoAccuracy:
         print(f"\n[stereo 60 s] ATE (evo, SE3) {res['ape_m']['rmse']:.4f} m over {res['path_length_m']:.1f} m; "
               f"RPE {res['rpe_m_per_1m']['rmse']:.4f} m/m")
         assert res["matched_poses"] == len(synthetic60["frames"])
-        assert res["ape_m"]["rmse"] <= 0.05
+        assert res["ape_m"]["rmse"] <= 0.025        # 1.42 cm measured 2026-11-24 (was <= 5 cm)
         own, _ = _ate(est, synthetic60["gt"])       # independent Umeyama agrees with evo
         assert abs(own - res["ape_m"]["rmse"]) < 1e-3
 
@@ -164,7 +164,7 @@ class TestMonoAccuracy:
         print(f"[mono 60 s] ATE (Sim3) {ate:.4f} m, scale {scale:.4f}, init {est.stats['init_kind']}, "
               f"resets {est.stats['resets']}")
         assert est.mode == "mono" and est.stats["init_kind"] == "dynamic_mono"
-        assert ate <= 0.10
+        assert ate <= 0.04        # 1.63 cm measured 2026-11-24 (was <= 10 cm)
 
 
 # ----------------------------------------------------------------------------- initialisation
@@ -636,3 +636,56 @@ class TestImuFaults:
         assert "beyond the sensor range" in caplog.text
         ate, _ = _ate(est, s["gt"])
         assert ate < 0.05 and est.stats["resets"] == 0
+
+
+# ----------------------------------------------------------------------------- realistic sequence
+@pytest.fixture(scope="session")
+def v101_75s(euroc_path):
+    """The real EuRoC V1_01 trajectory and real IMU (first 75 s, 27 m) rendered by the generator:
+    exact-geometry tracks with 0.5 px noise (the backend alone, as in bench-accuracy's rows (a))."""
+    from vilib_ros.backend.simulation import synthetic_track_frames
+    from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
+
+    seq = SyntheticSequence(SequenceConfig(duration_s=75.0, name="v101",
+                                           recorded_groundtruth=str(euroc_path / "V101_groundtruth_tum.txt"),
+                                           recorded_imu=str(euroc_path / "mav0" / "imu0")))
+    frames = synthetic_track_frames(seq, pixel_sigma=0.5, drop_prob=0.01, max_tracks=200, outlier_fraction=0.0)
+    st, data, _, _ = seq.imu()
+    return {"seq": seq, "frames": frames, "imu": (st, data), "gt": seq.groundtruth()}
+
+
+class TestRealisticSequence:
+    """Regression (issue 19): with the datasheet IMU noise the estimator trusted the vibrating real
+    IMU over exact stereo tracks (ATE 5.6 cm on this trajectory); the noise is now measured from
+    the IMU stream, and 60 observations per keyframe and a 0.01 relinearisation threshold keep
+    the error near what the tracks allow. Causal output (what the node publishes)."""
+
+    def _causal_ate(self, est, gt):
+        t, p, _ = est.trajectory(smoothed=False)
+        g, _, ok = gt.interpolate(t)
+        assert ok.all()
+        E, *_ = _align(p, g)
+        return float(np.sqrt(np.mean(np.sum((E - g) ** 2, 1))))
+
+    @pytest.mark.parametrize("mode,limit", [("stereo", 0.02), ("mono", 0.05)])
+    def test_causal_ate_on_real_trajectory_and_imu(self, v101_75s, mode, limit):
+        s = v101_75s
+        seq = s["seq"]
+        est = VioEstimator(BackendConfig(mode=mode), seq.camera(0), seq.camera(1) if mode == "stereo" else None,
+                           seq.imu_noise_dict())
+        _, wall = _run(est, s["imu"], s["frames"])
+        ate = self._causal_ate(est, s["gt"])
+        _print_timing(f"v101 75 s {mode}", est, wall)
+        print(f"[v101 75 s {mode}] causal ATE (SE3) {ate:.4f} m, IMU noise scales (gyro, acc) "
+              f"{np.round(est.imu_noise_scales, 1)}")
+        assert est.stats["resets"] == 0 and est.stats["init_kind"] == "static"
+        assert ate <= limit          # measured 2026-11-24: stereo 1.04 cm, mono 2.95 cm
+        g, a = est.imu_noise_scales
+        assert g > 3 and a > 10      # the vibrating real IMU is seen as such
+
+    def test_measured_noise_of_a_quiet_imu_is_the_datasheet(self, synthetic60):
+        from vilib_ros.backend.imu import effective_noise_scale
+
+        st, data = synthetic60["imu"]
+        g, a = effective_noise_scale(st[:400], data[:400], synthetic60["seq"].imu_noise_dict())
+        assert 1.0 <= g < 1.25 and 1.0 <= a < 1.25

@@ -22,7 +22,7 @@ class BackendConfig:
     still_parallax_px: float = 1.5      # rest = median parallax below this AND a static IMU window
     still_velocity_sigma: float = 0.005  # m/s
     # --- landmarks ---
-    max_landmarks_per_kf: int = 40      # observations added per keyframe (longest tracks first)
+    max_landmarks_per_kf: int = 60      # observations added per keyframe (longest tracks first)
     min_depth: float = 0.3
     max_depth: float = 25.0
     min_disparity_px: float = 1.0
@@ -35,12 +35,16 @@ class BackendConfig:
     max_outlier_count: int = 3          # rejected observations before a track is blacklisted
     # --- IMU ---
     # The sensor.yaml densities are datasheet values of a sensor at rest; on a flying multicopter
-    # rotor vibration makes the effective white noise ~20-50x larger (EuRoC V1_01: accelerometer
-    # 0.8 m/s^2 std at 200 Hz against 0.028 from the datasheet), and the biases drift faster
-    # (temperature, vibration). VINS-Fusion's EuRoC configuration inflates by 50-60x. With
-    # the datasheet values the estimator trusts the IMU over exact stereo tracks (ATE 5.6 cm
-    # against 1.0 cm with 30x on the V1_01 trajectory; bench/results/accuracy.md).
-    imu_noise_scale: float = 30.0       # multiplies the white-noise densities (gyro and accelerometer)
+    # rotor vibration makes the effective white noise far larger (EuRoC V1_01 in flight: gyro
+    # 6-29x, accelerometer 15-56x), and the biases drift faster (temperature, vibration).
+    # VINS-Fusion's EuRoC configuration inflates by 50-60x. With the datasheet values the
+    # estimator trusts the IMU over exact stereo tracks (ATE 5.6 cm against 1.0 cm on the V1_01
+    # trajectory; bench/results/accuracy.md). 0 = measure it: the white-noise density of the
+    # last imu_noise_window_s of samples (first differences, robust) per keyframe interval, so a
+    # quiet sensor keeps its datasheet noise and a vibrating one gets what it shows.
+    imu_noise_scale: float = 0.0        # white-noise multiplier (gyro and accelerometer); 0 = measured
+    imu_noise_window_s: float = 1.0     # samples the measured scale looks at
+    imu_noise_scale_max: float = 100.0  # bound of the measured scale
     imu_walk_scale: float = 5.0         # multiplies the bias random walks
     gravity: float = 9.81
     imu_max_gap_s: float = 0.1          # a longer hole between IMU samples is never integrated across
@@ -54,7 +58,7 @@ class BackendConfig:
     dynamic_init_frames: int = 20       # stereo: frames for the moving-start alignment
     mono_init_window_s: float = 2.0     # mono: window for the moving-start alignment
     # --- optimisation ---
-    relinearize_threshold: float = 0.05
+    relinearize_threshold: float = 0.01  # 0.05 left cm-level linearisation errors in the window
     relinearize_skip: int = 1
     partial_relinearization_check: bool = False
     extra_updates: int = 0              # extra iSAM2 iterations per keyframe
@@ -78,8 +82,10 @@ class BackendConfig:
             raise ValueError("max_landmarks_per_kf must be >= 1")
         if not (self.imu_max_gap_s > 0 and self.imu_max_gyro > 0 and self.imu_max_acc > 0):
             raise ValueError("imu_max_gap_s, imu_max_gyro and imu_max_acc must be > 0")
-        if not (self.imu_noise_scale > 0 and self.imu_walk_scale > 0):
-            raise ValueError("imu_noise_scale and imu_walk_scale must be > 0")
+        if not (self.imu_noise_scale >= 0 and self.imu_walk_scale > 0 and self.imu_noise_window_s > 0
+                and self.imu_noise_scale_max >= 1):
+            raise ValueError("need imu_noise_scale >= 0 (0 = measured), imu_walk_scale > 0, imu_noise_window_s > 0, "
+                             "imu_noise_scale_max >= 1")
         return self
 
 

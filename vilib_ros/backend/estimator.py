@@ -69,7 +69,7 @@ import numpy as np
 from ..camera import CameraModel
 from ..types import TrackFrame
 from .config import BackendConfig, VioState
-from .imu import ImuBuffer, make_preintegration_params, normalise_imu_noise
+from .imu import ImuBuffer, effective_noise_scale, make_preintegration_params, normalise_imu_noise
 from .initialisation import (accel_init, dynamic_init_mono, dynamic_init_stereo, is_static, static_init,
                              stereo_triangulate)
 
@@ -134,8 +134,9 @@ class VioEstimator:
         self.mode = mode
         self.window_s = max(cfg.window_s, cfg.mono_window_s) if mode == "mono" else cfg.window_s
         self.imu_noise = normalise_imu_noise(imu_noise)
-        self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
+        self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale or 1.0,
                                                   cfg.imu_walk_scale)
+        self.imu_noise_scales = (cfg.imu_noise_scale or 1.0,) * 2   # (gyro, acc) in use, see _pim_params
         self._T_BS0 = cam0.T_BS.copy()
         self._pose_bs0 = gtsam.Pose3(self._T_BS0)
         self._sigma_n = cfg.pixel_sigma / cam0.fx           # normalised-coordinate sigma
@@ -356,7 +357,7 @@ class VioEstimator:
         self._kfs[k] = _Keyframe(k, int(t_ns), T.copy(), np.asarray(v, float).copy(), np.asarray(bias6, float).copy())
         self._kf_final[k] = T.copy()
         self._last_kf = self._kfs[k]
-        self._pim = gtsam.PreintegratedCombinedMeasurements(self._params, bias)
+        self._pim = gtsam.PreintegratedCombinedMeasurements(self._pim_params(t_ns), bias)
         self._pim_t = int(t_ns)
         self.stats["keyframes"] += 1
 
@@ -372,6 +373,20 @@ class VioEstimator:
             v = np.zeros(3)
         self._start_smoother(t_ns, T, v, bias6, rot_sigma=0.01, pos_sigma=0.01, v_sigma=0.2,
                              ba_sigma=0.1, bg_sigma=0.01)
+
+    def _pim_params(self, t_ns: int):
+        """Preintegration noise for the interval starting at ``t_ns``: fixed (``imu_noise_scale`` > 0)
+        or measured from the last ``imu_noise_window_s`` of samples (``imu_noise_scale`` = 0)."""
+        cfg = self.config
+        if cfg.imu_noise_scale > 0:
+            return self._params
+        st, d = self._imu.window(int(t_ns) - int(cfg.imu_noise_window_s * 1e9), int(t_ns))
+        if len(st) < 20:
+            return self._params
+        g, a = effective_noise_scale(st, d, self.imu_noise)
+        g, a = min(g, cfg.imu_noise_scale_max), min(a, cfg.imu_noise_scale_max)
+        self.imu_noise_scales = (g, a)
+        return make_preintegration_params(self.imu_noise, cfg.gravity, g, cfg.imu_walk_scale, acc_scale=a)
 
     def _imu_gap_reset(self, fr: TrackFrame):
         """After an IMU hole: re-initialise, anchored at the last keyframe pose (module docstring)."""
@@ -607,7 +622,7 @@ class VioEstimator:
             elif lm.last_t == fr.stamp_ns:
                 lm.p = np.asarray(est.atPoint3(lm.key))
         self._pim = gtsam.PreintegratedCombinedMeasurements(
-            self._params, gtsam.imuBias.ConstantBias(b_new[:3], b_new[3:]))
+            self._pim_params(fr.stamp_ns), gtsam.imuBias.ConstantBias(b_new[:3], b_new[3:]))
         self._pim_t = fr.stamp_ns
         self.stats["keyframes"] += 1
         self.stats["landmarks_active"] = len(self._lm)

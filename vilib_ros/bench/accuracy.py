@@ -55,14 +55,12 @@ log = logging.getLogger(__name__)
 #: Backend changes measured in ``--changes``: (what changed, BackendConfig overrides), cumulative.
 #: The first row restores the 2026-11-24 defaults; the last row is today's defaults.
 CHANGES = [
-    ("2026-11-24 defaults (datasheet IMU noise, 40 obs/keyframe, relinearize 0.05, parallax 12 px)",
-     {"imu_noise_scale": 1.0, "imu_walk_scale": 1.0, "max_landmarks_per_kf": 40, "relinearize_threshold": 0.05,
-      "kf_parallax_px": 12.0}),
+    ("2026-11-24 defaults (datasheet IMU noise, 40 obs/keyframe, relinearize 0.05)",
+     {"imu_noise_scale": 1.0, "imu_walk_scale": 1.0, "max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
     ("+ IMU white noise x30, bias walk x5 (vibration of a flying multicopter)",
-     {"max_landmarks_per_kf": 40, "relinearize_threshold": 0.05, "kf_parallax_px": 12.0}),
-    ("+ relinearize threshold 0.01", {"max_landmarks_per_kf": 40, "kf_parallax_px": 12.0}),
-    ("+ 60 observations per keyframe", {"kf_parallax_px": 12.0}),
-    ("+ keyframe parallax 20 px (today's defaults)", {}),
+     {"max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
+    ("+ relinearize threshold 0.01", {"max_landmarks_per_kf": 40}),
+    ("+ 60 observations per keyframe (today's defaults)", {}),
 ]
 
 
@@ -260,7 +258,12 @@ def cuvslam_rows(py, reason, ds_path: Path, gt_tum: Path, tmp: Path, gpu: bool) 
         except (IndexError, json.JSONDecodeError):
             info = {}
         if r.returncode or not out.is_file():
-            row["skipped"] = f"cuVSLAM failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-300:]}"
+            import re
+
+            err = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in r.stderr.splitlines()
+                   if "ERROR" in ln or "Error" in ln or "error" in ln]
+            row["skipped"] = (f"cuVSLAM gave no pose (exit {r.returncode}): "
+                              + (err[-1].strip()[-240:] if err else r.stderr.strip()[-240:]))
             rows.append(row)
             continue
         row["ms_per_frame"] = info.get("ms_per_frame")

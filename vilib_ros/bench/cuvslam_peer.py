@@ -61,10 +61,13 @@ def main(argv=None) -> int:
     ap.add_argument("--imu", action="store_true", help="stereo + IMU (inertial mode)")
     ap.add_argument("--max-frames", type=int, default=0)
     ap.add_argument("--gpu", action="store_true", help="use cuVSLAM's GPU tracker (default: its CPU tracker)")
+    ap.add_argument("--verbose", action="store_true", help="cuVSLAM's own log on stderr")
     args = ap.parse_args(argv)
 
     import cv2
     import dim_odom as d
+
+    d.init_logging("debug" if args.verbose else "error")     # its errors name why no pose came out
 
     mav = Path(args.dataset) / "mav0"
     cams = []
