@@ -240,7 +240,9 @@ class TestDegenerateInput:
         m = st <= t_end
         return (st[m], data[m]), [f for f in s["frames"] if f.stamp_ns <= t_end]
 
-    def test_all_tracks_lost_for_2s(self, synthetic60):
+    def test_all_tracks_lost_for_2s(self, synthetic60, caplog):
+        """A tracking loss (2 s without any track) is counted and warned about once, bridged by the
+        IMU without a jump in the trajectory, and recovered from."""
         s = synthetic60
         imu, frames = self._sub(s, 20.0)
         t_gap = frames[0].stamp_ns + 10 * 10**9
@@ -255,8 +257,14 @@ class TestDegenerateInput:
             return f
 
         est = VioEstimator(BackendConfig(), s["seq"].camera(0), s["seq"].camera(1), s["seq"].imu_noise_dict())
-        states, _ = _run(est, imu, frames, frame_hook=drop)
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.backend.estimator"):
+            states, _ = _run(est, imu, frames, frame_hook=drop)
         assert est.stats["frames_without_tracks"] == 40          # counted
+        assert est.stats["tracking_lost"] == 1 and "tracking lost" in caplog.text     # once, with a warning
+        # no jump: the IMU-only stretch joins the rest continuously (steps no larger than the motion)
+        t, p, _ = est.trajectory(smoothed=False)
+        steps = np.linalg.norm(np.diff(p, axis=0), axis=1)
+        assert steps.max() < 0.1
         assert all(x is not None and np.all(np.isfinite(x.p)) for x in states[20:])
         ate, _ = _ate(est, s["gt"])
         print(f"\n[2 s without tracks] ATE {ate:.4f} m, resets {est.stats['resets']}")

@@ -353,17 +353,10 @@ def run_offline(args) -> int:
     """Entry point of ``vilib-ros run --offline``."""
     paths = list(args.dataset or [])
     if not paths:
-        from vilib_ros.synthetic import SequenceConfig, generate_sequence
+        from vilib_ros.synthetic.sequence import ensure_generated
 
         root = Path(args.out) if args.out else Path("vilib_ros_output") / "synthetic"
-        ds_path = root / "dataset"
-        if not (ds_path / "mav0").is_dir():
-            print(f"vilib-ros run --offline: generating a {args.duration:g} s synthetic stereo sequence in {ds_path}",
-                  file=sys.stderr)
-            main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-            generate_sequence(ds_path, SequenceConfig(duration_s=float(args.duration)), progress=True,
-                              workers=None if main_file else 1)
-        targets = [(ds_path, root, "synthetic")]
+        targets = [(ensure_generated(root / "dataset", args.duration, "vilib-ros run --offline"), root, "synthetic")]
     else:
         base = Path(args.out) if args.out else Path("vilib_ros_output")
         targets = []

@@ -164,7 +164,7 @@ class VioEstimator:
                       "frames_skipped": 0, "frames_without_tracks": 0, "outliers_rejected": 0,
                       "landmarks_created": 0, "landmarks_active": 0, "blacklisted": 0, "init_kind": "",
                       "init_attempts": 0, "imu_late": 0, "imu_out_of_range": 0, "imu_gaps": 0,
-                      "imu_gap_resets": 0, "frames_without_imu": 0,
+                      "imu_gap_resets": 0, "frames_without_imu": 0, "tracking_lost": 0,
                       "kf_time": 0, "kf_parallax": 0, "kf_tracks": 0, "zero_velocity_updates": 0}
         self.kf_timings: list[dict] = []    # per keyframe: total_s, smoother_s, python_s
         self._imu = ImuBuffer()
@@ -176,6 +176,7 @@ class VioEstimator:
         self._last_state: VioState | None = None
         self._last_frame_t: int | None = None
         self._reinit_anchor: np.ndarray | None = None    # last known pose before an IMU hole
+        self._lost_since: int | None = None
         self._reset_bookkeeping()
 
     # ------------------------------------------------------------------ inputs
@@ -578,6 +579,7 @@ class VioEstimator:
         self._proj_cache = {}
         horizon = fr.stamp_ns - int(0.85 * self.window_s * 1e9)
         n_added = self._add_visual(fr, k, X, T_pred, graph, vals, stamps, horizon)
+        self._note_tracking(fr.stamp_ns, n_added)
 
         # ---- smoother update
         t_py = time.perf_counter()
@@ -632,6 +634,18 @@ class VioEstimator:
         self.kf_timings.append({"total_s": t_end - t_start, "smoother_s": t_sm,
                                 "python_s": (t_py - t_start) + (t_end - t_py2), "factors": n_added})
         return state
+
+    def _note_tracking(self, t_ns: int, n_visual: int) -> None:
+        """Count and log a tracking loss (a keyframe without visual observations: the state is then
+        propagated by the IMU alone, continuously, without a jump) and its recovery."""
+        if n_visual == 0 and self._lost_since is None:
+            self._lost_since = t_ns
+            self.stats["tracking_lost"] += 1
+            log.warning("tracking lost at %d (#%d): no visual observation on this keyframe, IMU only until tracks "
+                        "return", t_ns, self.stats["tracking_lost"])
+        elif n_visual > 0 and self._lost_since is not None:
+            log.info("tracking recovered at %d after %.2f s", t_ns, (t_ns - self._lost_since) * 1e-9)
+            self._lost_since = None
 
     def _after_reset(self, fr, t_start, t_sm) -> VioState:
         kf = self._last_kf

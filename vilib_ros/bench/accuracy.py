@@ -57,8 +57,9 @@ log = logging.getLogger(__name__)
 CHANGES = [
     ("2026-11-24 defaults (datasheet IMU noise, 40 obs/keyframe, relinearize 0.05)",
      {"imu_noise_scale": 1.0, "imu_walk_scale": 1.0, "max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
-    ("+ IMU white noise x30, bias walk x5 (vibration of a flying multicopter)",
-     {"max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
+    ("+ IMU white noise x30, bias walk x5 (fixed)",
+     {"imu_noise_scale": 30.0, "max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
+    ("+ IMU white noise measured from the stream instead", {"max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
     ("+ relinearize threshold 0.01", {"max_landmarks_per_kf": 40}),
     ("+ 60 observations per keyframe (today's defaults)", {}),
 ]

@@ -487,3 +487,18 @@ def generate_sequence(out_dir: str | Path, config: SequenceConfig | None = None,
         target = out / (f"{config.name}.bag" if bag == "ros1" else f"{config.name}_ros2")
         write_bag(out, target, kind=bag, storage=bag_storage, overwrite=overwrite)
     return out
+
+
+def ensure_generated(ds_path: str | Path, duration_s: float, who: str = "vilib-ros") -> Path:
+    """The default synthetic stereo sequence in ``ds_path`` (generated once, reused after)."""
+    import sys
+
+    ds_path = Path(ds_path)
+    if not (ds_path / "mav0").is_dir():
+        print(f"{who}: generating a {duration_s:g} s synthetic stereo sequence in {ds_path}", file=sys.stderr)
+        # rendering workers are spawned processes that re-import __main__; from an
+        # interactive or ``python -c`` session render in this process instead
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        generate_sequence(ds_path, SequenceConfig(duration_s=float(duration_s)), progress=True,
+                          workers=None if main_file else 1)
+    return ds_path
