@@ -9,12 +9,13 @@ import numpy as np
 @dataclass
 class BackendConfig:
     # --- sliding window ---
-    window_s: float = 2.0               # IncrementalFixedLagSmoother lag, seconds
+    window_s: float = 1.0               # IncrementalFixedLagSmoother lag, seconds (frame-to-frame tracks drift:
+                                        # a short window keeps their observations consistent; 2.0 before)
     mono_window_s: float = 6.0          # mono mode uses max(window_s, mono_window_s): scale needs it
     mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given)
     # --- keyframe selection ---
     kf_min_interval_s: float = 0.08
-    kf_max_interval_s: float = 0.5      # time criterion
+    kf_max_interval_s: float = 0.4      # time criterion
     kf_parallax_px: float = 12.0        # rotation-compensated median parallax vs last keyframe
     kf_track_fraction: float = 0.65     # fewer of the last keyframe's tracks survive -> keyframe
     kf_min_tracks: int = 30             # fewer tracks -> keyframe
@@ -32,17 +33,20 @@ class BackendConfig:
     huber_k: float = 1.345              # in sigmas
     chi2_stereo: float = 11.34          # 99 % of chi2(3)
     chi2_mono: float = 9.21             # 99 % of chi2(2)
-    max_outlier_count: int = 3          # rejected observations before a track is blacklisted
+    max_outlier_count: int = 10         # rejected observations before a track is blacklisted
+    retriangulate_outliers: bool = True  # a rejected observation ends the landmark; the track starts a new one
+    landmark_max_span_s: float = 0.0   # a landmark older than this is ended, its track starts a new one (0 = never)
     # --- IMU ---
     # The sensor.yaml densities are datasheet values of a sensor at rest; on a flying multicopter
     # rotor vibration makes the effective white noise far larger (EuRoC V1_01 in flight: gyro
     # 6-29x, accelerometer 15-56x), and the biases drift faster (temperature, vibration).
     # VINS-Fusion's EuRoC configuration inflates by 50-60x. With the datasheet values the
     # estimator trusts the IMU over exact stereo tracks (ATE 5.6 cm against 1.0 cm on the V1_01
-    # trajectory; bench/results/accuracy.md). 0 = measure it: the white-noise density of the
+    # trajectory; bench/results/accuracy.md). imu_noise_measured: the white-noise density of the
     # last imu_noise_window_s of samples (first differences, robust) per keyframe interval, so a
     # quiet sensor keeps its datasheet noise and a vibrating one gets what it shows.
-    imu_noise_scale: float = 0.0        # white-noise multiplier (gyro and accelerometer); 0 = measured
+    imu_noise_measured: bool = True     # measure the white-noise density from the IMU stream
+    imu_noise_scale: float = 1.0        # fixed white-noise multiplier where imu_noise_measured is false
     imu_noise_window_s: float = 1.0     # samples the measured scale looks at
     imu_noise_scale_max: float = 100.0  # bound of the measured scale
     imu_walk_scale: float = 5.0         # multiplies the bias random walks
@@ -82,9 +86,9 @@ class BackendConfig:
             raise ValueError("max_landmarks_per_kf must be >= 1")
         if not (self.imu_max_gap_s > 0 and self.imu_max_gyro > 0 and self.imu_max_acc > 0):
             raise ValueError("imu_max_gap_s, imu_max_gyro and imu_max_acc must be > 0")
-        if not (self.imu_noise_scale >= 0 and self.imu_walk_scale > 0 and self.imu_noise_window_s > 0
+        if not (self.imu_noise_scale > 0 and self.imu_walk_scale > 0 and self.imu_noise_window_s > 0
                 and self.imu_noise_scale_max >= 1):
-            raise ValueError("need imu_noise_scale >= 0 (0 = measured), imu_walk_scale > 0, imu_noise_window_s > 0, "
+            raise ValueError("need imu_noise_scale > 0, imu_walk_scale > 0, imu_noise_window_s > 0, "
                              "imu_noise_scale_max >= 1")
         return self
 

@@ -102,6 +102,7 @@ class _Landmark:
     p: np.ndarray
     last_t: int
     n_obs: int = 0
+    t0: int = 0                  # creation time (ns)
 
 
 @dataclass
@@ -134,9 +135,9 @@ class VioEstimator:
         self.mode = mode
         self.window_s = max(cfg.window_s, cfg.mono_window_s) if mode == "mono" else cfg.window_s
         self.imu_noise = normalise_imu_noise(imu_noise)
-        self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale or 1.0,
+        self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
                                                   cfg.imu_walk_scale)
-        self.imu_noise_scales = (cfg.imu_noise_scale or 1.0,) * 2   # (gyro, acc) in use, see _pim_params
+        self.imu_noise_scales = (cfg.imu_noise_scale,) * 2     # (gyro, acc) in use, see _pim_params
         self._T_BS0 = cam0.T_BS.copy()
         self._pose_bs0 = gtsam.Pose3(self._T_BS0)
         self._sigma_n = cfg.pixel_sigma / cam0.fx           # normalised-coordinate sigma
@@ -164,7 +165,7 @@ class VioEstimator:
                       "frames_skipped": 0, "frames_without_tracks": 0, "outliers_rejected": 0,
                       "landmarks_created": 0, "landmarks_active": 0, "blacklisted": 0, "init_kind": "",
                       "init_attempts": 0, "imu_late": 0, "imu_out_of_range": 0, "imu_gaps": 0,
-                      "imu_gap_resets": 0, "frames_without_imu": 0, "tracking_lost": 0,
+                      "imu_gap_resets": 0, "frames_without_imu": 0, "tracking_lost": 0, "landmarks_split": 0,
                       "kf_time": 0, "kf_parallax": 0, "kf_tracks": 0, "zero_velocity_updates": 0}
         self.kf_timings: list[dict] = []    # per keyframe: total_s, smoother_s, python_s
         self._imu = ImuBuffer()
@@ -376,10 +377,10 @@ class VioEstimator:
                              ba_sigma=0.1, bg_sigma=0.01)
 
     def _pim_params(self, t_ns: int):
-        """Preintegration noise for the interval starting at ``t_ns``: fixed (``imu_noise_scale`` > 0)
-        or measured from the last ``imu_noise_window_s`` of samples (``imu_noise_scale`` = 0)."""
+        """Preintegration noise for the interval starting at ``t_ns``: measured from the last
+        ``imu_noise_window_s`` of samples (``imu_noise_measured``) or fixed (``imu_noise_scale``)."""
         cfg = self.config
-        if cfg.imu_noise_scale > 0:
+        if not cfg.imu_noise_measured:
             return self._params
         st, d = self._imu.window(int(t_ns) - int(cfg.imu_noise_window_s * 1e9), int(t_ns))
         if len(st) < 20:
@@ -679,6 +680,14 @@ class VioEstimator:
         xr = fr.xy_right if stereo else None
         R_cw, t_cw = self._cam_T_cw(T_pred, self._T_BS0)
         # --- observations of existing landmarks, gated
+        if cfg.landmark_max_span_s > 0:
+            # frame-to-frame tracks drift: a landmark older than the span is ended, its track starts anew
+            old = fr.stamp_ns - int(cfg.landmark_max_span_s * 1e9)
+            for j, i in enumerate(ids.tolist()):
+                lm = self._lm.get(i)
+                if lm is not None and lm.t0 < old:
+                    del self._lm[i]
+                    self.stats["landmarks_split"] += 1
         ex = [j for j, i in enumerate(ids) if int(i) in self._lm]
         ex.sort(key=lambda j: -self._lm[int(ids[j])].n_obs)
         ex = ex[:cfg.max_landmarks_per_kf]
@@ -714,6 +723,11 @@ class VioEstimator:
                         self._blacklist.add(tid)
                         self.stats["blacklisted"] += 1
                         del self._lm[tid]
+                    elif cfg.retriangulate_outliers:
+                        # a drifting track (frame-to-frame LK accumulates error) no longer fits its
+                        # landmark: end the landmark here; the track starts a new one from this keyframe
+                        del self._lm[tid]
+                        self.stats["landmarks_split"] += 1
                     continue
                 self._add_obs(graph, X, lm.key, xy[j], xrr[n] if has_r[n] else None,
                               xr[j] if (xr is not None and not self._rectified) else None)
@@ -758,7 +772,7 @@ class VioEstimator:
                 self._add_obs(graph, gtsam.symbol("x", ki), key, o_xy, o_xrr,
                               o_xr if not self._rectified else None)
                 n_added += 1
-            self._lm[tid] = _Landmark(key, P, fr.stamp_ns, len(obs))
+            self._lm[tid] = _Landmark(key, P, fr.stamp_ns, len(obs), fr.stamp_ns)
             stamps[key] = self._ts(fr.stamp_ns)
             del self._pending[tid]
             created += 1

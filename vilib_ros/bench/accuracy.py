@@ -55,13 +55,22 @@ log = logging.getLogger(__name__)
 #: Backend changes measured in ``--changes``: (what changed, BackendConfig overrides), cumulative.
 #: The first row restores the 2026-11-24 defaults; the last row is today's defaults.
 CHANGES = [
-    ("2026-11-24 defaults (datasheet IMU noise, 40 obs/keyframe, relinearize 0.05)",
-     {"imu_noise_scale": 1.0, "imu_walk_scale": 1.0, "max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
+    ("2026-11-24 defaults (datasheet IMU noise, 2 s window, 40 obs/keyframe, relinearize 0.05, 3 outliers "
+     "blacklist a track)",
+     {"imu_noise_measured": False, "imu_noise_scale": 1.0, "imu_walk_scale": 1.0, "max_landmarks_per_kf": 40,
+      "relinearize_threshold": 0.05, "window_s": 2.0, "kf_max_interval_s": 0.5, "max_outlier_count": 3,
+      "retriangulate_outliers": False}),
     ("+ IMU white noise x30, bias walk x5 (fixed)",
-     {"imu_noise_scale": 30.0, "max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
-    ("+ IMU white noise measured from the stream instead", {"max_landmarks_per_kf": 40, "relinearize_threshold": 0.05}),
-    ("+ relinearize threshold 0.01", {"max_landmarks_per_kf": 40}),
-    ("+ 60 observations per keyframe (today's defaults)", {}),
+     {"imu_noise_measured": False, "imu_noise_scale": 30.0, "max_landmarks_per_kf": 40, "relinearize_threshold": 0.05,
+      "window_s": 2.0, "kf_max_interval_s": 0.5, "max_outlier_count": 3, "retriangulate_outliers": False}),
+    ("+ IMU white noise measured from the stream instead",
+     {"max_landmarks_per_kf": 40, "relinearize_threshold": 0.05, "window_s": 2.0, "kf_max_interval_s": 0.5,
+      "max_outlier_count": 3, "retriangulate_outliers": False}),
+    ("+ relinearize threshold 0.01, 60 observations per keyframe",
+     {"window_s": 2.0, "kf_max_interval_s": 0.5, "max_outlier_count": 3, "retriangulate_outliers": False}),
+    ("+ a rejected observation ends its landmark (the drifting track re-triangulates), blacklist after 10",
+     {"window_s": 2.0, "kf_max_interval_s": 0.5}),
+    ("+ 1 s window, keyframe at least every 0.4 s (today's defaults)", {}),
 ]
 
 
