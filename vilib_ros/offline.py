@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import queue
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -45,6 +44,7 @@ def _backend_worker(inbox, outbox, cam0, cam1, imu_noise, config_kwargs) -> None
         from vilib_ros.backend import BackendConfig, VioEstimator
 
         est = VioEstimator(BackendConfig(**config_kwargs), cam0, cam1, imu_noise)
+        outbox.put({"ready": True})
         frame_s, busy = [], 0.0
         while True:
             msg = inbox.get()
@@ -76,6 +76,19 @@ class _Backend:
         self.proc = ctx.Process(target=_backend_worker, name="vilib_ros-backend", daemon=True,
                                 args=(self.inbox, self.outbox, cam0, cam1, imu_noise, config_kwargs))
         self.proc.start()
+        first = self._get(120.0)            # imports and construction, outside any timing
+        if "error" in first:
+            raise RuntimeError("the backend failed to start:\n" + first["error"])
+
+    def _get(self, timeout: float) -> dict:
+        t_end = time.monotonic() + timeout
+        while True:
+            try:
+                return self.outbox.get(timeout=1.0)
+            except queue.Empty:
+                if not self.proc.is_alive() or time.monotonic() > t_end:
+                    raise RuntimeError(f"the backend process gave no result (exit code {self.proc.exitcode})") \
+                        from None
 
     def put(self, msg) -> None:
         while True:
@@ -88,15 +101,7 @@ class _Backend:
 
     def finish(self, timeout: float = 600.0) -> dict:
         self.put(("done",))
-        t_end = time.monotonic() + timeout
-        while True:
-            try:
-                res = self.outbox.get(timeout=1.0)
-                break
-            except queue.Empty:
-                if not self.proc.is_alive() or time.monotonic() > t_end:
-                    raise RuntimeError(f"the backend process gave no result (exit code {self.proc.exitcode})") \
-                        from None
+        res = self._get(timeout)
         self.proc.join(timeout=30)
         if "error" in res:
             raise RuntimeError("the backend failed:\n" + res["error"])
@@ -112,8 +117,12 @@ class _Backend:
 # one dataset
 # ---------------------------------------------------------------------------------------------
 def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, backend: bool = True,
-            backend_config: dict | None = None, progress=None) -> dict:
-    """Frontend and backend over ``ds`` (an opened dataset); returns tracks, trajectories, timing."""
+            backend_config: dict | None = None, progress=None, preload: bool = False, readers: int = 4) -> dict:
+    """Frontend and backend over ``ds`` (an opened dataset); returns tracks, trajectories, timing.
+
+    Images are decoded by ``readers`` threads ahead of the frontend (bounded), or all before the
+    clock starts with ``preload`` (benchmarks: decoding is not part of the VIO). The frontend's
+    first frame (kernel compilation, graph capture) is run once on a throwaway tracker first."""
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
 
     stamps = np.asarray(ds.image_stamps(0), np.int64)
@@ -123,6 +132,9 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     c1 = ds.cameras[1] if stereo else None
     kw = {"camera_right": c1, "T_right_left": np.linalg.inv(c1.T_BS) @ c0.T_BS} if stereo else {}
     ft = FeatureTracker(c0, FrontendConfig(), device=device, **kw)
+    if n:
+        FeatureTracker(c0, FrontendConfig(), device=device, **kw).process(
+            ds.load_image(0, 0), int(stamps[0]), image_right=ds.load_image(1, 0) if stereo else None)
     ist, idata = np.asarray(ds.imu_stamps, np.int64), np.asarray(ds.imu_data, float)
     has_imu = len(ist) > 0
     be = None
@@ -130,35 +142,27 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
         cfg = dict(backend_config or {})
         cfg.setdefault("mode", "stereo" if stereo else "mono")
         be = _Backend(c0, c1, ds.imu_noise, cfg)
-    images: queue.Queue = queue.Queue(maxsize=16)
-    stop = threading.Event()
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
 
-    def reader():
-        try:
-            for k in range(n):
-                item = (ds.load_image(0, k), ds.load_image(1, k) if stereo else None)
-                while not stop.is_set():
-                    try:
-                        images.put(item, timeout=0.5)
-                        break
-                    except queue.Full:
-                        pass
-                if stop.is_set():
-                    return
-        except Exception as exc:  # noqa: BLE001 - handed to the consumer
-            images.put(exc)
+    def load(k):
+        return ds.load_image(0, k), (ds.load_image(1, k) if stereo else None)
 
-    th = threading.Thread(target=reader, name="vilib_ros-reader", daemon=True)
+    pool = ThreadPoolExecutor(max(1, readers), thread_name_prefix="vilib_ros-reader")
+    pre = [load(k) for k in range(n)] if preload else None
+    ahead: deque = deque()
     tracks, fe_s = [], []
     j = 0
     t0 = time.perf_counter()
-    th.start()
     try:
         for k in range(n):
-            item = images.get()
-            if isinstance(item, Exception):
-                raise item
-            left, right = item
+            if pre is not None:
+                left, right = pre[k]
+                pre[k] = None
+            else:
+                while len(ahead) < 16 and k + len(ahead) < n:     # decode ahead, bounded, in order
+                    ahead.append(pool.submit(load, k + len(ahead)))
+                left, right = ahead.popleft().result()
             t = int(stamps[k])
             j0 = j
             while j < len(ist) and ist[j] <= t:
@@ -182,10 +186,13 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
         t_fe = time.perf_counter() - t0
         res = be.finish() if be is not None else None
     except BaseException:
-        stop.set()
         if be is not None:
             be.kill()
         raise
+    finally:
+        for f in ahead:
+            f.cancel()
+        pool.shutdown(wait=False)
     wall = time.perf_counter() - t0
     return {"tracks": tracks, "frontend_s": fe_s, "backend": res, "wall_s": wall, "frontend_wall_s": t_fe,
             "frames": n, "stereo": stereo, "has_imu": has_imu, "device": getattr(ft, "device", device)}
