@@ -47,6 +47,10 @@ setup(
         # Visual-inertial backend and trajectory evaluation.
         "backend": ["gtsam>=4.3", "evo>=1.20"],
         "test": ["pytest>=7", "scikit-image>=0.21"],
+        # Benchmark-only peer (cuVSLAM through dim_odom, ~1.7 GB with its CUDA runtime wheels) for
+        # `vilib-ros bench-accuracy`: install it into a separate environment and pass that Python
+        # as --peer-python. Never imported by vilib_ros, never installed by CI.
+        "peers": ["dim_odom>=0.4"],
     },
     zip_safe=False,
     maintainer="vilib_ros maintainers",

@@ -3,7 +3,8 @@
 #   1. the GPU tests (pytest -m gpu), launches checked, outputs poisoned;
 #   2. the detector benchmark (95 real EuRoC frames, OpenCV FAST in the same run);
 #   3. the tracker / frontend benchmark (OpenCV LK in the same run);
-#   4. the whole-VIO benchmark (GPU frontend + gtsam backend), where gtsam imports
+#   4. the whole-VIO benchmark (offline runner: GPU frontend + gtsam backend overlapping) and the
+#      trajectory-accuracy benchmark (bench-accuracy), where gtsam imports
 #      (a machine without internet can be given the gtsam wheel: pip install --target DIR, PYTHONPATH).
 # Usage: bash bench/run_gpu.sh [tests|bench|all] ; results go to $OUT (default bench/out), the
 # benchmarks' console logs to $LOGDIR (default $OUT).
@@ -29,7 +30,10 @@ if [[ $what == bench || $what == all ]]; then
     python3 -m vilib_ros bench-tracker --out "$OUT" 2>&1 | tee "$LOGDIR/bench_tracker.log" || rc=1
   fi
   if python3 -c "import gtsam" 2>/dev/null; then
-    python3 -m vilib_ros bench-vio --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$LOGDIR/bench_vio.log" || rc=1
+    python3 -m vilib_ros bench-vio --device cuda --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$LOGDIR/bench_vio.log" || rc=1
+    # trajectory accuracy (real V1_01 ground truth + IMU rendered in stereo; needs the EuRoC folder's
+    # V101_groundtruth_tum.txt and imu0); cuVSLAM rows are skipped there unless dim_odom imports
+    python3 -m vilib_ros bench-accuracy --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_accuracy.log" || rc=1
   fi
 fi
 exit $rc

@@ -116,7 +116,7 @@ class TestStereoAccuracy:
         print(f"\n[stereo 60 s] ATE (evo, SE3) {res['ape_m']['rmse']:.4f} m over {res['path_length_m']:.1f} m; "
               f"RPE {res['rpe_m_per_1m']['rmse']:.4f} m/m")
         assert res["matched_poses"] == len(synthetic60["frames"])
-        assert res["ape_m"]["rmse"] <= 0.05
+        assert res["ape_m"]["rmse"] <= 0.025        # 1.42 cm measured 2026-11-24 (was <= 5 cm)
         own, _ = _ate(est, synthetic60["gt"])       # independent Umeyama agrees with evo
         assert abs(own - res["ape_m"]["rmse"]) < 1e-3
 
@@ -164,7 +164,7 @@ class TestMonoAccuracy:
         print(f"[mono 60 s] ATE (Sim3) {ate:.4f} m, scale {scale:.4f}, init {est.stats['init_kind']}, "
               f"resets {est.stats['resets']}")
         assert est.mode == "mono" and est.stats["init_kind"] == "dynamic_mono"
-        assert ate <= 0.10
+        assert ate <= 0.04        # 1.63 cm measured 2026-11-24 (was <= 10 cm)
 
 
 # ----------------------------------------------------------------------------- initialisation
@@ -240,7 +240,9 @@ class TestDegenerateInput:
         m = st <= t_end
         return (st[m], data[m]), [f for f in s["frames"] if f.stamp_ns <= t_end]
 
-    def test_all_tracks_lost_for_2s(self, synthetic60):
+    def test_all_tracks_lost_for_2s(self, synthetic60, caplog):
+        """A tracking loss (2 s without any track) is counted and warned about once, bridged by the
+        IMU without a jump in the trajectory, and recovered from."""
         s = synthetic60
         imu, frames = self._sub(s, 20.0)
         t_gap = frames[0].stamp_ns + 10 * 10**9
@@ -255,8 +257,14 @@ class TestDegenerateInput:
             return f
 
         est = VioEstimator(BackendConfig(), s["seq"].camera(0), s["seq"].camera(1), s["seq"].imu_noise_dict())
-        states, _ = _run(est, imu, frames, frame_hook=drop)
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.backend.estimator"):
+            states, _ = _run(est, imu, frames, frame_hook=drop)
         assert est.stats["frames_without_tracks"] == 40          # counted
+        assert est.stats["tracking_lost"] == 1 and "tracking lost" in caplog.text     # once, with a warning
+        # no jump: the IMU-only stretch joins the rest continuously (steps no larger than the motion)
+        t, p, _ = est.trajectory(smoothed=False)
+        steps = np.linalg.norm(np.diff(p, axis=0), axis=1)
+        assert steps.max() < 0.1
         assert all(x is not None and np.all(np.isfinite(x.p)) for x in states[20:])
         ate, _ = _ate(est, s["gt"])
         print(f"\n[2 s without tracks] ATE {ate:.4f} m, resets {est.stats['resets']}")
@@ -556,3 +564,137 @@ class TestRealEurocStaticStart:
         assert est.stats["zero_velocity_updates"] >= 5      # at rest: no parallax + static IMU
         assert drift < 0.05                                  # (38 cm without zero-velocity updates)
         assert res["ape_m"]["rmse"] < 0.05
+
+
+# ----------------------------------------------------------------------------- IMU faults (issue 17, item 4)
+class TestImuFaults:
+    def test_max_gap_matches_brute_force(self):
+        from vilib_ros.backend.imu import ImuBuffer
+
+        rng = np.random.default_rng(0)
+        t = np.cumsum(rng.integers(1, 50, 200)) * 1_000_000
+        buf = ImuBuffer()
+        for ti in t:
+            buf.add(int(ti), np.zeros(6))
+        for _ in range(200):
+            a, b = sorted(rng.integers(int(t[0]) - 100_000_000, int(t[-1]) + 100_000_000, 2))
+            knots = np.concatenate([[t[t <= a].max()] if (t <= a).any() else [a], t[(t > a) & (t < b)],
+                                    [t[t >= b].min()] if (t >= b).any() else [b]])
+            assert buf.max_gap(int(a), int(b)) == int(np.diff(knots).max())
+
+    def test_imu_hole_is_counted_and_never_bridged(self, synthetic60, caplog):
+        """Regression (issue 17 item 4): a 3 s hole in the IMU was integrated across silently
+        (ATE 0.25 m, no warning). Now: the hole is counted, frames inside it get no state, the
+        first frame after it starts a re-initialisation with a warning (a counted reset) that
+        continues from the last known position, and the motion after the hole is estimated as
+        well as before it."""
+        s = synthetic60
+        imu, frames = TestDegenerateInput()._sub(s, 20.0)
+        st, data = imu
+        t_a = frames[0].stamp_ns + 8 * 10**9
+        t_b = t_a + 3 * 10**9
+        keep = (st < t_a) | (st >= t_b)
+        est = VioEstimator(BackendConfig(), s["seq"].camera(0), s["seq"].camera(1), s["seq"].imu_noise_dict())
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.backend.estimator"):
+            states, _ = _run(est, (st[keep], data[keep]), frames)
+        assert est.stats["imu_gaps"] == 1 and "IMU gap of 3.0" in caplog.text
+        assert est.stats["imu_gap_resets"] == 1 and est.stats["resets"] == 1
+        assert "IMU hole" in caplog.text
+        # frames more than imu_max_gap_s (0.1 s) past the last sample before the hole get no state
+        last = st[st < t_a].max()
+        inside = [i for i, f in enumerate(frames) if last + 100_000_000 < f.stamp_ns < t_b]
+        assert est.stats["frames_without_imu"] == len(inside) == 58
+        assert all(states[i] is None for i in inside)
+        after = [x for x in states if x is not None and x.stamp_ns >= t_b]
+        assert after and all(np.all(np.isfinite(x.p)) for x in after)
+        # it continues from the last state before the hole (no jump to an integration of nothing):
+        # the step across the hole is far smaller than the motion the hole hid
+        t_all, p_all, _ = est.trajectory(smoothed=False)
+        i = np.searchsorted(t_all, t_b)
+        gt = s["gt"]
+        hidden = np.linalg.norm(np.diff(gt.p[np.searchsorted(gt.t_ns, [t_all[i - 1], t_all[i]])], axis=0))
+        step = np.linalg.norm(p_all[i] - p_all[i - 1])
+        print(f"\n[IMU hole] step across the hole {step:.3f} m, true motion during it {hidden:.3f} m")
+        assert hidden > 0.5 and step < 0.2
+        # the motion after the hole, aligned on its own, is tracked as well as before the hole
+        t, p, _ = est.trajectory(smoothed=False)
+        gt = s["gt"]
+        for m in (t < t_a, t >= t_b):
+            G = gt.p[np.searchsorted(gt.t_ns, t[m])]
+            E, *_ = _align(p[m], G)
+            assert np.sqrt(np.mean(np.sum((E - G) ** 2, 1))) < 0.05
+
+    def test_absurd_imu_samples_rejected_by_range(self, synthetic60, caplog):
+        """Regression (issue 17 item 4): finite but absurd samples (1e30) must be rejected by the
+        sensor's range, counted, and leave the estimate untouched."""
+        s = synthetic60
+        imu, frames = TestDegenerateInput()._sub(s, 12.0)
+        bad = {900: (1e30, 1.0), 1400: (1.0, 1e6), 1401: (50.0, 1.0)}      # gyro / acc multipliers
+
+        def poison(i, t, g, a):
+            if i in bad:
+                mg, ma = bad[i]
+                return g + np.sign(g + 1e-9) * mg if mg > 1 else g, a * ma
+            return g, a
+
+        est = VioEstimator(BackendConfig(), s["seq"].camera(0), s["seq"].camera(1), s["seq"].imu_noise_dict())
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.backend.estimator"):
+            _run(est, imu, frames, imu_hook=poison)
+        assert est.stats["imu_out_of_range"] == 3 and est.stats["imu_skipped"] == 3
+        assert "beyond the sensor range" in caplog.text
+        ate, _ = _ate(est, s["gt"])
+        assert ate < 0.05 and est.stats["resets"] == 0
+
+
+# ----------------------------------------------------------------------------- realistic sequence
+@pytest.fixture(scope="session")
+def v101_75s(euroc_path):
+    """The real EuRoC V1_01 trajectory and real IMU (first 75 s, 27 m) rendered by the generator:
+    exact-geometry tracks with 0.5 px noise (the backend alone, as in bench-accuracy's rows (a))."""
+    from vilib_ros.backend.simulation import synthetic_track_frames
+    from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
+
+    seq = SyntheticSequence(SequenceConfig(duration_s=75.0, name="v101",
+                                           recorded_groundtruth=str(euroc_path / "V101_groundtruth_tum.txt"),
+                                           recorded_imu=str(euroc_path / "mav0" / "imu0")))
+    frames = synthetic_track_frames(seq, pixel_sigma=0.5, drop_prob=0.01, max_tracks=200, outlier_fraction=0.0)
+    st, data, _, _ = seq.imu()
+    return {"seq": seq, "frames": frames, "imu": (st, data), "gt": seq.groundtruth()}
+
+
+class TestRealisticSequence:
+    """Regression (issue 19): with the datasheet IMU noise the estimator trusted the vibrating real
+    IMU over exact stereo tracks (ATE 5.6 cm on this trajectory); the noise is now measured from
+    the IMU stream, and 60 observations per keyframe and a 0.01 relinearisation threshold keep
+    the error near what the tracks allow (with the 1 s window that drifting real tracks need).
+    Causal output (what the node publishes)."""
+
+    def _causal_ate(self, est, gt):
+        t, p, _ = est.trajectory(smoothed=False)
+        g, _, ok = gt.interpolate(t)
+        assert ok.all()
+        E, *_ = _align(p, g)
+        return float(np.sqrt(np.mean(np.sum((E - g) ** 2, 1))))
+
+    @pytest.mark.parametrize("mode,limit", [("stereo", 0.02), ("mono", 0.05)])
+    def test_causal_ate_on_real_trajectory_and_imu(self, v101_75s, mode, limit):
+        s = v101_75s
+        seq = s["seq"]
+        est = VioEstimator(BackendConfig(mode=mode), seq.camera(0), seq.camera(1) if mode == "stereo" else None,
+                           seq.imu_noise_dict())
+        _, wall = _run(est, s["imu"], s["frames"])
+        ate = self._causal_ate(est, s["gt"])
+        _print_timing(f"v101 75 s {mode}", est, wall)
+        print(f"[v101 75 s {mode}] causal ATE (SE3) {ate:.4f} m, IMU noise scales (gyro, acc) "
+              f"{np.round(est.imu_noise_scales, 1)}")
+        assert est.stats["resets"] == 0 and est.stats["init_kind"] == "static"
+        assert ate <= limit          # measured 2026-11-24: stereo 0.96 cm, mono 3.85 cm
+        g, a = est.imu_noise_scales
+        assert g > 3 and a > 10      # the vibrating real IMU is seen as such
+
+    def test_measured_noise_of_a_quiet_imu_is_the_datasheet(self, synthetic60):
+        from vilib_ros.backend.imu import effective_noise_scale
+
+        st, data = synthetic60["imu"]
+        g, a = effective_noise_scale(st[:400], data[:400], synthetic60["seq"].imu_noise_dict())
+        assert 1.0 <= g < 1.25 and 1.0 <= a < 1.25

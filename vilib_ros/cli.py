@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench-cpu": ("vilib_ros.bench.cpu", "benchmark the CPU frontend (compiled, NumPy) against an OpenCV-native one"),
     "bench-backend": ("vilib_ros.bench.backend", "benchmark the VIO backend per keyframe"),
     "bench-vio": ("vilib_ros.bench.vio", "benchmark the whole VIO (frontend + backend) on a synthetic sequence"),
+    "bench-accuracy": ("vilib_ros.bench.accuracy", "trajectory accuracy: exact tracks, our tracks and cuVSLAM on one sequence"),
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),
 }
 

@@ -33,8 +33,12 @@ import numpy as np
 from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
 
 def configure_parser(p) -> None:
-    p.add_argument("dataset", nargs="?", default=None,
-                   help="EuRoC ASL folder, ROS 1 .bag or ROS 2 bag folder (default: generate a synthetic sequence)")
+    p.add_argument("dataset", nargs="*", default=None,
+                   help="EuRoC ASL folder, ROS 1 .bag or ROS 2 bag folder (default: generate a synthetic sequence); "
+                        "several with --offline")
+    p.add_argument("--offline", action="store_true",
+                   help="player, frontend and backend in one process tree without ROS (vilib_ros.offline); "
+                        "several datasets give a summary table")
     p.add_argument("--out", default=None, help="output folder (default ./vilib_ros_output/<name>)")
     p.add_argument("--rate", type=float, default=0.0,
                    help="replay speed, 1.0 = real time; 0 = as fast as the frontend accepts (default)")
@@ -225,6 +229,14 @@ def _raise_interrupt(signum, frame):
 
 
 def run_command(args) -> int:
+    if args.offline:
+        from vilib_ros.offline import run_offline
+
+        return run_offline(args)
+    if args.dataset and len(args.dataset) > 1:
+        print("vilib-ros run: several datasets need --offline", file=sys.stderr)
+        return 2
+    args.dataset = args.dataset[0] if args.dataset else None
     t_start = time.monotonic()
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _raise_interrupt)   # clean up the children on SIGTERM too

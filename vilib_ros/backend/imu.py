@@ -30,20 +30,41 @@ def normalise_imu_noise(noise: dict | None) -> dict:
     return out
 
 
-def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float = 1.0):
+def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float = 1.0, walk_scale: float = 1.0,
+                               acc_scale: float | None = None):
     """gtsam PreintegrationCombinedParams with continuous-time noise densities (gtsam divides
-    by dt internally) and bias random walks from the EuRoC sensor.yaml parameters."""
+    by dt internally) and bias random walks from the EuRoC sensor.yaml parameters; ``scale``
+    multiplies the white-noise densities (``acc_scale``, where given, the accelerometer's
+    instead), ``walk_scale`` the bias random walks (see ``BackendConfig.imu_noise_scale``)."""
     import gtsam
 
     n = normalise_imu_noise(noise)
     p = gtsam.PreintegrationCombinedParams.MakeSharedU(gravity)
     I3 = np.eye(3)
+    acc_scale = scale if acc_scale is None else acc_scale
     p.setGyroscopeCovariance((scale * n["gyroscope_noise_density"]) ** 2 * I3)
-    p.setAccelerometerCovariance((scale * n["accelerometer_noise_density"]) ** 2 * I3)
+    p.setAccelerometerCovariance((acc_scale * n["accelerometer_noise_density"]) ** 2 * I3)
     p.setIntegrationCovariance(1e-8 * I3)
-    p.setBiasOmegaCovariance((scale * n["gyroscope_random_walk"]) ** 2 * I3)
-    p.setBiasAccCovariance((scale * n["accelerometer_random_walk"]) ** 2 * I3)
+    p.setBiasOmegaCovariance((walk_scale * n["gyroscope_random_walk"]) ** 2 * I3)
+    p.setBiasAccCovariance((walk_scale * n["accelerometer_random_walk"]) ** 2 * I3)
     return p
+
+
+def effective_noise_scale(t_ns: np.ndarray, data: np.ndarray, noise: dict) -> tuple[float, float]:
+    """(gyro, accelerometer) white-noise density measured from samples, over the datasheet's.
+
+    First differences remove the motion (smooth at the IMU rate) and leave sqrt(2) x the
+    per-sample noise, vibration included; a median absolute deviation keeps manoeuvres out.
+    Density = per-sample std x sqrt(dt). RMS over the three axes, at least 1."""
+    n = normalise_imu_noise(noise)
+    if len(t_ns) < 20:
+        return 1.0, 1.0
+    dt = float(np.median(np.diff(t_ns))) * 1e-9
+    df = np.diff(np.asarray(data, float), axis=0)
+    sd = 1.4826 * np.median(np.abs(df - np.median(df, axis=0)), axis=0) / np.sqrt(2) * np.sqrt(dt)
+    g = float(np.sqrt(np.mean(sd[:3] ** 2))) / n["gyroscope_noise_density"]
+    a = float(np.sqrt(np.mean(sd[3:] ** 2))) / n["accelerometer_noise_density"]
+    return max(1.0, g), max(1.0, a)
 
 
 class ImuBuffer:
@@ -79,6 +100,21 @@ class ImuBuffer:
         if i1 <= i0:
             return np.zeros(0, np.int64), np.zeros((0, 6))
         return np.asarray(self.t[i0:i1], np.int64), np.asarray(self.d[i0:i1])
+
+    def max_gap(self, t_a: int, t_b: int) -> int:
+        """Longest stretch of [t_a, t_b] (ns) without a sample: the spacing of the samples inside,
+        and from the last sample at or before t_a / to t_b where the buffer does not reach them."""
+        if not self.t:
+            return int(t_b - t_a)
+        i0 = max(bisect.bisect_right(self.t, t_a) - 1, 0)
+        i1 = bisect.bisect_left(self.t, t_b)
+        knots = self.t[i0:i1 + 1]
+        gap = int(np.max(np.diff(knots))) if len(knots) > 1 else 0
+        if t_a < self.t[0]:
+            gap = max(gap, self.t[0] - int(t_a))
+        if t_b > self.t[-1]:
+            gap = max(gap, int(t_b) - self.t[-1])
+        return gap
 
     def _at(self, t_ns: int) -> np.ndarray:
         i = bisect.bisect_left(self.t, t_ns)

@@ -11,6 +11,13 @@ with ``g_W = (0, 0, -9.81)``, white noise ``n ~ N(0, sigma_c^2 * rate)`` and bia
 random walk ``b_{i+1} = b_i + sigma_rw * sqrt(dt) * N(0, 1)`` (EuRoC's densities by default).
 Everything is deterministic for a given seed (each frame's image noise has its own stream, so
 parallel rendering gives the same files).
+
+Recorded motion (``recorded_groundtruth``, a TUM file of body poses such as EuRoC's
+``V101_groundtruth_tum.txt``): the trajectory is a spline through the recorded poses
+(:mod:`.recorded`), the frames are rendered at the recorded stamps (every ``rate_hz`` frame
+of them), the room is sized around the trajectory (at least ``recorded_margin_m`` from its
+bounding box to every wall, boxes outside it), and with ``recorded_imu`` (an ASL ``imu0``
+folder) the IMU is the real sensor's; without it the IMU is synthesised from the spline as above.
 """
 from __future__ import annotations
 
@@ -67,6 +74,10 @@ class SequenceConfig:
     textures: str = "skimage"          # 'skimage' | 'procedural'
     start_ns: int = 1_500_000_000_000_000_000
     name: str = "synthetic"
+    recorded_groundtruth: str | None = None   # TUM body poses: recorded motion instead of the analytic one
+    recorded_imu: str | None = None           # ASL imu0 folder or data.csv: the real IMU (with recorded motion)
+    recorded_start_s: float = 0.0             # where in the recording the sequence starts
+    recorded_margin_m: float = 2.0            # room walls at least this far from the trajectory's bounding box
 
     def __post_init__(self):
         if self.preset not in PRESETS:
@@ -104,24 +115,33 @@ class SequenceConfig:
             raise ValueError(f"room_size must be at least 5 x 4 x 2.5 m, got {self.room_size}")
         if self.n_boxes < 0:
             raise ValueError("n_boxes must be >= 0")
+        if self.recorded_imu is not None and self.recorded_groundtruth is None:
+            raise ValueError("recorded_imu needs recorded_groundtruth (the IMU belongs to a recorded motion)")
+        if self.recorded_start_s < 0 or self.recorded_margin_m < 0.5:
+            raise ValueError("recorded_start_s must be >= 0 and recorded_margin_m >= 0.5")
 
 
 class SyntheticSequence:
     def __init__(self, config: SequenceConfig | None = None):
         self.config = cfg = config or SequenceConfig()
-        L, W, H = cfg.room_size
-        self.scene: Scene = build_room(np.random.default_rng([cfg.seed, 1]), cfg.room_size, cfg.n_boxes,
-                                       use_skimage=cfg.textures == "skimage",
-                                       keep_out=(L / 2 - 1.9, W / 2 - 1.4))
-        # Trajectory box keeps >= 0.5 m from the boxes and >= 0.6 m from floor and ceiling.
-        extent = (L / 2 - 2.4, W / 2 - 1.9, min(0.45, H / 2 - 0.9))
-        self.trajectory = Trajectory(np.random.default_rng([cfg.seed, 2]), center=(0.0, 0.0, H / 2),
-                                     extent=extent, speed=cfg.speed, angular_rate=cfg.angular_rate,
-                                     yaw0=float(np.random.default_rng([cfg.seed, 5]).uniform(-np.pi, np.pi)))
         self.frame_period_ns = int(round(1e9 / cfg.rate_hz))
         self.imu_period_ns = int(round(1e9 / cfg.imu_rate_hz))
-        n = int(np.floor(cfg.duration_s * cfg.rate_hz + 1e-9)) + 1
-        self.frame_stamps_ns = cfg.start_ns + self.frame_period_ns * np.arange(n, dtype=np.int64)
+        self.start_ns = cfg.start_ns
+        self._recorded_imu = None
+        if cfg.recorded_groundtruth is not None:
+            self._init_recorded(cfg)
+        else:
+            L, W, H = self.room_size = cfg.room_size
+            self.scene: Scene = build_room(np.random.default_rng([cfg.seed, 1]), cfg.room_size, cfg.n_boxes,
+                                           use_skimage=cfg.textures == "skimage",
+                                           keep_out=(L / 2 - 1.9, W / 2 - 1.4))
+            # Trajectory box keeps >= 0.5 m from the boxes and >= 0.6 m from floor and ceiling.
+            extent = (L / 2 - 2.4, W / 2 - 1.9, min(0.45, H / 2 - 0.9))
+            self.trajectory = Trajectory(np.random.default_rng([cfg.seed, 2]), center=(0.0, 0.0, H / 2),
+                                         extent=extent, speed=cfg.speed, angular_rate=cfg.angular_rate,
+                                         yaw0=float(np.random.default_rng([cfg.seed, 5]).uniform(-np.pi, np.pi)))
+            n = int(np.floor(cfg.duration_s * cfg.rate_hz + 1e-9)) + 1
+            self.frame_stamps_ns = cfg.start_ns + self.frame_period_ns * np.arange(n, dtype=np.int64)
         base = euroc_cam0()
         sx, sy = cfg.width / base.width, cfg.height / base.height
         self._cams = [CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx, base.cy * sy,
@@ -132,6 +152,48 @@ class SyntheticSequence:
             self._cams.append(CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx,
                                           base.cy * sy, "none", np.zeros(4), base.T_BS @ T_01))
         self._imu = None
+
+    def _init_recorded(self, cfg: SequenceConfig) -> None:
+        """Recorded motion: trajectory spline, frame stamps, a room around the trajectory, real IMU."""
+        from ..datasets.asl import read_tum
+        from .recorded import RecordedTrajectory, read_recorded_imu
+
+        gt = read_tum(cfg.recorded_groundtruth)
+        if len(gt) < 4:
+            raise ValueError(f"{cfg.recorded_groundtruth}: fewer than 4 poses")
+        t0 = int(gt.t_ns[0]) + int(round(cfg.recorded_start_s * 1e9))
+        t1 = t0 + int(round(cfg.duration_s * 1e9))
+        sel = np.flatnonzero((gt.t_ns >= t0) & (gt.t_ns <= t1))
+        if len(sel) < 4:
+            raise ValueError(f"{cfg.recorded_groundtruth}: no poses in [{cfg.recorded_start_s}, "
+                             f"{cfg.recorded_start_s + cfg.duration_s}] s of the recording")
+        period = float(np.median(np.diff(gt.t_ns[sel])))
+        step = max(1, int(round(self.frame_period_ns / period)))
+        self.start_ns = int(gt.t_ns[sel[0]])
+        self.frame_stamps_ns = gt.t_ns[sel[::step]].astype(np.int64)
+        # spline over the selection plus a few poses either side (no end effects inside it)
+        lo, hi = max(0, sel[0] - 5), min(len(gt), sel[-1] + 6)
+        p = gt.p[lo:hi]
+        centre = 0.5 * (p[sel - lo].min(0) + p[sel - lo].max(0))
+        offset = np.array([-centre[0], -centre[1], 0.0])
+        self.trajectory = RecordedTrajectory(self._t(gt.t_ns[lo:hi]), p, gt.q_xyzw[lo:hi], offset)
+        bb_lo, bb_hi = p[sel - lo].min(0) + offset, p[sel - lo].max(0) + offset
+        half = np.maximum(np.abs(bb_lo[:2]), np.abs(bb_hi[:2]))
+        m = cfg.recorded_margin_m
+        L, W = 2 * (half[0] + m), 2 * (half[1] + m)
+        H = max(cfg.room_size[2], float(bb_hi[2]) + 1.2)
+        if bb_lo[2] < 0.3:
+            raise ValueError(f"{cfg.recorded_groundtruth}: the trajectory goes below 0.3 m (floor at z = 0)")
+        self.room_size = (float(L), float(W), float(H))
+        self.scene = build_room(np.random.default_rng([cfg.seed, 1]), self.room_size, cfg.n_boxes,
+                                use_skimage=cfg.textures == "skimage",
+                                keep_out=(float(half[0]) + 0.7, float(half[1]) + 0.7))
+        if cfg.recorded_imu is not None:
+            it, d = read_recorded_imu(cfg.recorded_imu)
+            keep = (it >= self.frame_stamps_ns[0] - int(1e9)) & (it <= self.frame_stamps_ns[-1])
+            if keep.sum() < 10:
+                raise ValueError(f"{cfg.recorded_imu}: no IMU samples during the recorded sequence")
+            self._recorded_imu = (it[keep], d[keep])
 
     # ------------------------------------------------------------------ geometry
     @property
@@ -149,7 +211,7 @@ class SyntheticSequence:
         return CameraModel(c.width, c.height, c.fx, c.fy, c.cx, c.cy, c.distortion_model, c.distortion.copy(), c.T_BS.copy())
 
     def _t(self, t_ns) -> np.ndarray:
-        return (np.asarray(t_ns, dtype=np.int64) - self.config.start_ns).astype(np.float64) * 1e-9
+        return (np.asarray(t_ns, dtype=np.int64) - self.start_ns).astype(np.float64) * 1e-9
 
     def pose_wb(self, t_ns: int) -> np.ndarray:
         s = self.trajectory.sample(self._t(t_ns))
@@ -228,9 +290,14 @@ class SyntheticSequence:
     # ------------------------------------------------------------------ IMU and ground truth
     @property
     def imu_stamps_ns(self) -> np.ndarray:
+        if self._recorded_imu is not None:
+            return self._recorded_imu[0].copy()
         c = self.config
-        m = int(np.floor(c.duration_s * c.imu_rate_hz + 1e-9)) + 1
-        return c.start_ns + self.imu_period_ns * np.arange(m, dtype=np.int64)
+        if c.recorded_groundtruth is not None:
+            m = int((self.frame_stamps_ns[-1] - self.start_ns) // self.imu_period_ns) + 1
+        else:
+            m = int(np.floor(c.duration_s * c.imu_rate_hz + 1e-9)) + 1
+        return self.start_ns + self.imu_period_ns * np.arange(m, dtype=np.int64)
 
     def imu_truth(self, t_ns: np.ndarray | None = None):
         """Noise- and bias-free (gyro (N,3), specific force (N,3)) in the body/IMU frame."""
@@ -240,7 +307,12 @@ class SyntheticSequence:
         return s.w_body, f
 
     def imu(self):
-        """``(stamps_ns (M,), data (M,6) [wx wy wz ax ay az], true_bg (M,3), true_ba (M,3))``."""
+        """``(stamps_ns (M,), data (M,6) [wx wy wz ax ay az], true_bg (M,3), true_ba (M,3))``
+        (recorded IMU: the biases are unknown, NaN)."""
+        if self._imu is None and self._recorded_imu is not None:
+            t, data = self._recorded_imu
+            nan = np.full((len(t), 3), np.nan)
+            self._imu = (t, data, nan, nan.copy())
         if self._imu is None:
             c = self.config
             t = self.imu_stamps_ns
@@ -272,6 +344,10 @@ class SyntheticSequence:
         from scipy.spatial.transform import Rotation
 
         t, _, bg, ba = self.imu()
+        if self.config.recorded_groundtruth is not None:
+            t = t[(t >= self.frame_stamps_ns[0]) & (t <= self.frame_stamps_ns[-1])]
+            t = np.union1d(t, self.frame_stamps_ns)          # exact recorded poses at every frame
+            bg = ba = None
         s = self.trajectory.sample(self._t(t))
         return Groundtruth(t, s.p, Rotation.from_matrix(s.R).as_quat(), s.v, bg, ba)
 
@@ -411,3 +487,18 @@ def generate_sequence(out_dir: str | Path, config: SequenceConfig | None = None,
         target = out / (f"{config.name}.bag" if bag == "ros1" else f"{config.name}_ros2")
         write_bag(out, target, kind=bag, storage=bag_storage, overwrite=overwrite)
     return out
+
+
+def ensure_generated(ds_path: str | Path, duration_s: float, who: str = "vilib-ros") -> Path:
+    """The default synthetic stereo sequence in ``ds_path`` (generated once, reused after)."""
+    import sys
+
+    ds_path = Path(ds_path)
+    if not (ds_path / "mav0").is_dir():
+        print(f"{who}: generating a {duration_s:g} s synthetic stereo sequence in {ds_path}", file=sys.stderr)
+        # rendering workers are spawned processes that re-import __main__; from an
+        # interactive or ``python -c`` session render in this process instead
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        generate_sequence(ds_path, SequenceConfig(duration_s=float(duration_s)), progress=True,
+                          workers=None if main_file else 1)
+    return ds_path

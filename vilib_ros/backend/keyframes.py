@@ -1,0 +1,217 @@
+"""Keyframe selection and the keyframe update of :class:`vilib_ros.backend.VioEstimator`:
+IMU prediction, the keyframe criteria (time, tracks, rotation-compensated parallax), rest
+detection, the smoother update with its failure handling, tracking-loss accounting."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..types import TrackFrame
+from .config import VioState
+from .initialisation import is_static
+
+log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
+
+
+@dataclass
+class _Keyframe:
+    idx: int
+    t_ns: int
+    T: np.ndarray                 # 4x4 body->world, latest estimate
+    v: np.ndarray
+    bias: np.ndarray              # (6,) [ba, bg] like gtsam ConstantBias.vector()
+    obs: tuple = (np.zeros(0, np.int64), np.zeros((0, 2)))   # (track ids, xy) for keyframe selection
+
+
+class KeyframeMixin:
+    """Keyframes (a part of VioEstimator; uses its state)."""
+
+    def _predict(self):
+        """NavState at the end of the current preintegration from the last keyframe estimate."""
+        gtsam = self._g
+        kf = self._last_kf
+        bias = gtsam.imuBias.ConstantBias(kf.bias[:3], kf.bias[3:])
+        ns = self._pim.predict(gtsam.NavState(gtsam.Pose3(kf.T), kf.v), bias)
+        T = ns.pose().matrix()
+        return T, np.asarray(ns.velocity())
+
+    def _is_keyframe(self, fr: TrackFrame, T_pred) -> bool:
+        cfg = self.config
+        kf = self._last_kf
+        dt = (fr.stamp_ns - kf.t_ns) * 1e-9
+        if dt < cfg.kf_min_interval_s:
+            return False
+        if dt >= cfg.kf_max_interval_s:
+            self.stats["kf_time"] += 1
+            return True
+        if len(fr) < cfg.kf_min_tracks:
+            self.stats["kf_tracks"] += 1
+            return True
+        n_common, par = self._parallax(fr, T_pred)
+        if n_common == 0 or n_common < cfg.kf_track_fraction * max(len(kf.obs[0]), 1):
+            self.stats["kf_tracks"] += 1
+            return True
+        if par >= cfg.kf_parallax_px:
+            self.stats["kf_parallax"] += 1
+            return True
+        return False
+
+    def _parallax(self, fr: TrackFrame, T_pred):
+        """(tracks shared with the last keyframe, their rotation-compensated median parallax, px)."""
+        kf = self._last_kf
+        ck = (fr.stamp_ns, kf.idx)
+        if self._parallax_cache[0] == ck:
+            return self._parallax_cache[1]
+        res = self._parallax_uncached(fr, T_pred, kf)
+        self._parallax_cache = (ck, res)
+        return res
+
+    def _parallax_uncached(self, fr, T_pred, kf):
+        kf_ids, kf_xy = kf.obs
+        _, ia, ib = np.intersect1d(kf_ids, fr.ids, assume_unique=True, return_indices=True)
+        if len(ia) == 0:
+            return 0, np.inf
+        a = kf_xy[ia]
+        b = fr.xy[ib]
+        # rotate current bearings into the keyframe camera
+        R_bb = kf.T[:3, :3].T @ T_pred[:3, :3]
+        R_cc = self._T_BS0[:3, :3].T @ R_bb @ self._T_BS0[:3, :3]
+        f = np.column_stack([b, np.ones(len(b))]) @ R_cc.T
+        bp = f[:, :2] / f[:, 2:3]
+        return len(ia), float(np.median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx)
+
+    def _is_still(self, fr: TrackFrame, T_pred) -> bool:
+        """No motion since the last keyframe: the tracks show no parallax and the IMU window
+        passes the rest test (both needed: parallax alone is blind to motion along the rays)."""
+        cfg = self.config
+        if not cfg.zero_velocity_updates:
+            return False
+        n, par = self._parallax(fr, T_pred)
+        if n < cfg.kf_min_tracks or par > cfg.still_parallax_px:
+            return False
+        _, win = self._imu.window(self._last_kf.t_ns, fr.stamp_ns)
+        return is_static(win, cfg, cfg.gravity, tolerance=1.5)
+
+    def _add_keyframe(self, fr: TrackFrame, T_pred, v_pred) -> VioState:
+        gtsam = self._g
+        cfg = self.config
+        t_start = time.perf_counter()
+        prev = self._last_kf
+        k = self._kf_idx + 1
+        X, V, B = gtsam.symbol("x", k), gtsam.symbol("v", k), gtsam.symbol("b", k)
+        Xp, Vp, Bp = gtsam.symbol("x", prev.idx), gtsam.symbol("v", prev.idx), gtsam.symbol("b", prev.idx)
+        ts = self._ts(fr.stamp_ns)
+        graph = gtsam.NonlinearFactorGraph()
+        vals = gtsam.Values()
+        stamps = {X: ts, V: ts, B: ts}
+        graph.add(gtsam.CombinedImuFactor(Xp, Vp, X, V, Bp, B, self._pim))
+        vals.insert(X, gtsam.Pose3(T_pred))
+        vals.insert(V, v_pred)
+        vals.insert(B, gtsam.imuBias.ConstantBias(prev.bias[:3], prev.bias[3:]))
+
+        # ---- zero-velocity update at rest (no parallax and a static IMU window)
+        if self._is_still(fr, T_pred):
+            dt = (fr.stamp_ns - prev.t_ns) * 1e-9
+            graph.add(gtsam.PriorFactorVector(V, np.zeros(3),
+                                              gtsam.noiseModel.Isotropic.Sigma(3, cfg.still_velocity_sigma)))
+            graph.add(gtsam.BetweenFactorPose3(Xp, X, gtsam.Pose3(), gtsam.noiseModel.Diagonal.Sigmas(
+                np.array([1e-3] * 3 + [cfg.still_velocity_sigma * dt + 1e-4] * 3))))
+            self.stats["zero_velocity_updates"] += 1
+
+        # ---- visual factors
+        self._proj_cache = {}
+        horizon = fr.stamp_ns - int(0.85 * self.window_s * 1e9)
+        n_added = self._add_visual(fr, k, X, T_pred, graph, vals, stamps, horizon)
+        self._note_tracking(fr.stamp_ns, n_added)
+
+        # ---- smoother update
+        t_py = time.perf_counter()
+        try:
+            self._smoother.update(graph, vals, stamps)
+            for _ in range(cfg.extra_updates):
+                self._smoother.update()
+            est = self._smoother.calculateEstimate()
+            T_new = est.atPose3(X).matrix()
+            v_new = np.asarray(est.atVector(V))
+            b_new = np.asarray(est.atConstantBias(B).vector())
+        except Exception as exc:  # IndeterminantLinearSystemException, ValueError, RuntimeError...
+            log.debug("smoother exception", exc_info=True)
+            t_sm = time.perf_counter() - t_py
+            msg = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())[:200]
+            self._reset(f"smoother failed: {type(exc).__name__}: {msg}",
+                        fr.stamp_ns, T_pred, v_pred, prev.bias)
+            return self._after_reset(fr, t_start, t_sm)
+        t_sm = time.perf_counter() - t_py
+        bad = self._diverged(T_new, v_new, b_new)
+        if bad:
+            self._reset(bad, fr.stamp_ns, T_pred, v_pred, prev.bias)
+            return self._after_reset(fr, t_start, t_sm)
+
+        # ---- book-keeping from the new estimate
+        t_py2 = time.perf_counter()
+        self._kf_idx = k
+        kf = _Keyframe(k, fr.stamp_ns, T_new, v_new, b_new, (fr.ids.copy(), fr.xy.copy()))
+        self._kfs[k] = kf
+        self._last_kf = kf
+        old = [i for i, f in self._kfs.items() if f.t_ns < horizon and i != k]
+        for i in old:
+            del self._kfs[i]
+        for i, f in self._kfs.items():
+            xi = gtsam.symbol("x", i)
+            if i != k and est.exists(xi):
+                f.T = est.atPose3(xi).matrix()
+            self._kf_final[i] = f.T
+        for tid, lm in list(self._lm.items()):
+            if lm.last_t < horizon:
+                del self._lm[tid]
+            elif lm.last_t == fr.stamp_ns:
+                lm.p = np.asarray(est.atPoint3(lm.key))
+        self._pim = gtsam.PreintegratedCombinedMeasurements(
+            self._pim_params(fr.stamp_ns), gtsam.imuBias.ConstantBias(b_new[:3], b_new[3:]))
+        self._pim_t = fr.stamp_ns
+        self.stats["keyframes"] += 1
+        self.stats["landmarks_active"] = len(self._lm)
+        state = self._state_of(kf, True)
+        self._emit(fr.stamp_ns, k, np.eye(4), kf.T, state)
+        t_end = time.perf_counter()
+        self.kf_timings.append({"total_s": t_end - t_start, "smoother_s": t_sm,
+                                "python_s": (t_py - t_start) + (t_end - t_py2), "factors": n_added})
+        return state
+
+    def _note_tracking(self, t_ns: int, n_visual: int) -> None:
+        """Count and log a tracking loss (a keyframe without visual observations: the state is then
+        propagated by the IMU alone, continuously, without a jump) and its recovery."""
+        if n_visual == 0 and self._lost_since is None:
+            self._lost_since = t_ns
+            self.stats["tracking_lost"] += 1
+            log.warning("tracking lost at %d (#%d): no visual observation on this keyframe, IMU only until tracks "
+                        "return", t_ns, self.stats["tracking_lost"])
+        elif n_visual > 0 and self._lost_since is not None:
+            log.info("tracking recovered at %d after %.2f s", t_ns, (t_ns - self._lost_since) * 1e-9)
+            self._lost_since = None
+
+    def _after_reset(self, fr, t_start, t_sm) -> VioState:
+        kf = self._last_kf
+        kf.obs = (fr.ids.copy(), fr.xy.copy())
+        self._record_pending(fr, kf.idx)
+        state = self._state_of(kf, True)
+        self._emit(fr.stamp_ns, kf.idx, np.eye(4), kf.T, state)
+        t = time.perf_counter() - t_start
+        self.kf_timings.append({"total_s": t, "smoother_s": t_sm, "python_s": t - t_sm, "factors": 0,
+                                "reset": True})
+        return state
+
+    def _diverged(self, T, v, b) -> str:
+        cfg = self.config
+        if not (np.all(np.isfinite(T)) and np.all(np.isfinite(v)) and np.all(np.isfinite(b))):
+            return "non-finite state"
+        if np.linalg.norm(v) > cfg.max_speed:
+            return f"speed {np.linalg.norm(v):.1f} m/s > {cfg.max_speed}"
+        if np.abs(b[3:]).max() > cfg.max_gyro_bias:
+            return f"gyro bias {np.abs(b[3:]).max():.3f} rad/s > {cfg.max_gyro_bias}"
+        if np.abs(b[:3]).max() > cfg.max_acc_bias:
+            return f"accelerometer bias {np.abs(b[:3]).max():.3f} m/s^2 > {cfg.max_acc_bias}"
+        return ""

@@ -1,0 +1,330 @@
+"""Landmark life cycle of :class:`vilib_ros.backend.VioEstimator` (see its module docstring):
+pending observations of new tracks, creation by triangulation (vectorised DLT, chi2-gated),
+gated observations of existing landmarks, stereo / mono factors, and ending a landmark whose
+track drifted (``retriangulate_outliers``) or outlived ``landmark_max_span_s``."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..types import TrackFrame
+from .initialisation import stereo_triangulate
+
+log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
+
+
+@dataclass
+class _Landmark:
+    key: int
+    p: np.ndarray
+    last_t: int
+    n_obs: int = 0
+    t0: int = 0                  # creation time (ns)
+
+
+class LandmarkMixin:
+    """Landmarks and visual factors (a part of VioEstimator; uses its state)."""
+
+    def _record_pending(self, fr: TrackFrame, kf_idx: int):
+        """Remember this keyframe's observation of every track without a landmark:
+        (kf idx, xy, raw right xy | None, rectified right xy | None, stereo point in cam0 | None)."""
+        cfg = self.config
+        n = len(fr)
+        xr = fr.xy_right
+        xrr = Pc = okP = None
+        if xr is not None and n:
+            has = np.isfinite(xr).all(axis=1)
+            xrr = np.full((n, 2), np.nan)
+            Pc = np.full((n, 3), np.nan)
+            okP = np.zeros(n, bool)
+            if has.any():
+                if self._rectified:
+                    xrr[has] = self._rectify_right(xr[has])
+                P, ok = stereo_triangulate(fr.xy[has], xr[has], self._T_c0_c1)
+                z = P[:, 2]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    disp = self._baseline / z * self.cam0.fx
+                ok &= (z > cfg.min_depth) & (z < cfg.max_depth) & (disp >= cfg.min_disparity_px)
+                Pc[has] = P
+                okP[has] = ok
+        else:
+            has = np.zeros(n, bool)
+        for j, i in enumerate(fr.ids.tolist()):
+            if i in self._blacklist or i in self._lm:
+                continue
+            if has[j]:
+                o = (kf_idx, fr.xy[j], xr[j], xrr[j] if self._rectified else None, Pc[j] if okP[j] else None)
+            else:
+                o = (kf_idx, fr.xy[j], None, None, None)
+            self._pending.setdefault(i, []).append(o)
+
+    def _cam_T_cw(self, T_wb: np.ndarray, T_BS: np.ndarray):
+        T_wc = T_wb @ T_BS
+        R = T_wc[:3, :3].T
+        return R, -R @ T_wc[:3, 3]
+
+    def _add_visual(self, fr, k, X, T_pred, graph, vals, stamps, horizon) -> int:
+        gtsam = self._g
+        cfg = self.config
+        stereo = self.mode == "stereo"
+        ids = fr.ids
+        xy = fr.xy
+        xr = fr.xy_right if stereo else None
+        R_cw, t_cw = self._cam_T_cw(T_pred, self._T_BS0)
+        # --- observations of existing landmarks, gated
+        if cfg.landmark_max_span_s > 0:
+            # frame-to-frame tracks drift: a landmark older than the span is ended, its track starts anew
+            old = fr.stamp_ns - int(cfg.landmark_max_span_s * 1e9)
+            for j, i in enumerate(ids.tolist()):
+                lm = self._lm.get(i)
+                if lm is not None and lm.t0 < old:
+                    del self._lm[i]
+                    self.stats["landmarks_split"] += 1
+        ex = [j for j, i in enumerate(ids) if int(i) in self._lm]
+        ex.sort(key=lambda j: -self._lm[int(ids[j])].n_obs)
+        ex = ex[:cfg.max_landmarks_per_kf]
+        n_added = 0
+        accepted = []
+        if ex:
+            P = np.array([self._lm[int(ids[j])].p for j in ex])
+            pc = P @ R_cw.T + t_cw
+            z = pc[:, 2]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pred = pc[:, :2] / z[:, None]
+                r = (xy[ex] - pred) / self._sigma_n
+                e2 = (r ** 2).sum(axis=1)
+                has_r = np.zeros(len(ex), bool)
+                if xr is not None and self._rectified:
+                    xrr = self._rectify_right(xr[ex])
+                    has_r = np.isfinite(xrr[:, 0])
+                    pr = (pc[:, 0] - self._baseline) / z
+                    er = np.where(has_r, ((xrr[:, 0] - pr) / self._sigma_n) ** 2, 0.0)
+                    e2 = e2 + er
+            chi = np.where(has_r, cfg.chi2_stereo, cfg.chi2_mono)
+            med = np.nanmedian(e2 / np.where(has_r, 2.37, 1.39)) if len(e2) else 1.0
+            scale = max(1.0, float(med)) if np.isfinite(med) else 1.0
+            good = np.isfinite(e2) & (z > cfg.min_depth) & (e2 <= chi * scale)
+            for n, j in enumerate(ex):
+                tid = int(ids[j])
+                lm = self._lm[tid]
+                if not good[n]:
+                    self.stats["outliers_rejected"] += 1
+                    c = self._outliers.get(tid, 0) + 1
+                    self._outliers[tid] = c
+                    if c >= cfg.max_outlier_count:
+                        self._blacklist.add(tid)
+                        self.stats["blacklisted"] += 1
+                        del self._lm[tid]
+                    elif cfg.retriangulate_outliers:
+                        # a drifting track (frame-to-frame LK accumulates error) no longer fits its
+                        # landmark: end the landmark here; the track starts a new one from this keyframe
+                        del self._lm[tid]
+                        self.stats["landmarks_split"] += 1
+                    continue
+                self._add_obs(graph, X, lm.key, xy[j], xrr[n] if has_r[n] else None,
+                              xr[j] if (xr is not None and not self._rectified) else None)
+                lm.last_t = fr.stamp_ns
+                lm.n_obs += 1
+                stamps[lm.key] = self._ts(fr.stamp_ns)
+                n_added += 1
+                accepted.append(tid)
+        # --- new tracks: record, then create landmarks from pending observations
+        self._record_pending(fr, k)
+        budget = cfg.max_landmarks_per_kf - n_added
+        if budget <= 0:
+            return n_added
+        cands = [int(i) for i in ids if int(i) in self._pending]
+        # prefer tracks with more keyframe observations
+        cands.sort(key=lambda i: -len(self._pending[i]))
+        created = 0
+        live = []
+        for tid in cands:
+            obs = [o for o in self._pending[tid] if o[0] == k or (o[0] in self._kfs and self._kfs[o[0]].t_ns >= horizon)]
+            self._pending[tid] = obs
+            if len(obs) >= 2:
+                live.append(tid)
+        live = live[:2 * budget + 8]
+        fast = self._triangulate_batch([self._pending[t] for t in live], k, T_pred)
+        for tid, P in zip(live, fast):
+            if created >= budget:
+                break
+            obs = self._pending[tid]
+            if P is None:       # some observation failed the gate: iterative path
+                P, obs = self._init_landmark(obs, k, T_pred)
+                if P is None:
+                    continue
+            key = gtsam.symbol("l", self.stats["landmarks_created"])
+            self.stats["landmarks_created"] += 1
+            vals.insert(key, gtsam.Point3(*P))
+            if cfg.landmark_prior_sigma > 0:
+                # weak prior: keeps a landmark whose factors all drop out (behind a camera ->
+                # zero Jacobian) from making the system indeterminate
+                graph.add(gtsam.PriorFactorPoint3(key, gtsam.Point3(*P), self._noise_lm_prior))
+            for (ki, o_xy, o_xr, o_xrr, _) in obs:
+                self._add_obs(graph, gtsam.symbol("x", ki), key, o_xy, o_xrr,
+                              o_xr if not self._rectified else None)
+                n_added += 1
+            self._lm[tid] = _Landmark(key, P, fr.stamp_ns, len(obs), fr.stamp_ns)
+            stamps[key] = self._ts(fr.stamp_ns)
+            del self._pending[tid]
+            created += 1
+        # prune pending tracks not seen in this keyframe
+        seen = {int(i) for i in ids}
+        for tid in [t for t in self._pending if t not in seen]:
+            del self._pending[tid]
+        return n_added
+
+    def _rectify_right(self, xr: np.ndarray) -> np.ndarray:
+        """Right normalised coordinates re-expressed in a camera with cam0's orientation."""
+        f = np.column_stack([xr, np.ones(len(xr))]) @ self._R_c0_c1.T
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return f[:, :2] / f[:, 2:3]
+
+    def _add_obs(self, graph, X, L, xy, xr_rect, xr_raw):
+        gtsam = self._g
+        if xr_rect is not None and np.isfinite(xr_rect[0]):
+            graph.add(gtsam.GenericStereoFactor3D(gtsam.StereoPoint2(float(xy[0]), float(xr_rect[0]), float(xy[1])),
+                                                  self._noise_stereo, X, L, self._K_stereo, self._pose_bs0))
+            return
+        graph.add(gtsam.GenericProjectionFactorCal3_S2(np.asarray(xy, float), self._noise_mono, X, L,
+                                                       self._K_mono, self._pose_bs0))
+        if xr_raw is not None and np.isfinite(xr_raw[0]):
+            graph.add(gtsam.GenericProjectionFactorCal3_S2(np.asarray(xr_raw, float), self._noise_mono, X, L,
+                                                           self._K_mono, self._pose_bs1))
+
+    def _kf_pose(self, ki, k, T_pred):
+        return T_pred if ki == k else self._kfs[ki].T
+
+    def _proj(self, ki, k, T_pred):
+        """3x4 [R|t] world -> cam0 of keyframe ki (cached per keyframe update)."""
+        P = self._proj_cache.get(ki)
+        if P is None:
+            R, t = self._cam_T_cw(self._kf_pose(ki, k, T_pred), self._T_BS0)
+            P = self._proj_cache[ki] = np.hstack([R, t[:, None]])
+        return P
+
+    def _triangulate_batch(self, cands, k, T_pred):
+        """Vectorised DLT for many candidate landmarks at once (zero-padded rows do not change
+        the SVD null vector). Returns, per candidate, the world point if every observation
+        passes the gate (as in :meth:`_init_landmark`), else None."""
+        cfg = self.config
+        if not cands:
+            return []
+        stereo = self.mode == "stereo"
+        C = len(cands)
+        N = max(len(c) for c in cands)
+        Pl = np.zeros((C, N, 3, 4))
+        xy = np.zeros((C, N, 2))
+        xr = np.zeros((C, N, 2))
+        m_l = np.zeros((C, N), bool)
+        m_r = np.zeros((C, N), bool)
+        cur = np.zeros((C, N), bool)
+        for ci, obs in enumerate(cands):
+            for j, o in enumerate(obs):
+                Pl[ci, j] = self._proj(o[0], k, T_pred)
+                xy[ci, j] = o[1]
+                m_l[ci, j] = True
+                cur[ci, j] = o[0] == k
+                if stereo and o[2] is not None:
+                    xr[ci, j] = o[2]
+                    m_r[ci, j] = True
+        rows = [xy[..., 0:1] * Pl[:, :, 2] - Pl[:, :, 0], xy[..., 1:2] * Pl[:, :, 2] - Pl[:, :, 1]]
+        rows = [r * m_l[..., None] for r in rows]
+        if stereo:
+            Pr = np.einsum("ij,cnjk->cnik", self._T_c1c0[:3, :3], Pl)
+            Pr[..., 3] += self._T_c1c0[:3, 3]
+            rr = [xr[..., 0:1] * Pr[:, :, 2] - Pr[:, :, 0], xr[..., 1:2] * Pr[:, :, 2] - Pr[:, :, 1]]
+            rows += [r * m_r[..., None] for r in rr]
+        A = np.concatenate(rows, axis=1)                                   # (C, rows, 4)
+        A /= np.linalg.norm(A[..., :3], axis=2, keepdims=True) + 1e-12
+        h = np.linalg.svd(A)[2][:, -1, :]                                  # (C, 4)
+        ok = np.abs(h[:, 3]) > 1e-12
+        X = np.concatenate([h[:, :3] / np.where(ok, h[:, 3], 1.0)[:, None], np.ones((C, 1))], axis=1)
+        pc = np.einsum("cnij,cj->cni", Pl, X)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e2 = np.sum((pc[..., :2] / pc[..., 2:3] - xy) ** 2, axis=2)
+            gate = np.where(m_r, cfg.chi2_stereo, cfg.chi2_mono) * np.where(cur, 4.0, 1.0) * self._sigma_n ** 2
+            if stereo:
+                pr = np.einsum("cnij,cj->cni", Pr, X)
+                er = np.sum((pr[..., :2] / pr[..., 2:3] - xr) ** 2, axis=2)
+                e2 = e2 + np.where(m_r, np.where(pr[..., 2] > 0, er, np.inf), 0.0)
+            good = (e2 <= gate) & (pc[..., 2] >= cfg.min_depth) & (pc[..., 2] <= cfg.max_depth)
+        good |= ~m_l
+        allgood = ok & good.all(axis=1) & np.isfinite(X).all(axis=1)
+        if stereo:
+            allgood &= m_r.any(axis=1)
+        else:
+            # mono: triangulation angle between the first and the last ray
+            out = []
+            for ci, obs in enumerate(cands):
+                if not allgood[ci]:
+                    out.append(None)
+                    continue
+                n = len(obs)
+                fa = Pl[ci, 0, :, :3].T @ np.array([xy[ci, 0, 0], xy[ci, 0, 1], 1.0])
+                fb = Pl[ci, n - 1, :, :3].T @ np.array([xy[ci, n - 1, 0], xy[ci, n - 1, 1], 1.0])
+                c = fa @ fb / (np.linalg.norm(fa) * np.linalg.norm(fb))
+                out.append(X[ci, :3] if np.degrees(np.arccos(np.clip(c, -1, 1))) >= cfg.mono_min_parallax_deg else None)
+            return out
+        return [X[ci, :3] if allgood[ci] else None for ci in range(C)]
+
+    def _init_landmark(self, obs, k, T_pred):
+        """(world position, inlier observations) for a new landmark, or (None, []).
+
+        Linear (DLT) triangulation over every left ray and, in stereo mode, every right ray of
+        the pending observations; then the observation with the largest chi2 is dropped while
+        it fails the gate (x4 for the current keyframe, whose pose is only IMU-predicted)."""
+        cfg = self.config
+        stereo = self.mode == "stereo"
+        obs = list(obs)
+        Pl = np.array([self._proj(o[0], k, T_pred) for o in obs])          # (n,3,4)
+        xy = np.array([o[1] for o in obs])
+        if not stereo:
+            # mono: wait for enough triangulation angle between first and last ray
+            fa = Pl[0, :, :3].T @ np.array([xy[0, 0], xy[0, 1], 1.0])
+            fb = Pl[-1, :, :3].T @ np.array([xy[-1, 0], xy[-1, 1], 1.0])
+            c = fa @ fb / (np.linalg.norm(fa) * np.linalg.norm(fb))
+            if np.degrees(np.arccos(np.clip(c, -1, 1))) < cfg.mono_min_parallax_deg:
+                return None, []
+            has_r = np.zeros(len(obs), bool)
+        else:
+            has_r = np.array([o[2] is not None for o in obs])
+            if not has_r.any():
+                return None, []
+            xr = np.array([o[2] if o[2] is not None else (0.0, 0.0) for o in obs])
+            Pr = np.einsum("ij,njk->nik", self._T_c1c0[:3, :3], Pl)
+            Pr[:, :, 3] += self._T_c1c0[:3, 3]
+        keep = np.ones(len(obs), bool)
+        gate = np.where(has_r, cfg.chi2_stereo, cfg.chi2_mono) * np.array([4.0 if o[0] == k else 1.0 for o in obs])
+        gate = gate * self._sigma_n ** 2
+        for _ in range(len(obs)):
+            if keep.sum() < 2 or (stereo and not (has_r & keep).any()):
+                return None, []
+            rows = [xy[keep, 0:1] * Pl[keep, 2] - Pl[keep, 0], xy[keep, 1:2] * Pl[keep, 2] - Pl[keep, 1]]
+            m = keep & has_r
+            if m.any():
+                rows += [xr[m, 0:1] * Pr[m, 2] - Pr[m, 0], xr[m, 1:2] * Pr[m, 2] - Pr[m, 1]]
+            A = np.vstack(rows)
+            A /= np.linalg.norm(A[:, :3], axis=1, keepdims=True) + 1e-12
+            h = np.linalg.svd(A)[2][-1]
+            if abs(h[3]) < 1e-12:
+                return None, []
+            X = np.append(h[:3] / h[3], 1.0)
+            pc = Pl @ X                                                        # (n,3)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                e2 = np.sum((pc[:, :2] / pc[:, 2:3] - xy) ** 2, axis=1)
+                if stereo:
+                    pr = Pr @ X
+                    er = np.sum((pr[:, :2] / pr[:, 2:3] - xr) ** 2, axis=1)
+                    e2 = e2 + np.where(has_r, np.where(pr[:, 2] > 0, er, np.inf), 0.0)
+            bad_depth = (pc[:, 2] < cfg.min_depth) | (pc[:, 2] > cfg.max_depth)
+            ratio = np.where(bad_depth, np.inf, e2 / gate)
+            ratio[~keep] = -1.0
+            worst = int(np.argmax(ratio))
+            if ratio[worst] <= 1.0:
+                return X[:3], [o for o, kk in zip(obs, keep) if kk]
+            keep[worst] = False
+            self.stats["outliers_rejected"] += 1
+        return None, []

@@ -1,0 +1,392 @@
+"""``vilib-ros run --offline DATASET [DATASET ...]``: player, frontend and backend without ROS.
+
+The researcher's batch path (many EuRoC sequences, no DDS): per dataset, in one process tree:
+
+* a reader thread decodes the images (and slices the IMU) in time order into a bounded queue;
+* the frontend (:class:`vilib_ros.frontend.FeatureTracker`, ``--device``) runs in this process;
+* the backend (:class:`vilib_ros.backend.VioEstimator`) runs in a child process (``spawn``)
+  fed through a bounded queue, so frontend and backend overlap on two cores and whole-VIO
+  throughput is set by the slower of the two, not their sum. The queues block when full:
+  nothing is dropped.
+
+It writes the same outputs as the ROS path (:mod:`vilib_ros.pipeline`, whose writer it uses):
+``report.md``, ``trajectory_tum.txt`` (the smoothed trajectory, as ``backend_node`` writes it at
+shutdown), ``trajectory.png``, ``tracks.mp4`` (unless ``--no-video``), ``timing.json``, and
+``recorded.jsonl`` in the recorder's format; in addition ``odometry_tum.txt``, the causal
+per-frame odometry. With several datasets, ``summary.md`` / ``summary.json`` in the output root
+hold one row per sequence: ATE (SE3) of the causal and the smoothed trajectory, RPE per metre,
+frames/s, keyframes, resets. A dataset without IMU says so up front ("no IMU: the backend
+cannot estimate; tracks only") and is tracked only.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+NO_IMU = "no IMU: the backend cannot estimate; tracks only"
+
+
+# ---------------------------------------------------------------------------------------------
+# the backend process
+# ---------------------------------------------------------------------------------------------
+def _backend_worker(inbox, outbox, cam0, cam1, imu_noise, config_kwargs) -> None:
+    """Child process: IMU and tracks from ``inbox`` in time order; one result dict into ``outbox``."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        from vilib_ros.backend import BackendConfig, VioEstimator
+
+        est = VioEstimator(BackendConfig(**config_kwargs), cam0, cam1, imu_noise)
+        outbox.put({"ready": True})
+        frame_s, busy = [], 0.0
+        while True:
+            msg = inbox.get()
+            a = time.perf_counter()
+            if msg[0] == "imu":
+                for t, d in zip(msg[1], msg[2]):
+                    est.add_imu(int(t), d[:3], d[3:])
+            elif msg[0] == "frame":
+                est.add_frame(msg[1])
+                frame_s.append(time.perf_counter() - a)
+            else:
+                break
+            busy += time.perf_counter() - a
+        outbox.put({"causal": est.trajectory(smoothed=False), "smoothed": est.trajectory(smoothed=True),
+                    "stats": dict(est.stats), "mode": est.mode, "frame_s": frame_s, "busy_s": busy,
+                    "kf_ms": [1e3 * k["total_s"] for k in est.kf_timings]})
+    except Exception:  # noqa: BLE001 - reported to the parent, which fails the run with it
+        outbox.put({"error": traceback.format_exc()})
+
+
+class _Backend:
+    """The backend child process behind a bounded queue (``put`` blocks, never drops)."""
+
+    def __init__(self, cam0, cam1, imu_noise, config_kwargs: dict, queue_size: int = 64):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.inbox, self.outbox = ctx.Queue(maxsize=queue_size), ctx.Queue()
+        self.proc = ctx.Process(target=_backend_worker, name="vilib_ros-backend", daemon=True,
+                                args=(self.inbox, self.outbox, cam0, cam1, imu_noise, config_kwargs))
+        self.proc.start()
+        first = self._get(120.0)            # imports and construction, outside any timing
+        if "error" in first:
+            raise RuntimeError("the backend failed to start:\n" + first["error"])
+
+    def _get(self, timeout: float) -> dict:
+        t_end = time.monotonic() + timeout
+        while True:
+            try:
+                return self.outbox.get(timeout=1.0)
+            except queue.Empty:
+                if not self.proc.is_alive() or time.monotonic() > t_end:
+                    raise RuntimeError(f"the backend process gave no result (exit code {self.proc.exitcode})") \
+                        from None
+
+    def put(self, msg) -> None:
+        while True:
+            try:
+                self.inbox.put(msg, timeout=1.0)
+                return
+            except queue.Full:
+                if not self.proc.is_alive():
+                    raise RuntimeError(f"the backend process exited (code {self.proc.exitcode})") from None
+
+    def finish(self, timeout: float = 600.0) -> dict:
+        self.put(("done",))
+        res = self._get(timeout)
+        self.proc.join(timeout=30)
+        if "error" in res:
+            raise RuntimeError("the backend failed:\n" + res["error"])
+        return res
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------
+# one dataset
+# ---------------------------------------------------------------------------------------------
+def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, backend: bool = True,
+            backend_config: dict | None = None, progress=None, preload: bool = False, readers: int = 4) -> dict:
+    """Frontend and backend over ``ds`` (an opened dataset); returns tracks, trajectories, timing.
+
+    Images are decoded by ``readers`` threads ahead of the frontend (bounded), or all before the
+    clock starts with ``preload`` (benchmarks: decoding is not part of the VIO). The frontend's
+    first frame (kernel compilation, graph capture) is run once on a throwaway tracker first."""
+    from vilib_ros.frontend import FeatureTracker, FrontendConfig
+
+    stamps = np.asarray(ds.image_stamps(0), np.int64)
+    n = len(stamps) if max_frames <= 0 else min(max_frames, len(stamps))
+    stereo = stereo and len(ds.cameras) >= 2
+    c0 = ds.cameras[0]
+    c1 = ds.cameras[1] if stereo else None
+    kw = {"camera_right": c1, "T_right_left": np.linalg.inv(c1.T_BS) @ c0.T_BS} if stereo else {}
+    ft = FeatureTracker(c0, FrontendConfig(), device=device, **kw)
+    if n:
+        FeatureTracker(c0, FrontendConfig(), device=device, **kw).process(
+            ds.load_image(0, 0), int(stamps[0]), image_right=ds.load_image(1, 0) if stereo else None)
+    ist, idata = np.asarray(ds.imu_stamps, np.int64), np.asarray(ds.imu_data, float)
+    has_imu = len(ist) > 0
+    be = None
+    if backend and has_imu:
+        cfg = dict(backend_config or {})
+        cfg.setdefault("mode", "stereo" if stereo else "mono")
+        be = _Backend(c0, c1, ds.imu_noise, cfg)
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    def load(k):
+        return ds.load_image(0, k), (ds.load_image(1, k) if stereo else None)
+
+    pool = ThreadPoolExecutor(max(1, readers), thread_name_prefix="vilib_ros-reader")
+    pre = [load(k) for k in range(n)] if preload else None
+    ahead: deque = deque()
+    tracks, fe_s = [], []
+    j = 0
+    t0 = time.perf_counter()
+    try:
+        for k in range(n):
+            if pre is not None:
+                left, right = pre[k]
+                pre[k] = None
+            else:
+                while len(ahead) < 16 and k + len(ahead) < n:     # decode ahead, bounded, in order
+                    ahead.append(pool.submit(load, k + len(ahead)))
+                left, right = ahead.popleft().result()
+            t = int(stamps[k])
+            j0 = j
+            while j < len(ist) and ist[j] <= t:
+                j += 1
+            if be is not None and j > j0:
+                be.put(("imu", ist[j0:j], idata[j0:j]))
+            gyro = np.column_stack([ist[max(0, j0 - 1):j], idata[max(0, j0 - 1):j, :3]]) if has_imu else None
+            a = time.perf_counter()
+            fr = ft.process(left, t, gyro=gyro, image_right=right)
+            fe_s.append(time.perf_counter() - a)
+            tracks.append(fr)
+            if be is not None:
+                be.put(("frame", fr))
+            if progress is not None:
+                progress(k + 1, n)
+        if be is not None:
+            t_last = int(stamps[n - 1])
+            rest = slice(j, int(np.searchsorted(ist, t_last + int(1e9), side="right")))
+            if rest.stop > rest.start:
+                be.put(("imu", ist[rest], idata[rest]))
+        t_fe = time.perf_counter() - t0
+        res = be.finish() if be is not None else None
+    except BaseException:
+        if be is not None:
+            be.kill()
+        raise
+    finally:
+        for f in ahead:
+            f.cancel()
+        pool.shutdown(wait=False)
+    wall = time.perf_counter() - t0
+    return {"tracks": tracks, "frontend_s": fe_s, "backend": res, "wall_s": wall, "frontend_wall_s": t_fe,
+            "frames": n, "stereo": stereo, "has_imu": has_imu, "device": getattr(ft, "device", device)}
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs (the ROS path's files, written through its writer)
+# ---------------------------------------------------------------------------------------------
+def _stat(x_ms) -> dict:
+    a = np.asarray(x_ms, float)
+    if not a.size:
+        return {"n": 0}
+    return {"n": int(a.size), "mean": float(a.mean()), "median": float(np.median(a)),
+            "p95": float(np.percentile(a, 95)), "max": float(a.max())}
+
+
+def write_run_files(out: Path, r: dict) -> None:
+    """recorded.jsonl, frontend_stats.json, backend_stats.json, trajectory_tum.txt, odometry_tum.txt."""
+    from vilib_ros.pipeline import write_tum
+
+    be = r["backend"]
+    with open(out / "recorded.jsonl", "w") as f:
+        for i, fr in enumerate(r["tracks"]):
+            f.write(json.dumps({"topic": "tracks", "count": i + 1, "stamp_ns": int(fr.stamp_ns), "n": len(fr),
+                                "ids": fr.ids.astype(np.int64).tolist(), "u": np.round(fr.uv[:, 0], 3).tolist(),
+                                "v": np.round(fr.uv[:, 1], 3).tolist(),
+                                "age": np.asarray(fr.age, np.int64).tolist()}) + "\n")
+        if be is not None:
+            t, p, q = be["causal"]
+            for i, (ti, pi, qi) in enumerate(zip(t, p, q)):
+                f.write(json.dumps({"topic": "odometry", "count": i + 1, "stamp_ns": int(ti), "p": pi.tolist(),
+                                    "q_xyzw": qi.tolist()}) + "\n")
+    fe = {"device": r["device"], "tracks_published": len(r["tracks"]), "images_received": r["frames"],
+          "process_ms": _stat(1e3 * np.asarray(r["frontend_s"])), "skipped": {},
+          "stages_ms": {"process() (offline)": _stat(1e3 * np.asarray(r["frontend_s"]))}}
+    (out / "frontend_stats.json").write_text(json.dumps(fe, indent=2))
+    bs = {"mode": (f"VioEstimator ({be['mode']})" if be is not None else
+                   ("not run" if r["has_imu"] else NO_IMU)),
+          "frames_received": len(r["tracks"]) if be is not None else 0,
+          "odometry_published": len(be["causal"][0]) if be is not None else 0,
+          "estimator": be["stats"] if be is not None else {},
+          "frame_ms": _stat(1e3 * np.asarray(be["frame_s"])) if be is not None else {"n": 0}}
+    (out / "backend_stats.json").write_text(json.dumps(bs, indent=2, default=float))
+    for name, key in (("trajectory_tum.txt", "smoothed"), ("odometry_tum.txt", "causal")):
+        (out / name).unlink(missing_ok=True)
+        if be is not None and len(be[key][0]):
+            write_tum(out / name, *be[key])
+
+
+def evaluate_run(out: Path, ds) -> dict:
+    """ATE (causal, smoothed) and RPE per metre through evo, where there is ground truth."""
+    from vilib_ros.evaluation import evaluate
+
+    ev = {}
+    gt = out / "groundtruth_tum.txt"
+    if ds.groundtruth is None or not gt.is_file():
+        return ev
+    for key, name in (("causal", "odometry_tum.txt"), ("smoothed", "trajectory_tum.txt")):
+        f = out / name
+        if f.is_file() and f.stat().st_size:
+            try:
+                r = evaluate(f, gt, plot=False)
+            except ValueError as exc:
+                ev[key] = {"error": str(exc)}
+                continue
+            rpe = r.get("rpe_m_per_1m")
+            ev[key] = {"ate_m": r["ape_m"]["rmse"], "rpe_m_per_m": rpe["rmse"] if rpe else None,
+                       "length_m": r["path_length_m"]}
+    return ev
+
+
+def run_one(ds_path, args, out: Path, name: str) -> dict:
+    from types import SimpleNamespace
+
+    from vilib_ros.datasets.asl import open_dataset
+    from vilib_ros.pipeline import write_outputs
+
+    t_start = time.monotonic()
+    ds = open_dataset(ds_path)
+    out.mkdir(parents=True, exist_ok=True)
+    n_images = len(ds.image_stamps(0)) if args.max_frames <= 0 else min(args.max_frames, len(ds.image_stamps(0)))
+    stereo = len(ds.cameras) >= 2 and not args.mono
+    has_imu = len(ds.imu_stamps) > 0
+    print(f"vilib-ros run --offline: {ds!r}\n  {n_images} frames, {'stereo' if stereo else 'mono'}, "
+          f"frontend device {args.device}, output {out}", file=sys.stderr)
+    if not has_imu:
+        print(f"vilib-ros run --offline: {name}: {NO_IMU}", file=sys.stderr)
+    from tqdm import tqdm
+
+    bar = tqdm(total=n_images, unit="frame", desc=name, file=sys.stderr, mininterval=0.5)
+
+    def progress(k, n):
+        bar.update(k - bar.n)
+
+    t_prep = time.monotonic() - t_start
+    try:
+        r = process(ds, args.device, stereo, args.max_frames, backend=not args.no_backend, progress=progress)
+    finally:
+        bar.close()
+    write_run_files(out, r)
+    wa = SimpleNamespace(dataset=str(ds_path), rate=0.0, no_video=args.no_video)
+    summary = write_outputs(out, ds, n_images, wa, stereo, t_prep, r["wall_s"], "none (offline, no ROS)", name)
+    ev = evaluate_run(out, ds)
+    be = r["backend"]
+    fps = r["frames"] / r["wall_s"] if r["wall_s"] > 0 else 0.0
+    fe_ms = 1e3 * float(np.median(r["frontend_s"])) if r["frontend_s"] else float("nan")
+    kf = np.asarray(be["kf_ms"]) if be is not None else np.zeros(0)
+    lines = ["", "## Offline run (no ROS)", "",
+             f"- whole VIO: **{fps:.1f} frames/s** ({r['frames']} frames in {r['wall_s']:.1f} s; frontend in this "
+             f"process, backend in a child process, overlapping through a bounded queue, nothing dropped)",
+             f"- frontend: median {fe_ms:.2f} ms per frame ({r['device']}); busy {sum(r['frontend_s']):.1f} s"]
+    if be is not None:
+        lines.append(f"- backend: busy {be['busy_s']:.1f} s; per keyframe median "
+                     f"{float(np.median(kf)) if kf.size else float('nan'):.2f} ms; keyframes "
+                     f"{be['stats'].get('keyframes')}, resets {be['stats'].get('resets')}")
+    for key in ("causal", "smoothed"):
+        e = ev.get(key)
+        if e and "ate_m" in e:
+            lines.append(f"- ATE (SE3, evo) of the {key} trajectory: **{e['ate_m']:.4f} m** over "
+                         f"{e['length_m']:.1f} m; RPE {e['rpe_m_per_m'] if e['rpe_m_per_m'] is not None else float('nan'):.4f} m/m")
+    if be is not None:
+        lines.append("- `odometry_tum.txt`: the causal per-frame odometry (what `backend_node` publishes)")
+    report = out / "report.md"
+    # the ROS path's file list names node parameters and logs, which an offline run has not
+    text = "\n".join(ln for ln in report.read_text().splitlines()
+                     if not (ln.startswith("- ") and ln.endswith("`") and "`" in ln[:-1]
+                             and not (out / ln[ln.index("`") + 1:-1]).exists())) + "\n"
+    if not has_imu:
+        head, _, rest = text.partition("\n")
+        text = f"{head}\n\n**{NO_IMU}** (the dataset has no imu0)\n{rest}"
+    report.write_text(text + "\n".join(lines) + "\n")
+    timing = json.loads((out / "timing.json").read_text()) if (out / "timing.json").is_file() else {}
+    timing.update({"offline": {"frames_per_s": fps, "wall_s": r["wall_s"], "frontend_busy_s": sum(r["frontend_s"]),
+                               "backend_busy_s": be["busy_s"] if be is not None else None,
+                               "keyframe_ms": _stat(kf)}})
+    (out / "timing.json").write_text(json.dumps(timing | {"wall_s": summary["wall_s"]}, indent=2))
+    print(f"vilib-ros run --offline: {name}: {len(r['tracks'])}/{n_images} frames tracked, {fps:.1f} frames/s; "
+          f"outputs in {out}", file=sys.stderr)
+    return {"name": name, "frames": r["frames"], "frames_per_s": fps, "stereo": stereo, "has_imu": has_imu,
+            "ate_causal_m": (ev.get("causal") or {}).get("ate_m"), "ate_smoothed_m": (ev.get("smoothed") or {}).get("ate_m"),
+            "rpe_m_per_m": (ev.get("causal") or {}).get("rpe_m_per_m"),
+            "keyframes": be["stats"].get("keyframes") if be is not None else None,
+            "resets": be["stats"].get("resets") if be is not None else None, "out": str(out)}
+
+
+def summary_markdown(rows: list[dict]) -> str:
+    def f(v, fmt):
+        return "-" if v is None else fmt.format(v)
+
+    L = ["# vilib_ros offline run: summary", "",
+         "| sequence | frames | mode | ATE causal [m] | ATE smoothed [m] | RPE [m/m] | frames/s | keyframes | resets |",
+         "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r.get("error"):
+            L.append(f"| {r['name']} | - | failed: {r['error']} |||||||")
+            continue
+        mode = ("stereo" if r["stereo"] else "mono") + ("" if r["has_imu"] else f" ({NO_IMU})")
+        L.append(f"| {r['name']} | {r['frames']} | {mode} | {f(r['ate_causal_m'], '{:.4f}')} | "
+                 f"{f(r['ate_smoothed_m'], '{:.4f}')} | {f(r['rpe_m_per_m'], '{:.4f}')} | {r['frames_per_s']:.1f} | "
+                 f"{f(r['keyframes'], '{}')} | {f(r['resets'], '{}')} |")
+    return "\n".join(L) + "\n"
+
+
+def run_offline(args) -> int:
+    """Entry point of ``vilib-ros run --offline``."""
+    paths = list(args.dataset or [])
+    if not paths:
+        from vilib_ros.synthetic.sequence import ensure_generated
+
+        root = Path(args.out) if args.out else Path("vilib_ros_output") / "synthetic"
+        targets = [(ensure_generated(root / "dataset", args.duration, "vilib-ros run --offline"), root, "synthetic")]
+    else:
+        base = Path(args.out) if args.out else Path("vilib_ros_output")
+        targets = []
+        for p in paths:
+            pp = Path(p)
+            name = pp.stem if pp.suffix == ".bag" else pp.resolve().name
+            out = base if (args.out and len(paths) == 1) else base / name
+            targets.append((pp, out, name))
+    rows, rc = [], 0
+    for ds_path, out, name in targets:
+        try:
+            rows.append(run_one(ds_path, args, out.resolve(), name))
+        except KeyboardInterrupt:
+            print("vilib-ros run --offline: interrupted", file=sys.stderr)
+            return 130
+        except (FileNotFoundError, ValueError, RuntimeError) as exc:
+            print(f"vilib-ros run --offline: {name}: FAILED: {exc}", file=sys.stderr)
+            rows.append({"name": name, "error": str(exc).splitlines()[0]})
+            rc = 1
+    if len(targets) > 1:
+        base = Path(args.out) if args.out else Path("vilib_ros_output")
+        md = summary_markdown(rows)
+        (base / "summary.md").write_text(md)
+        (base / "summary.json").write_text(json.dumps(rows, indent=2, default=float))
+        print(md)
+    return rc
