@@ -8,7 +8,8 @@ import pytest
 from vilib_ros.frontend.detector import SCORES, CpuFastDetector, DetectorConfig, make_detector, nms_suppress_cpu
 from vilib_ros.frontend.pyramid import build_pyramid_cpu
 
-pytestmark = pytest.mark.gpu
+# Every class needs a CUDA device except the configuration checks of TestBadInput, which
+# fail before any GPU work and so run everywhere.
 
 W, H = 752, 480
 
@@ -35,6 +36,7 @@ def assert_cells_equal(got, ref):
         np.testing.assert_array_equal(getattr(got, f), getattr(ref, f), err_msg=f)
 
 
+@pytest.mark.gpu
 class TestScoreMapsExact:
     @pytest.mark.parametrize("n", [9, 10, 11, 12])
     @pytest.mark.parametrize("score", SCORES)
@@ -59,6 +61,7 @@ class TestScoreMapsExact:
             np.testing.assert_array_equal(g, r)
 
 
+@pytest.mark.gpu
 class TestPyramidInDetector:
     def test_pyramid_identical(self, euroc_frames):
         cfg = DetectorConfig(levels=4, cell_height=32)
@@ -70,6 +73,7 @@ class TestPyramidInDetector:
                 np.testing.assert_array_equal(g, r)
 
 
+@pytest.mark.gpu
 class TestCellsEqualCpu:
     @pytest.mark.parametrize("score", SCORES)
     @pytest.mark.parametrize("nms_radius", [1, 2, 3, 4])
@@ -141,6 +145,7 @@ class TestCellsEqualCpu:
             assert_cells_equal(gpu.detect(buf), cpu.detect(euroc_frames[10 * i]))
 
 
+@pytest.mark.gpu
 class TestBaselineNms:
     @pytest.mark.parametrize("nms_radius", [1, 2, 3, 4])
     def test_baseline_equals_combined(self, euroc_frames, nms_radius):
@@ -157,6 +162,7 @@ class TestBaselineNms:
             assert_cells_equal(base, cpu.detect(img))
 
 
+@pytest.mark.gpu
 class TestOccupancy:
     def test_occupied_cells_empty(self, euroc_frames):
         cfg = DetectorConfig()
@@ -199,6 +205,7 @@ class TestOccupancy:
 
 
 class TestBadInput:
+    @pytest.mark.gpu
     @pytest.mark.parametrize("bad,what", [(np.zeros((H, W), np.float32), "uint8"),
                                           (np.zeros((H, W, 3), np.uint8), "2D"),
                                           (np.zeros((H // 2, W // 2), np.uint8), "shape"),
@@ -214,18 +221,24 @@ class TestBadInput:
     @pytest.mark.parametrize("field,value", [("arc_length", 13), ("nms_radius", 5), ("cell_width", 40),
                                              ("levels", 5), ("border", 2)])
     def test_bad_config(self, field, value):
+        """Regression: marked gpu although ``DetectorConfig.validate`` rejects the value before any
+        CUDA work, so it was skipped on every machine without a GPU."""
         with pytest.raises(ValueError, match=field):
             make_detector(W, H, DetectorConfig(**{field: value}), device="cuda")
 
     def test_too_small_image(self):
+        """Regression: marked gpu although it fails in the geometry check before any CUDA work,
+        so it was skipped on every machine without a GPU."""
         with pytest.raises(ValueError, match="smaller"):
             make_detector(40, 40, DetectorConfig(), device="cuda")
 
+    @pytest.mark.gpu
     def test_bad_occupancy(self):
         gpu = gpu_detector(DetectorConfig())
         with pytest.raises(ValueError, match="occupancy"):
             gpu.detect(np.zeros((H, W), np.uint8), occupancy=np.zeros((2, 2), bool))
 
+    @pytest.mark.gpu
     def test_make_detector_picks_gpu(self):
         from vilib_ros.frontend.detector import GpuFastDetector
 

@@ -19,7 +19,7 @@ DT = 50_000_000
 
 @pytest.fixture(scope="module")
 def synth():
-    syn = pytest.importorskip("vilib_ros.synthetic")
+    import vilib_ros.synthetic as syn
     seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.5, stereo=True, seed=4))
     imgs = [seq.render(k)[0] for k in range(8)]
     rights = [seq.render(k, cam=1)[0] for k in range(3)]
@@ -28,7 +28,7 @@ def synth():
 
 @pytest.fixture(scope="module")
 def synth_fast():
-    syn = pytest.importorskip("vilib_ros.synthetic")
+    import vilib_ros.synthetic as syn
     seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.6, stereo=False, seed=5, preset="fast_rotation"))
     return seq, [seq.render(k)[0] for k in range(10)]
 

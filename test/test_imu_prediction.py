@@ -119,7 +119,7 @@ class TestFastRotationPreset:
 
     @pytest.mark.slow
     def test_prediction_keeps_more_tracks_fewer_iterations(self):
-        syn = pytest.importorskip("vilib_ros.synthetic")
+        import vilib_ros.synthetic as syn
         seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.6, stereo=False, seed=2, preset="fast_rotation"))
         imgs = [seq.render(k)[0] for k in range(10)]
         off = _run_frontend(seq, imgs, False)

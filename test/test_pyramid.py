@@ -48,13 +48,20 @@ class TestBuildPyramidCpu:
 @pytest.mark.gpu
 class TestGpuPyramid:
     @pytest.mark.parametrize("shape", [(480, 752), (101, 77)])
-    def test_equals_cpu(self, shape, euroc_frames):
+    def test_equals_cpu(self, shape, request):
+        """Regression: both cases requested the EuRoC frames, so the random images were never
+        compared wherever the real frames were missing; the EuRoC-sized case now adds two real
+        frames where they exist, and the random images run everywhere there is a GPU."""
         from vilib_ros.frontend.pyramid import GpuPyramid
 
         rng = np.random.default_rng(2)
         imgs = [rng.integers(0, 256, shape, dtype=np.uint8)]
         if shape == (480, 752):
-            imgs += [euroc_frames[0], euroc_frames[50]]
+            from conftest import euroc_dir
+
+            if euroc_dir() is not None:
+                frames = request.getfixturevalue("euroc_frames")
+                imgs += [frames[0], frames[50]]
         pyr = GpuPyramid(shape[1], shape[0], 5)
         for img in imgs:
             for lv in pyr.levels[1:]:

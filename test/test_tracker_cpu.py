@@ -27,7 +27,7 @@ def _shifted(img, dx, dy, gain=1.0, offset=0.0):
 @pytest.fixture(scope="module")
 def synth_illum():
     """A slow sequence under fast global gain/offset flicker (frames 0..7 + detections)."""
-    syn = pytest.importorskip("vilib_ros.synthetic")
+    import vilib_ros.synthetic as syn
     seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.4, illumination=True, gain_amplitude=0.4,
                                                    offset_amplitude=25, illumination_period_s=0.6, stereo=False,
                                                    seed=3, preset="slow"))
@@ -179,7 +179,7 @@ class TestAgainstOpenCV:
 class TestSyntheticGroundTruth:
     @pytest.mark.parametrize("mode", MODES)
     def test_median_error_default_preset(self, mode):
-        syn = pytest.importorskip("vilib_ros.synthetic")
+        import vilib_ros.synthetic as syn
         from vilib_ros.frontend.detector import make_detector
 
         seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.3, stereo=False, seed=1))

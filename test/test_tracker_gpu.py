@@ -18,7 +18,7 @@ def _pairs(euroc_frames):
     for i in (0, 40, 80):
         a, b = euroc_frames[i], euroc_frames[i + 3]
         out.append((a, b, det.detect(a).points()))
-    syn = pytest.importorskip("vilib_ros.synthetic")
+    import vilib_ros.synthetic as syn
     seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.3, illumination=True, gain_amplitude=0.4,
                                                    offset_amplitude=25, illumination_period_s=0.6, stereo=False,
                                                    seed=3, preset="slow"))
