@@ -25,7 +25,8 @@ def real_asl(euroc_path):
 class TestWriteBagRoundTrip:
     @pytest.mark.parametrize("kind,storage", KINDS)
     def test_real_frames(self, tmp_path, real_asl, euroc_path, kind, storage):
-        from vilib_ros.datasets.bags import BagDataset, write_bag
+        from vilib_ros.datasets.bags import BagDataset
+        from vilib_ros.datasets.bag_writer import write_bag
         from vilib_ros.datasets.asl import open_dataset
 
         n = 4
@@ -61,7 +62,7 @@ class TestWriteBagRoundTrip:
         """A stereo ASL folder with custom extrinsics; rosbags' reader sees the expected topics."""
         from rosbags.highlevel import AnyReader
 
-        from vilib_ros.datasets.bags import write_bag
+        from vilib_ros.datasets.bag_writer import write_bag
         from vilib_ros.datasets.asl import open_dataset
 
         root = make_asl(tmp_path / "asl", euroc_frames[:3], cams=2, imu_n=60)
@@ -101,7 +102,7 @@ class TestWriteBagRoundTrip:
 
 class TestWriteBagErrors:
     def test_existing_output(self, tmp_path, euroc_frames):
-        from vilib_ros.datasets.bags import write_bag
+        from vilib_ros.datasets.bag_writer import write_bag
 
         root = make_asl(tmp_path / "asl", euroc_frames[:1], imu_n=3)
         (tmp_path / "x").mkdir()
@@ -109,7 +110,7 @@ class TestWriteBagErrors:
             write_bag(root, tmp_path / "x", kind="ros2")
 
     def test_bad_kind(self, tmp_path):
-        from vilib_ros.datasets.bags import write_bag
+        from vilib_ros.datasets.bag_writer import write_bag
 
         with pytest.raises(ValueError, match="kind"):
             write_bag(tmp_path, tmp_path / "out", kind="ros3")

@@ -98,10 +98,11 @@ class TestRunEndToEnd:
             assert len(list((out / "tracks_frames").glob("*.png"))) == n_images
 
     def test_trajectory_against_ground_truth(self, first_run):
-        from vilib_ros.pipeline import read_tum
+        from vilib_ros.datasets import read_tum
 
         out = first_run["out"]
-        t_e, p_e, q_e = read_tum(out / "trajectory_tum.txt")
+        est = read_tum(out / "trajectory_tum.txt")
+        t_e, p_e, q_e = est.t_ns, est.p, est.q_xyzw
         t_g, p_g = _gt_positions(out / "dataset")
         assert len(t_e) >= 30
         assert np.allclose(np.linalg.norm(q_e, axis=1), 1.0, atol=1e-6)

@@ -23,7 +23,7 @@ DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 2
 def run(euroc_path, tmp_path_factory):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
-    from vilib_ros.pipeline import read_jsonl
+    from vilib_ros.pipeline_report import read_jsonl
 
     tmp = tmp_path_factory.mktemp("ros_restart")
     env = ros_env(DOMAIN)
