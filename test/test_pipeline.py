@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vilib_ros.nodes.processes import popen
+
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import DOMAIN_SEED, live_pids  # noqa: E402
 
 DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 3
 REPO = Path(__file__).resolve().parents[1]
@@ -32,22 +34,8 @@ def _env():
 
 
 def _children_of(params_file: Path) -> list[int]:
-    """pids of live processes whose command line names this run's params file."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(params_file) in cmd and "vilib_ros.nodes." in cmd:
-            try:
-                if (d / "stat").read_text().split(")")[-1].split()[0] != "Z":
-                    pids.append(int(d.name))
-            except OSError:
-                pass
-    return pids
+    """pids of live node processes whose command line names this run's params file."""
+    return live_pids(str(params_file), "vilib_ros.nodes.")
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +43,15 @@ def first_run(tmp_path_factory):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     out = tmp_path_factory.mktemp("pipeline") / "out"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "vilib_ros", "run", "--out", str(out), "--duration", "3",
-                           "--domain-id", str(DOMAIN), "--timeout", "400"],
-                          env=_env(), capture_output=True, text=True, timeout=500)
-    return {"out": out, "rc": proc.returncode, "stderr": proc.stderr, "wall": time.monotonic() - t0}
+    proc = popen([sys.executable, "-m", "vilib_ros", "run", "--out", str(out), "--duration", "3",
+                  "--domain-id", str(DOMAIN), "--timeout", "400"],
+                 env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=500)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return {"out": out, "rc": proc.returncode, "stderr": err, "wall": time.monotonic() - t0}
 
 
 def _gt_positions(dataset: Path):
@@ -134,9 +127,9 @@ class TestRunEndToEnd:
 
 
 def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int):
-    proc = subprocess.Popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out),
-                             "--domain-id", str(domain), "--rate", "0.5", "--no-video"],
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out),
+                  "--domain-id", str(domain), "--rate", "0.5", "--no-video"],
+                 env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rec = out / "recorded.jsonl"
     t_end = time.monotonic() + 180
     while time.monotonic() < t_end and proc.poll() is None:

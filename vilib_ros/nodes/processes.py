@@ -40,6 +40,12 @@ def _die_with_parent(parent_pid: int):
     return preexec if sys.platform.startswith("linux") else None
 
 
+def popen(argv: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` of a child that dies with this process (for tests and helpers that
+    start ``vilib-ros run`` or other long-running commands)."""
+    return subprocess.Popen(argv, preexec_fn=_die_with_parent(os.getpid()), **kwargs)
+
+
 def package_root() -> str:
     """The folder that holds the vilib_ros package (put on the children's PYTHONPATH)."""
     return str(Path(__file__).resolve().parents[2])
