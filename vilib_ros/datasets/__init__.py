@@ -33,4 +33,4 @@ def open_dataset(path: str | Path) -> Dataset:
     if bags.is_bag(p):
         return bags.BagDataset(p)
     raise DatasetError(f"{p}: not an EuRoC ASL folder (no mav0/), a ROS 1 .bag, or a ROS 2 bag "
-                       "(no metadata.yaml)")
+                       "(no metadata.yaml, .db3 or .mcap)")

@@ -11,6 +11,10 @@
   ``/vicon/firefly_sbx/firefly_sbx`` (note: the Vicon marker pose, not the IMU pose).
   Stamps are the message header stamps (bag time where a stream's header stamps are all zero);
   images are read lazily by bag time.
+* A bag whose index is damaged or missing (cut short by a full disk or a killed recorder; a
+  ROS 2 bag folder without ``metadata.yaml``) is read front to back by
+  :class:`~.bag_salvage.SalvageReader`: what is readable is replayed, and ``warnings`` says
+  where the reading stopped. A file that is no bag at all is a :class:`~.common.DatasetError`.
 Writing bags: :mod:`vilib_ros.datasets.bag_writer`.
 """
 from __future__ import annotations
@@ -31,15 +35,16 @@ IMU_TOPIC = "/imu0"
 GT_TOPIC = "/groundtruth/pose"
 EUROC_VICON_TOPIC = "/vicon/firefly_sbx/firefly_sbx"
 
+
 def is_bag(path: str | Path) -> bool:
+    """A ``.bag`` file, a ROS 2 bag folder (``metadata.yaml`` or a ``.db3`` / ``.mcap`` storage
+    file), or a ``.db3`` / ``.mcap`` file."""
+    from .bag_salvage import storage_file
+
     p = Path(path)
-    if p.is_file() and p.suffix == ".bag":
+    if p.is_file() and p.suffix in (".bag", ".db3", ".mcap"):
         return True
-    if p.is_dir() and (p / "metadata.yaml").is_file():
-        return True
-    if p.is_file() and p.suffix in (".db3", ".mcap") and (p.parent / "metadata.yaml").is_file():
-        return True
-    return False
+    return p.is_dir() and ((p / "metadata.yaml").is_file() or storage_file(p) is not None)
 
 
 def _stamp_ns(header) -> int:
@@ -107,27 +112,70 @@ class BagDataset(Dataset):
     """A ROS 1 ``.bag`` or ROS 2 bag opened with ``rosbags.highlevel.AnyReader``."""
 
     def __init__(self, path: str | Path):
-        from rosbags.highlevel import AnyReader
-        from rosbags.typesys import Stores, get_typestore
-
         p = Path(path)
-        if p.is_file() and p.suffix in (".db3", ".mcap"):
-            p = p.parent
         if not p.exists():
             raise FileNotFoundError(f"bag not found: {p}")
+        if p.is_file() and p.suffix in (".db3", ".mcap") and (p.parent / "metadata.yaml").is_file():
+            p = p.parent
         self.path = p
         self.name = p.stem if p.is_file() else p.name
         self.stats = {"imu_non_monotonic_dropped": 0, "images_non_monotonic_dropped": 0}
-        try:
-            self._reader = AnyReader([p], default_typestore=get_typestore(Stores.ROS2_JAZZY))
-            self._reader.open()
-        except Exception as exc:  # rosbags raises its own error types
-            raise ValueError(f"cannot open bag {p}: {exc}") from exc
+        self.warnings: list[str] = []
+        self._reader = self._open_reader(p)
         try:
             self._scan()
-        except Exception:
+        except DatasetError:
             self._reader.close()
             raise
+        except Exception as exc:  # noqa: BLE001 - the index opened, but the data behind it is damaged
+            from .bag_salvage import SalvageReader
+
+            self._reader.close()
+            if isinstance(self._reader, SalvageReader):
+                raise DatasetError(f"cannot read bag {p}: {exc}") from None
+            self._reader = self._salvage(p, f"reading it failed midway ({type(exc).__name__}: {exc})")
+            self.stats = {"imu_non_monotonic_dropped": 0, "images_non_monotonic_dropped": 0, "bag_salvaged": 1}
+            try:
+                self._scan()
+            except Exception:
+                self._reader.close()
+                raise
+        if not len(self._stamps[0]):
+            self._reader.close()
+            raise DatasetError(f"{p}: no readable cam0 image in the bag")
+        for w in self.warnings:
+            log.warning("%s", w)
+
+    def _open_reader(self, p: Path):
+        """``rosbags``' indexed reader; for a damaged or missing index the front-to-back one."""
+        from rosbags.highlevel import AnyReader
+        from rosbags.typesys import Stores, get_typestore
+
+        why = None
+        if p.is_dir() and not (p / "metadata.yaml").is_file():
+            why = "no metadata.yaml"
+        elif p.suffix in (".db3", ".mcap"):
+            why = "a storage file without its bag folder's metadata.yaml"
+        else:
+            try:
+                reader = AnyReader([p], default_typestore=get_typestore(Stores.ROS2_JAZZY))
+                reader.open()
+                return reader
+            except Exception as exc:  # noqa: BLE001 - rosbags raises its own error types
+                why = f"its index is damaged or missing ({exc})"
+        return self._salvage(p, why)
+
+    def _salvage(self, p: Path, why: str):
+        from .bag_salvage import SalvageReader
+
+        try:
+            reader = SalvageReader(p)
+        except (ValueError, OSError) as exc:
+            raise DatasetError(f"cannot open bag {p}: {why}; reading it front to back failed too: {exc}") from None
+        self.warnings.append(f"{p}: {why}: read front to back" +
+                             (f"; {reader.stopped}: the rest of the bag is not replayed" if reader.stopped else ""))
+        self.stats["bag_salvaged"] = 1
+        return reader
 
     def _scan(self) -> None:
         r = self._reader
@@ -142,7 +190,7 @@ class BagDataset(Dataset):
             for i, t in enumerate(imgs):
                 cam_conns[i] = [c for c in conns if c.topic == t]
         if 0 not in cam_conns:
-            raise ValueError(f"{self.path}: no sensor_msgs/Image topic /cam0/image_raw in the bag")
+            raise DatasetError(f"{self.path}: no readable sensor_msgs/Image topic /cam0/image_raw in the bag")
         ncam = 0
         while ncam in cam_conns:
             ncam += 1
@@ -179,17 +227,21 @@ class BagDataset(Dataset):
         gt_t, gt_p, gt_q = [], [], []
         infos: dict[int, object] = {}
         tfs: dict[str, np.ndarray] = {}
+        unreadable = 0
         for conn, bag_t, raw in self._reader.messages(connections=want):
             k = id(conn)
+            try:
+                msg = self._reader.deserialize(raw, conn.msgtype)
+            except Exception:  # noqa: BLE001 - a damaged message is skipped and counted
+                unreadable += 1
+                continue
             if k in cam_of:
                 i = cam_of[k]
-                msg = self._reader.deserialize(raw, conn.msgtype)
                 img_t[i].append(_stamp_ns(msg.header))
                 img_loc[i].append((conn, bag_t, img_t[i][-1]))
                 if img_size[i] is None:
                     img_size[i] = (int(msg.width), int(msg.height))
                 continue
-            msg = self._reader.deserialize(raw, conn.msgtype)
             kd = kind.get(k)
             if kd == "imu":
                 a, w = msg.linear_acceleration, msg.angular_velocity
@@ -218,6 +270,9 @@ class BagDataset(Dataset):
             elif k in info_of:
                 infos.setdefault(info_of[k], msg)
 
+        if unreadable:
+            self.stats["messages_unreadable"] = unreadable
+            self.warnings.append(f"{self.path}: skipped {unreadable} message(s) that cannot be deserialized")
         self.cameras = []
         self._stamps, self._locs = [], []
         for i in range(ncam):
@@ -280,15 +335,23 @@ class BagDataset(Dataset):
             raise IndexError(f"{self.name}: cam{cam} image index {index} out of range ({n} images)")
         conn, bag_t, stamp = self._locs[cam][index]
         for c, _, raw in self._reader.messages(connections=[conn], start=bag_t, stop=bag_t + 1):
-            msg = self._reader.deserialize(raw, c.msgtype)
+            try:
+                msg = self._reader.deserialize(raw, c.msgtype)
+            except Exception as exc:  # noqa: BLE001
+                raise FrameError("unreadable_message", f"{self.path}: cam{cam} image {index}: {exc}") from None
             if _stamp_ns(msg.header) == stamp:
-                img = image_msg_to_array(msg, f"{self.path} cam{cam} image {index}")
+                try:
+                    img = image_msg_to_array(msg, f"{self.path} cam{cam} image {index}")
+                except ValueError as exc:
+                    raise FrameError("unsupported_format", str(exc)) from None
                 cam_m = self.cameras[cam]
                 if img.shape != (cam_m.height, cam_m.width):
-                    raise ValueError(f"{self.path}: cam{cam} image {index} is {img.shape[1]}x{img.shape[0]}, "
-                                     f"calibration says {cam_m.width}x{cam_m.height}")
+                    raise FrameError("size_mismatch", f"{self.path}: cam{cam} image {index} is "
+                                                      f"{img.shape[1]}x{img.shape[0]}, calibration says "
+                                                      f"{cam_m.width}x{cam_m.height}")
                 return img
-        raise ValueError(f"{self.path}: cam{cam} image {index} (header stamp {stamp}) not found at bag time {bag_t}")
+        raise FrameError("unreadable_message", f"{self.path}: cam{cam} image {index} (header stamp {stamp}) "
+                                               f"not found at bag time {bag_t}")
 
     def close(self) -> None:
         r = getattr(self, "_reader", None)
