@@ -69,6 +69,12 @@ def node_dataset(request) -> Path:
     return request.getfixturevalue("generated_sequence")
 
 
+@pytest.fixture(scope="session")
+def generated_frames(generated_sequence) -> list:
+    """The first 10 frames of the generated sequence (for tests that need any real-looking frames)."""
+    return dataset_frames(generated_sequence)[:10]
+
+
 def dataset_frames(path: Path) -> list:
     """The cam0 frames of an ASL folder as uint8 arrays (sorted by time), read with OpenCV."""
     import cv2
