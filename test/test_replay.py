@@ -81,11 +81,48 @@ class TestReplayEvents:
         # the margin reaches before the first image, but the IMU log starts with it
         assert [e[1] for e in events if e[0] == "imu"] == [s for s in imu if s <= img[2]]
 
+    def test_loops_continue_the_clock(self, asl):
+        """``loops``: the same content again, stamps shifted so that time never goes back and the
+        IMU stays continuous (no sample twice, none missing across a loop boundary)."""
+        imu = _csv_stamps(asl / "mav0" / "imu0" / "data.csv")
+        img = _csv_stamps(asl / "mav0" / "cam0" / "data.csv")
+        ds = open_dataset(asl)
+        n, events = replay_events(ds, imu_margin_s=0.0, cameras=1, loops=3)
+        events = list(events)
+        assert n == 18
+        t = [e[1] if e[0] == "imu" else e[2] for e in events]
+        assert all(a <= b for a, b in zip(t, t[1:]))
+        period = img[1] - img[0]
+        span = img[-1] - img[0] + period
+        images = [e for e in events if e[0] == "image"]
+        assert [e[2] for e in images] == [s + k * span for k in range(3) for s in img]
+        assert [e[3] for e in images] == list(range(6)) * 3
+        imu_t = [e[1] for e in events if e[0] == "imu"]
+        assert len(imu_t) == len(set(imu_t))
+        # 200 Hz throughout; at the 2 loop boundaries one frame period, since this IMU log starts
+        # with the first image (where it starts earlier, the replay takes that period from it)
+        gaps = np.diff(imu_t)
+        assert np.count_nonzero(gaps == imu[1] - imu[0]) == len(gaps) - 2
+        assert np.count_nonzero(gaps == period) == 2
+
     def test_empty_camera(self, tmp_path):
         root = make_asl(tmp_path / "seq", _frames(2), t0=T0)
         ds = open_dataset(root)
         n, events = replay_events(ds, max_frames=0, cameras=1)
         assert n == 2 and len([e for e in events if e[0] == "image"]) == 2
+
+
+class _Hooked:
+    """A real dataset whose ``load_image`` goes through ``hook(ds, cam, index)``."""
+
+    def __init__(self, path, hook):
+        self.ds, self.hook = open_dataset(path), hook
+
+    def __getattr__(self, k):
+        return getattr(self.ds, k)
+
+    def load_image(self, cam, index):
+        return self.hook(self.ds, cam, index)
 
 
 class TestPrefetcher:
@@ -125,18 +162,11 @@ class TestPrefetcher:
     def test_bounded_lead(self, asl):
         calls = []
 
-        class Counting:
-            def __init__(self):
-                self.ds = open_dataset(asl)
+        def counting(ds, cam, index):
+            calls.append(index)
+            return ds.load_image(cam, index)
 
-            def __getattr__(self, k):
-                return getattr(self.ds, k)
-
-            def load_image(self, cam, index):
-                calls.append(index)
-                return self.ds.load_image(cam, index)
-
-        feed = Prefetcher(Counting, depth=2)
+        feed = Prefetcher(lambda: _Hooked(asl, counting), depth=2)
         feed.start(replay_events(feed.ds, cameras=1)[1])
         it = iter(feed)
         first = next(it)
@@ -155,19 +185,12 @@ class TestPrefetcher:
             Prefetcher(lambda: open_dataset(tmp_path / "nope"))
 
     def test_other_errors_reach_the_consumer(self, asl):
-        class Failing:
-            def __init__(self):
-                self.ds = open_dataset(asl)
+        def failing(ds, cam, index):
+            if index == 2:
+                raise OSError("disk gone")
+            return ds.load_image(cam, index)
 
-            def __getattr__(self, k):
-                return getattr(self.ds, k)
-
-            def load_image(self, cam, index):
-                if index == 2:
-                    raise OSError("disk gone")
-                return self.ds.load_image(cam, index)
-
-        feed = Prefetcher(Failing)
+        feed = Prefetcher(lambda: _Hooked(asl, failing))
         feed.start(replay_events(feed.ds)[1])
         with pytest.raises(OSError, match="disk gone"):
             list(feed)

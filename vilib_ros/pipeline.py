@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
-from vilib_ros.pipeline_report import read_json, read_jsonl, write_outputs
+from vilib_ros.pipeline_report import read_json, read_jsonl, write_outputs  # noqa: F401 (read_jsonl: old import path)
 
 NODES = ("recorder_node", "backend_node", "frontend_node")
 
@@ -51,6 +51,8 @@ def configure_parser(p) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="frontend device")
     p.add_argument("--duration", type=float, default=10.0, help="length of the generated sequence, s")
     p.add_argument("--max-frames", type=int, default=0, help="replay at most this many frames (0 = all)")
+    p.add_argument("--loops", type=int, default=1,
+                   help="replay the dataset this many times, the clock running on (soak tests)")
     p.add_argument("--mono", action="store_true", help="use cam0 only even where the dataset is stereo")
     p.add_argument("--no-backend", action="store_true", help="run the backend in record-only mode")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: picked from the pid)")
@@ -138,6 +140,7 @@ def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
                                                  stats_path=str(out / "backend_stats.json"))},
         "player_node": {"ros__parameters": {"dataset": str(Path(ds_path).resolve()), "rate": float(args.rate),
                                             "max_frames": int(args.max_frames), "publish_cam1": stereo,
+                                            "loops": int(args.loops),
                                             "exit_when_done": True, "progress": False,
                                             # frontend on the images; frontend and backend on the IMU
                                             "wait_for_subscribers": 1, "wait_for_imu_subscribers": 2,
@@ -158,6 +161,26 @@ REMAPS = {
                     "imu0": "/imu0", "tracks": "/tracks"},
     "recorder_node": {"tracks": "/tracks", "odometry": "/odometry"},
 }
+
+
+class _LineCounter:
+    """Counts the complete lines of a growing file that contain ``needle``, reading only what is new."""
+
+    def __init__(self, path: Path, needle: bytes):
+        self.path, self.needle = path, needle
+        self.offset, self.n = 0, 0
+
+    def count(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return self.n
+        end = chunk.rfind(b"\n") + 1          # a line still being written is counted next time
+        self.n += sum(1 for line in chunk[:end].split(b"\n") if self.needle in line)
+        self.offset += end
+        return self.n
 
 
 class _Run:
@@ -191,11 +214,12 @@ class _Run:
 
         bar = tqdm(total=self.n_images, unit="frame", desc="tracks", file=sys.stderr, mininterval=0.5)
         received, expect, player_done_at = 0, self.n_images, None
+        counter = _LineCounter(self.out / "recorded.jsonl", b'"topic": "tracks"')
         try:
             while True:
                 time.sleep(0.2)
                 self.say_cpu_fallback()
-                n = sum(1 for r in read_jsonl(self.out / "recorded.jsonl") if r.get("topic") == "tracks")
+                n = counter.count()
                 if n > received:
                     bar.update(n - received)
                     received = n
@@ -233,12 +257,15 @@ class _Run:
 
 def run_command(args) -> int:
     t_start = time.monotonic()
+    if args.loops < 1:
+        raise ValueError(f"--loops must be >= 1, got {args.loops}")
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)   # clean up the children and write what there is
     ds, ds_path, out, name = _prepare(args)
     out = out.resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     n_images = len(ds.image_stamps(0)) if args.max_frames <= 0 else min(len(ds.image_stamps(0)), args.max_frames)
+    n_images *= args.loops
     stereo = len(ds.cameras) >= 2 and not args.mono
     warnings = list(getattr(ds, "warnings", []))
     if not ds.has_imu and not args.no_backend:

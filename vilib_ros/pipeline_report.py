@@ -172,6 +172,7 @@ def write_outputs(out: Path, ds, args, stereo: bool, wall: dict, domain_id: int,
     odom = [r for r in recs if r.get("topic") == "odometry"]
     fe, be, pl = (read_json(out / f) for f in ("frontend_stats.json", "backend_stats.json", "player_stats.json"))
     n_images = len(ds.image_stamps(0)) if not args.max_frames else min(len(ds.image_stamps(0)), args.max_frames)
+    n_images *= max(1, getattr(args, "loops", 1))
     st = ds.image_stamps(0)
     fps = float(1e9 / np.median(np.diff(st))) if len(st) > 1 else 20.0
     video_kind, video = ("skipped", None) if args.no_video else render_tracks_video(ds, tracks, out, fps)

@@ -17,28 +17,36 @@ import queue
 import threading
 from typing import Iterator
 
+import numpy as np
+
 from .common import Dataset, FrameError
 
 
 def replay_events(ds: Dataset, max_frames: int = 0, imu_margin_s: float = 0.5,
-                  cameras: int = 1) -> tuple[int, Iterator[tuple]]:
+                  cameras: int = 1, loops: int = 1) -> tuple[int, Iterator[tuple]]:
     """``(number of cam0 images, iterator of events)`` for a replay of ``ds``.
 
     Events are ``("imu", t_ns, gyro, acc)`` and ``("image", cam, t_ns, index)`` for cameras
     ``0 .. cameras-1``: IMU from ``imu_margin_s`` before the first cam0 image to the last one
-    replayed, images of the other cameras within the same span."""
+    replayed, images of the other cameras within the same span. ``loops`` > 1 replays the span
+    again and again with every stamp shifted by the span plus one frame period per loop, so time
+    runs on without a jump (for soak tests: the content jumps back, the clock does not)."""
     stamps0 = ds.image_stamps(0)
     n = len(stamps0) if max_frames <= 0 else min(len(stamps0), int(max_frames))
     if n == 0:
         return 0, iter(())
     t_first, t_last = int(stamps0[0]), int(stamps0[n - 1])
     t_imu0 = t_first - int(imu_margin_s * 1e9)
+    period = int(np.median(np.diff(stamps0[:n]))) if n > 1 else 50_000_000
+    loops = max(1, int(loops))
 
-    def gen():
+    def one_loop(k: int):
+        offset = k * (t_last - t_first + period)
+        imu_from = t_imu0 if k == 0 else t_first - period + 1
         for ev in ds.iter_events():
             if ev[0] == "imu":
-                if t_imu0 <= ev[1] <= t_last:
-                    yield ev
+                if imu_from <= ev[1] <= t_last:
+                    yield ("imu", ev[1] + offset, ev[2], ev[3]) if offset else ev
                 continue
             cam, t = ev[1], ev[2]
             if cam >= cameras or t < t_first:
@@ -47,9 +55,13 @@ def replay_events(ds: Dataset, max_frames: int = 0, imu_margin_s: float = 0.5,
                 if cam == 0:
                     return
                 continue
-            yield ev
+            yield ("image", cam, t + offset, ev[3]) if offset else ev
 
-    return n, gen()
+    def gen():
+        for k in range(loops):
+            yield from one_loop(k)
+
+    return n * loops, gen()
 
 
 _END = object()

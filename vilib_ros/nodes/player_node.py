@@ -40,6 +40,8 @@ Parameters
   dataset (string, default '', read-only): ASL folder (containing mav0/), ROS 1 .bag, or ROS 2 bag folder
   rate (double, default 1.0, range [0, 1000]): replay speed factor; 0 = backpressure mode
   max_frames (integer, default 0, range [0, 1000000000], read-only): stop after this many cam0 images (0 = all)
+  loops (integer, default 1, range [1, 1000000], read-only): replay the dataset this many times,
+      stamps shifted so that time runs on (the content jumps back, the clock does not)
   publish_cam1 (bool, default true, read-only): publish the second camera when there is one
   imu_margin_s (double, default 0.5, range [0, 3600], read-only): IMU replayed this long before
       the first image
@@ -89,6 +91,8 @@ def parameter_table() -> list[ParamSpec]:
         ParamSpec("rate", 1.0, "replay speed factor (1.0 = real time); 0 = backpressure mode", range=(0.0, 1000.0)),
         ParamSpec("max_frames", 0, "stop after this many cam0 images (0 = all)", range=(0, 1_000_000_000),
                   read_only=True),
+        ParamSpec("loops", 1, "replay the dataset this many times, the clock running on (soak tests)",
+                  range=(1, 1_000_000), read_only=True),
         ParamSpec("publish_cam1", True, "publish the second camera when the dataset has one", read_only=True),
         ParamSpec("imu_margin_s", 0.5, "IMU is replayed from this long before the first image", range=(0.0, 3600.0),
                   read_only=True),
@@ -209,7 +213,8 @@ class PlayerNode(Node):
         from vilib_ros.datasets.replay import replay_events
 
         self._wait_for_pipeline()
-        n, events = replay_events(self.ds, self.p["max_frames"], self.p["imu_margin_s"], self.n_cams)
+        n, events = replay_events(self.ds, self.p["max_frames"], self.p["imu_margin_s"], self.n_cams,
+                                  self.p["loops"])
         self.feed.start(events)
         from tqdm import tqdm
 
