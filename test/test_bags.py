@@ -17,7 +17,7 @@ KINDS = [("ros1", "sqlite3"), ("ros2", "sqlite3"), ("ros2", "mcap")]
 
 @pytest.fixture(scope="module")
 def real_asl(euroc_path):
-    from vilib_ros.datasets.asl import open_dataset
+    from vilib_ros.datasets import open_dataset
 
     return open_dataset(euroc_path)
 
@@ -27,7 +27,7 @@ class TestWriteBagRoundTrip:
     def test_real_frames(self, tmp_path, real_asl, euroc_path, kind, storage):
         from vilib_ros.datasets.bags import BagDataset
         from vilib_ros.datasets.bag_writer import write_bag
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         n = 4
         out = write_bag(real_asl, tmp_path / "seq", kind=kind, storage=storage, max_images=n)
@@ -63,7 +63,7 @@ class TestWriteBagRoundTrip:
         from rosbags.highlevel import AnyReader
 
         from vilib_ros.datasets.bag_writer import write_bag
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         root = make_asl(tmp_path / "asl", generated_frames[:3], cams=2, imu_n=60)
         T = np.eye(4)
@@ -116,7 +116,7 @@ class TestWriteBagErrors:
             write_bag(tmp_path, tmp_path / "out", kind="ros3")
 
     def test_corrupt_bag(self, tmp_path):
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         p = tmp_path / "broken.bag"
         p.write_bytes(b"#ROSBAG V2.0\n" + b"\x00" * 100)
@@ -208,7 +208,7 @@ class TestZeroHeaderStamps:
         from rosbags.rosbag2 import Writer
         from rosbags.typesys import Stores, get_typestore
 
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         ts = get_typestore(Stores.ROS2_JAZZY)
         T = ts.types

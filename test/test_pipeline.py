@@ -141,16 +141,26 @@ def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int):
 
 
 class TestRunShutdown:
-    def test_ctrl_c_stops_every_child(self, first_run, tmp_path):
+    @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+    def test_interrupt_stops_every_child_and_writes_what_there_is(self, first_run, tmp_path, sig):
+        """Ctrl-C or SIGTERM: every node stopped, and (regression) the report, trajectory and
+        logs of what was done so far are still written; before, an interrupted run wrote nothing."""
         assert first_run["rc"] == 0
         out = tmp_path / "interrupted"
         proc = _start_and_wait_for_tracks(out, first_run["out"] / "dataset", DOMAIN)
         assert len(_children_of(out / "params.yaml")) == 4
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err[-3000:]
         assert "interrupted" in err
         assert not _children_of(out / "params.yaml")
+        report = (out / "report.md").read_text()
+        assert "status: **interrupted**" in report
+        import json
+
+        player = json.loads((out / "player_stats.json").read_text())    # written on the way out
+        assert 0 < player["images"][0] < 61
+        assert "## Messages received against sent" in report
 
     def test_child_crash_fails_the_run(self, first_run, tmp_path):
         assert first_run["rc"] == 0
