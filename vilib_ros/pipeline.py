@@ -236,11 +236,26 @@ class _Run:
                     raise RuntimeError(f"{c.name} exited unexpectedly with code {code}")
                 # the last frames may still be in flight: wait for them (bounded)
                 if player_done_at is not None and (received >= expect or time.monotonic() - player_done_at > 15.0):
+                    self._wait_for_backend()
                     return
                 if self.args.timeout and time.monotonic() - t_start > self.args.timeout:
                     raise RuntimeError(f"timed out after {self.args.timeout:g} s")
         finally:
             bar.close()
+
+    def _wait_for_backend(self, quiet_s: float = 3.0, limit_s: float = 120.0) -> None:
+        """The backend may lag behind the frontend (the player paces by the frontend only): wait
+        until its odometry stops growing for ``quiet_s`` (at most ``limit_s``), so that stopping
+        the nodes does not count its backlog as lost."""
+        if self.args.no_backend:
+            return
+        odom = _LineCounter(self.out / "recorded.jsonl", b'"topic": "odometry"')
+        last, t_last, t_end = odom.count(), time.monotonic(), time.monotonic() + limit_s
+        while time.monotonic() < t_end and time.monotonic() - t_last < quiet_s:
+            time.sleep(0.5)
+            n = odom.count()
+            if n != last:
+                last, t_last = n, time.monotonic()
 
     def stop(self) -> dict:
         codes = {}
