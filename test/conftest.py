@@ -3,7 +3,12 @@
 * ``gpu`` tests skip with CuPy's own reason where no CUDA device exists.
 * Real EuRoC frames are read from ``$VILIB_ROS_EUROC``, else ``../shared/data/euroc_v101_head``
   beside the checkout, else ``.data/euroc_v101_head`` inside it (the GPU machine's copy).
+* ``generated_sequence``: a 5 s synthetic EuRoC-format sequence rendered once per test session
+  into a tmp folder, so the node tests run on a fresh clone without the real frames;
+  ``node_dataset`` gives each node test both inputs (``generated`` everywhere, ``euroc`` where
+  the real frames are present, skipped with the reason elsewhere).
 * ROS 2 traffic stays on this machine: discovery range LOCALHOST, a per-session domain id.
+* Every process a test starts dies with the test process (``vilib_ros.nodes.processes``).
 """
 from __future__ import annotations
 
@@ -41,6 +46,49 @@ def euroc_path() -> Path:
     return p
 
 
+#: The generated sequence of the node tests: 5 s at 20 Hz (101 frames), mono, moving slowly
+#: (like the first seconds of EuRoC V1_01: most tracks live through the whole sequence).
+GENERATED_SECONDS = 5.0
+
+
+@pytest.fixture(scope="session")
+def generated_sequence(tmp_path_factory) -> Path:
+    """A synthetic EuRoC ASL folder (cam0 + sensor.yaml, imu0, ground truth), rendered once."""
+    from vilib_ros.synthetic import SequenceConfig, generate_sequence
+
+    root = tmp_path_factory.mktemp("generated") / "synthetic_slow"
+    cfg = SequenceConfig(duration_s=GENERATED_SECONDS, stereo=False, speed=0.1, angular_rate=0.05, seed=7)
+    return generate_sequence(root, cfg, progress=False, workers=1)
+
+
+@pytest.fixture(scope="session", params=["generated", "euroc"])
+def node_dataset(request) -> Path:
+    """The input of a node test: the generated sequence, and the real EuRoC frames where present."""
+    if request.param == "euroc":
+        return request.getfixturevalue("euroc_path")
+    return request.getfixturevalue("generated_sequence")
+
+
+@pytest.fixture(scope="session")
+def generated_frames(generated_sequence) -> list:
+    """The first 10 frames of the generated sequence (for tests that need any real-looking frames)."""
+    return dataset_frames(generated_sequence)[:10]
+
+
+def dataset_frames(path: Path) -> list:
+    """The cam0 frames of an ASL folder as uint8 arrays (sorted by time), read with OpenCV."""
+    import cv2
+
+    files = sorted((Path(path) / "mav0" / "cam0" / "data").glob("*.png"))
+    return [cv2.imread(str(f), cv2.IMREAD_GRAYSCALE) for f in files]
+
+
+def dataset_stamps(path: Path) -> list[int]:
+    """The cam0 stamps of an ASL folder, parsed from its data.csv."""
+    lines = (Path(path) / "mav0" / "cam0" / "data.csv").read_text().splitlines()
+    return sorted(int(ln.split(",")[0]) for ln in lines if ln.strip() and not ln.startswith("#"))
+
+
 @pytest.fixture(scope="session")
 def euroc_frames(euroc_path):
     """The real cam0 frames as a list of uint8 arrays (sorted by time)."""
@@ -48,6 +96,22 @@ def euroc_frames(euroc_path):
 
     files = sorted((euroc_path / "mav0" / "cam0" / "data").glob("*.png"))
     return [cv2.imread(str(f), cv2.IMREAD_GRAYSCALE) for f in files]
+
+
+def live_pids(*needles: str) -> list[int]:
+    """pids of live (not zombie) processes whose command line contains every one of ``needles``."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and all(n in cmd for n in needles):
+            pids.append(int(d.name))
+    return pids
 
 
 def pytest_collection_modifyitems(config, items):

@@ -493,7 +493,7 @@ def _quat_R(q):
 class TestFrontendToBackend:
     def test_rendered_images_through_cpu_frontend(self):
         """Generator images (stereo) -> FeatureTracker(device='cpu') -> VioEstimator, 6 s."""
-        frontend = pytest.importorskip("vilib_ros.frontend")
+        import vilib_ros.frontend as frontend
         from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
 
         seq = SyntheticSequence(SequenceConfig(duration_s=6.0, seed=0))
@@ -530,7 +530,7 @@ class TestRealEurocStaticStart:
         """Real EuRoC V1_01 head (95 cam0 frames, vehicle at rest): CPU frontend -> mono backend.
         Static initialisation; gravity direction vs the ground-truth attitude; position drift while
         at rest; the trajectory evaluates against the real ground truth through `vilib-ros eval`."""
-        frontend = pytest.importorskip("vilib_ros.frontend")
+        import vilib_ros.frontend as frontend
         from vilib_ros.datasets.asl import open_dataset
         from vilib_ros.evaluation import evaluate
 

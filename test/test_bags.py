@@ -17,7 +17,7 @@ KINDS = [("ros1", "sqlite3"), ("ros2", "sqlite3"), ("ros2", "mcap")]
 
 @pytest.fixture(scope="module")
 def real_asl(euroc_path):
-    from vilib_ros.datasets.asl import open_dataset
+    from vilib_ros.datasets import open_dataset
 
     return open_dataset(euroc_path)
 
@@ -25,8 +25,9 @@ def real_asl(euroc_path):
 class TestWriteBagRoundTrip:
     @pytest.mark.parametrize("kind,storage", KINDS)
     def test_real_frames(self, tmp_path, real_asl, euroc_path, kind, storage):
-        from vilib_ros.datasets.bags import BagDataset, write_bag
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets.bags import BagDataset
+        from vilib_ros.datasets.bag_writer import write_bag
+        from vilib_ros.datasets import open_dataset
 
         n = 4
         out = write_bag(real_asl, tmp_path / "seq", kind=kind, storage=storage, max_images=n)
@@ -57,14 +58,14 @@ class TestWriteBagRoundTrip:
             assert sum(e[0] == "image" for e in evs) == n
 
     @pytest.mark.parametrize("kind,storage", KINDS)
-    def test_stereo_readable_by_rosbags(self, tmp_path, euroc_frames, kind, storage):
+    def test_stereo_readable_by_rosbags(self, tmp_path, generated_frames, kind, storage):
         """A stereo ASL folder with custom extrinsics; rosbags' reader sees the expected topics."""
         from rosbags.highlevel import AnyReader
 
-        from vilib_ros.datasets.bags import write_bag
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets.bag_writer import write_bag
+        from vilib_ros.datasets import open_dataset
 
-        root = make_asl(tmp_path / "asl", euroc_frames[:3], cams=2, imu_n=60)
+        root = make_asl(tmp_path / "asl", generated_frames[:3], cams=2, imu_n=60)
         T = np.eye(4)
         T[:3, :3] = cv2.Rodrigues(np.array([0.1, -0.2, 0.3]))[0]
         T[:3, 3] = [0.11, -0.02, 0.05]
@@ -88,38 +89,85 @@ class TestWriteBagRoundTrip:
                     first_img = r.deserialize(raw, c.msgtype)
             assert counts["/cam0/image_raw"] == 3 and counts["/cam1/image_raw"] == 3 and counts["/imu0"] == 60
             assert first_img.encoding == "mono8" and (first_img.width, first_img.height) == (752, 480)
-            np.testing.assert_array_equal(np.asarray(first_img.data).reshape(480, 752), euroc_frames[0][:, ::-1])
+            np.testing.assert_array_equal(np.asarray(first_img.data).reshape(480, 752), generated_frames[0][:, ::-1])
         with open_dataset(out) as b:
             assert len(b.cameras) == 2
             np.testing.assert_allclose(b.cameras[1].T_BS, T, atol=1e-12)
             assert b.cameras[1].fx == pytest.approx(400.5) and b.cameras[1].cy == pytest.approx(250.75)
-            np.testing.assert_array_equal(b.load_image(1, 2), euroc_frames[2][:, ::-1])
+            np.testing.assert_array_equal(b.load_image(1, 2), generated_frames[2][:, ::-1])
             np.testing.assert_array_equal(b.image_stamps(1), b.image_stamps(0))
             np.testing.assert_allclose(b.imu_data[7], [0.07, -0.14, 0.5, 9.8, 0.7, -1.5])
             assert b.groundtruth is not None and len(b.groundtruth) == 2
 
 
 class TestWriteBagErrors:
-    def test_existing_output(self, tmp_path, euroc_frames):
-        from vilib_ros.datasets.bags import write_bag
+    def test_existing_output(self, tmp_path, generated_frames):
+        from vilib_ros.datasets.bag_writer import write_bag
 
-        root = make_asl(tmp_path / "asl", euroc_frames[:1], imu_n=3)
+        root = make_asl(tmp_path / "asl", generated_frames[:1], imu_n=3)
         (tmp_path / "x").mkdir()
         with pytest.raises(FileExistsError):
             write_bag(root, tmp_path / "x", kind="ros2")
 
     def test_bad_kind(self, tmp_path):
-        from vilib_ros.datasets.bags import write_bag
+        from vilib_ros.datasets.bag_writer import write_bag
 
         with pytest.raises(ValueError, match="kind"):
             write_bag(tmp_path, tmp_path / "out", kind="ros3")
 
     def test_corrupt_bag(self, tmp_path):
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         p = tmp_path / "broken.bag"
         p.write_bytes(b"#ROSBAG V2.0\n" + b"\x00" * 100)
         with pytest.raises(ValueError, match="broken.bag"):
+            open_dataset(p)
+
+
+class TestDamagedBags:
+    """Regression: a bag cut short (full disk, killed recorder) could not be opened at all; now the
+    readable part is replayed, byte-identical to the source, and ``warnings`` says where it stopped."""
+
+    @pytest.mark.parametrize("kind,storage", [("ros1", "sqlite3"), ("ros2", "sqlite3"), ("ros2", "mcap")])
+    def test_truncated_replays_the_readable_part(self, tmp_path, generated_frames, kind, storage):
+        from vilib_ros.datasets import open_dataset
+        from vilib_ros.datasets.bag_writer import write_bag
+
+        root = make_asl(tmp_path / "asl", generated_frames[:8], imu_n=80)
+        out = write_bag(root, tmp_path / "bag", kind=kind, storage=storage)
+        f = out if out.is_file() else next(p for p in out.iterdir() if p.suffix in (".db3", ".mcap"))
+        data = f.read_bytes()
+        f.write_bytes(data[:int(0.6 * len(data))])
+        ds = open_dataset(out)
+        n = len(ds.image_stamps(0))
+        assert 2 <= n < 8
+        assert any("read front to back" in w and ("stopped" in w or "cut short" in w) for w in ds.warnings), ds.warnings
+        asl = open_dataset(root)
+        np.testing.assert_array_equal(ds.image_stamps(0), asl.image_stamps(0)[:n])
+        for k in range(n):
+            np.testing.assert_array_equal(ds.load_image(0, k), asl.load_image(0, k))
+        m = len(ds.imu_stamps)
+        np.testing.assert_array_equal(ds.imu_data, asl.imu_data[:m])
+
+    @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
+    def test_ros2_folder_without_metadata(self, tmp_path, generated_frames, storage):
+        from vilib_ros.datasets import open_dataset
+        from vilib_ros.datasets.bag_writer import write_bag
+
+        root = make_asl(tmp_path / "asl", generated_frames[:3], imu_n=20)
+        out = write_bag(root, tmp_path / "bag", kind="ros2", storage=storage)
+        (out / "metadata.yaml").unlink()
+        ds = open_dataset(out)
+        assert any("no metadata.yaml" in w for w in ds.warnings)
+        np.testing.assert_array_equal(ds.load_image(0, 2), generated_frames[2])
+        assert len(ds.imu_stamps) == 20
+
+    def test_text_file_named_bag(self, tmp_path):
+        from vilib_ros.datasets import DatasetError, open_dataset
+
+        p = tmp_path / "notes.bag"
+        p.write_text("not a bag\n")
+        with pytest.raises(DatasetError, match="not a ROS 1 bag, an MCAP file or an sqlite3 database"):
             open_dataset(p)
 
 
@@ -132,7 +180,7 @@ class TestImageMessages:
         return T["sensor_msgs/msg/Image"](header=hdr, height=h, width=w, encoding=enc, is_bigendian=big,
                                           step=step, data=np.frombuffer(data, np.uint8))
 
-    def test_encodings(self, euroc_frames):
+    def test_encodings(self, generated_frames):
         from vilib_ros.datasets.bags import image_msg_to_array
 
         rng = np.random.default_rng(1)
@@ -145,7 +193,7 @@ class TestImageMessages:
         out = image_msg_to_array(self._msg("mono16", m16.astype(">u2").tobytes(), 4, 3, 6, big=1))
         np.testing.assert_array_equal(out, (m16 >> 8).astype(np.uint8))
         # Padded rows (step > width).
-        g = euroc_frames[0][:4, :7]
+        g = generated_frames[0][:4, :7]
         padded = np.concatenate([g, np.full((4, 3), 255, np.uint8)], axis=1)
         np.testing.assert_array_equal(image_msg_to_array(self._msg("mono8", padded.tobytes(), 4, 7, 10)), g)
         with pytest.raises(ValueError, match="encoding"):
@@ -155,12 +203,12 @@ class TestImageMessages:
 
 
 class TestZeroHeaderStamps:
-    def test_bag_time_used(self, tmp_path, euroc_frames):
+    def test_bag_time_used(self, tmp_path, generated_frames):
         """Recorders that leave header stamps at 0: the bag's receive times are used (counted)."""
         from rosbags.rosbag2 import Writer
         from rosbags.typesys import Stores, get_typestore
 
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         ts = get_typestore(Stores.ROS2_JAZZY)
         T = ts.types
@@ -172,7 +220,7 @@ class TestZeroHeaderStamps:
             for k in range(3):
                 img = T["sensor_msgs/msg/Image"](header=T["std_msgs/msg/Header"](stamp=zero, frame_id="cam0"),
                                                  height=480, width=752, encoding="mono8", is_bigendian=0, step=752,
-                                                 data=euroc_frames[k].reshape(-1))
+                                                 data=generated_frames[k].reshape(-1))
                 w.write(ci, 1000 + k * 50_000_000, ts.serialize_cdr(img, "sensor_msgs/msg/Image"))
             for j in range(4):
                 v = T["geometry_msgs/msg/Vector3"](x=1.0 * j, y=0.0, z=0.0)
@@ -186,6 +234,6 @@ class TestZeroHeaderStamps:
             np.testing.assert_array_equal(ds.image_stamps(0), 1000 + 50_000_000 * np.arange(3))
             np.testing.assert_array_equal(ds.imu_stamps, 2000 + 5_000_000 * np.arange(4))
             assert ds.stats["header_stamps_missing"] == 7
-            np.testing.assert_array_equal(ds.load_image(0, 2), euroc_frames[2])
+            np.testing.assert_array_equal(ds.load_image(0, 2), generated_frames[2])
             assert ds.cameras[0].fx == pytest.approx(458.654)  # no camera_info: EuRoC default
             assert ds.groundtruth is None

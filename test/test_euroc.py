@@ -7,7 +7,8 @@ import cv2
 import numpy as np
 import pytest
 
-from vilib_ros.datasets.asl import AslDataset, Groundtruth, open_dataset, read_tum
+from vilib_ros.datasets import FrameError, Groundtruth, open_dataset, read_tum
+from vilib_ros.datasets.asl import AslDataset
 
 
 def _raw_csv_rows(path: Path) -> list[list[str]]:
@@ -114,11 +115,11 @@ class TestIterEvents:
 
 
 class TestSmallAsl:
-    def test_stereo_and_groundtruth_csv(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:3], cams=2)
+    def test_stereo_and_groundtruth_csv(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:3], cams=2)
         ds = open_dataset(root)
         assert len(ds.cameras) == 2 and ds.cameras[1].fx == pytest.approx(457.587)  # EuRoC cam1 default
-        np.testing.assert_array_equal(ds.load_image(1, 2), euroc_frames[2][:, ::-1])
+        np.testing.assert_array_equal(ds.load_image(1, 2), generated_frames[2][:, ::-1])
         gt = ds.groundtruth
         np.testing.assert_allclose(gt.q_xyzw[0], [0.5, -0.5, 0.5, 0.5])  # from w, x, y, z columns
         np.testing.assert_allclose(gt.v[0], [0.1, 0.2, 0.3])
@@ -144,8 +145,8 @@ class TestSmallAsl:
         np.testing.assert_array_equal(back.t_ns, g.t_ns)
         np.testing.assert_allclose(back.p, g.p, atol=1e-8)
 
-    def test_mav0_path_accepted(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:2])
+    def test_mav0_path_accepted(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:2])
         assert len(open_dataset(root / "mav0").image_stamps(0)) == 2
 
 
@@ -159,51 +160,56 @@ class TestBadInput:
         with pytest.raises(ValueError, match="not an EuRoC"):
             open_dataset(tmp_path / "x")
 
-    def test_missing_cam_csv(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:2])
+    def test_missing_cam_csv(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:2])
         (root / "mav0" / "cam0" / "data.csv").unlink()
         with pytest.raises(FileNotFoundError, match=r"cam0/data\.csv"):
             open_dataset(root)
 
-    def test_missing_imu_csv(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:2])
+    def test_missing_imu_csv(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:2])
         (root / "mav0" / "imu0" / "data.csv").unlink()
         with pytest.raises(FileNotFoundError, match=r"imu0/data\.csv"):
             open_dataset(root)
 
-    def test_corrupt_image(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:2])
+    def test_corrupt_image(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:2])
         bad = sorted((root / "mav0" / "cam0" / "data").glob("*.png"))[1]
         bad.write_bytes(b"\x89PNG garbage")
         ds = open_dataset(root)
         ds.load_image(0, 0)
-        with pytest.raises(ValueError, match=bad.name):
+        with pytest.raises(FrameError, match=bad.name) as err:
             ds.load_image(0, 1)
+        assert err.value.reason == "corrupt"
 
-    def test_missing_image(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:2])
+    def test_missing_image(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:2])
         gone = sorted((root / "mav0" / "cam0" / "data").glob("*.png"))[0]
         gone.unlink()
-        with pytest.raises(FileNotFoundError, match=gone.name):
+        with pytest.raises(FrameError, match=gone.name) as err:
             open_dataset(root).load_image(0, 0)
+        assert err.value.reason == "missing_file"
 
-    def test_bad_csv_line(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:2])
+    def test_bad_csv_line(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:2])
         p = root / "mav0" / "imu0" / "data.csv"
         p.write_text(p.read_text() + "12x,1,2,3,4,5,6\n")
         with pytest.raises(ValueError, match=r"imu0/data\.csv:\d+"):
             open_dataset(root)
 
-    def test_non_monotonic_images(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:3])
+    def test_non_monotonic_images_counted_skip(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:3])
         p = root / "mav0" / "cam0" / "data.csv"
         lines = p.read_text().splitlines()
-        p.write_text("\n".join([lines[0], lines[2], lines[1], lines[3]]) + "\n")
-        with pytest.raises(ValueError, match="strictly increasing"):
-            open_dataset(root)
+        p.write_text("\n".join([lines[0], lines[2], lines[1], lines[3]]) + "\n")   # frame 1 listed after 2
+        ds = open_dataset(root)
+        assert ds.stats["images_non_monotonic_dropped"] == 1
+        assert ds.image_stamps(0).tolist() == [int(lines[2].split(",")[0]), int(lines[3].split(",")[0])]
+        assert any("line 3" in w for w in ds.warnings)
+        np.testing.assert_array_equal(ds.load_image(0, 1), generated_frames[2])
 
-    def test_non_monotonic_imu_counted_skip(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", euroc_frames[:2], imu_n=10)
+    def test_non_monotonic_imu_counted_skip(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", generated_frames[:2], imu_n=10)
         p = root / "mav0" / "imu0" / "data.csv"
         lines = p.read_text().splitlines()
         p.write_text("\n".join(lines[:6] + [lines[3]] + lines[6:]) + "\n")  # a repeated old sample
@@ -215,8 +221,10 @@ class TestBadInput:
         with pytest.raises(ValueError, match="camera index"):
             real.image_stamps(1)
 
-    def test_wrong_image_size(self, tmp_path, euroc_frames):
-        root = make_asl(tmp_path / "seq", [f[:240, :376].copy() for f in euroc_frames[:2]])
+    def test_wrong_image_size(self, tmp_path, generated_frames):
+        root = make_asl(tmp_path / "seq", [f[:240, :376].copy() for f in generated_frames[:2]])
         ds = open_dataset(root)  # no sensor.yaml -> EuRoC defaults (752x480)
-        with pytest.raises(ValueError, match="differs from the calibration"):
+        with pytest.raises(FrameError, match="differs from the calibration") as err:
             ds.load_image(0, 0)
+        assert err.value.reason == "size_mismatch"
+        assert any("sensor.yaml missing" in w for w in ds.warnings)

@@ -55,11 +55,26 @@ class TestApeSe3:
         assert (tmp_path / "out" / "eval.png").stat().st_size > 10_000
         assert json.loads((tmp_path / "out" / "eval.json").read_text())["alignment"] == "se3"
 
-    def test_unaligned_offset_would_be_large(self, tmp_path):
-        # sanity: the raw offset is metres, so a small APE proves the alignment happened
+    def test_alignment_recovers_the_injected_transform(self, tmp_path):
+        """Regression: this test used to compute only the raw offset between two arrays of its
+        own and called no project code, so a broken alignment could not fail it. Now the
+        project's Umeyama alignment must recover the injected rotation and translation exactly,
+        and ``evaluate`` must report ~0 APE for an offset of metres (it aligned before measuring)."""
+        from vilib_ros.evaluation import ate_rmse, umeyama
+
         t, p, rot = _gt()
-        p2, _ = _perturb(p, rot)
-        assert np.sqrt(np.mean(np.sum((p2 - p) ** 2, 1))) > 3.0
+        p2, r2 = _perturb(p, rot)                     # known rigid transform, no noise
+        raw = np.sqrt(np.mean(np.sum((p2 - p) ** 2, 1)))
+        assert raw > 3.0                              # unaligned, the trajectories are metres apart
+        R, tr, s = umeyama(p, p2)
+        Ra = Rotation.from_euler("zyx", [0.7, -0.2, 0.3]).as_matrix()
+        np.testing.assert_allclose(R, Ra, atol=1e-9)
+        np.testing.assert_allclose(tr, [5.0, -2.0, 1.5], atol=1e-9)
+        assert s == 1.0
+        assert ate_rmse(p2, p) < 1e-9
+        gt = _write_tum(tmp_path / "gt.txt", t, p, rot)
+        est = _write_tum(tmp_path / "est.txt", t, p2, r2)
+        assert evaluate(est, gt)["ape_m"]["rmse"] < 1e-6 * raw
 
 
 class TestApeSim3:
@@ -139,5 +154,6 @@ class TestCli:
         bad = tmp_path / "bad.txt"
         bad.write_text("1 2 3\n")
         assert main(["eval", str(bad), str(bad)]) == 2
-        assert "8 columns" in capsys.readouterr().out
+        err = capsys.readouterr().err
+        assert "vilib-ros eval: error:" in err and "8 columns" in err and "Traceback" not in err
         assert main(["eval", str(tmp_path / "missing.txt"), str(bad)]) == 2

@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vilib_ros.nodes.processes import popen
+
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import DOMAIN_SEED, live_pids  # noqa: E402
 
 DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 3
 REPO = Path(__file__).resolve().parents[1]
@@ -32,22 +34,8 @@ def _env():
 
 
 def _children_of(params_file: Path) -> list[int]:
-    """pids of live processes whose command line names this run's params file."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(params_file) in cmd and "vilib_ros.nodes." in cmd:
-            try:
-                if (d / "stat").read_text().split(")")[-1].split()[0] != "Z":
-                    pids.append(int(d.name))
-            except OSError:
-                pass
-    return pids
+    """pids of live node processes whose command line names this run's params file."""
+    return live_pids(str(params_file), "vilib_ros.nodes.")
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +43,15 @@ def first_run(tmp_path_factory):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     out = tmp_path_factory.mktemp("pipeline") / "out"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "vilib_ros", "run", "--out", str(out), "--duration", "3",
-                           "--domain-id", str(DOMAIN), "--timeout", "400"],
-                          env=_env(), capture_output=True, text=True, timeout=500)
-    return {"out": out, "rc": proc.returncode, "stderr": proc.stderr, "wall": time.monotonic() - t0}
+    proc = popen([sys.executable, "-m", "vilib_ros", "run", "--out", str(out), "--duration", "3",
+                  "--domain-id", str(DOMAIN), "--timeout", "400"],
+                 env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=500)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return {"out": out, "rc": proc.returncode, "stderr": err, "wall": time.monotonic() - t0}
 
 
 def _gt_positions(dataset: Path):
@@ -98,10 +91,11 @@ class TestRunEndToEnd:
             assert len(list((out / "tracks_frames").glob("*.png"))) == n_images
 
     def test_trajectory_against_ground_truth(self, first_run):
-        from vilib_ros.pipeline import read_tum
+        from vilib_ros.datasets import read_tum
 
         out = first_run["out"]
-        t_e, p_e, q_e = read_tum(out / "trajectory_tum.txt")
+        est = read_tum(out / "trajectory_tum.txt")
+        t_e, p_e, q_e = est.t_ns, est.p, est.q_xyzw
         t_g, p_g = _gt_positions(out / "dataset")
         assert len(t_e) >= 30
         assert np.allclose(np.linalg.norm(q_e, axis=1), 1.0, atol=1e-6)
@@ -133,9 +127,9 @@ class TestRunEndToEnd:
 
 
 def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int):
-    proc = subprocess.Popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out),
-                             "--domain-id", str(domain), "--rate", "0.5", "--no-video"],
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out),
+                  "--domain-id", str(domain), "--rate", "0.5", "--no-video"],
+                 env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rec = out / "recorded.jsonl"
     t_end = time.monotonic() + 180
     while time.monotonic() < t_end and proc.poll() is None:
@@ -147,16 +141,26 @@ def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int):
 
 
 class TestRunShutdown:
-    def test_ctrl_c_stops_every_child(self, first_run, tmp_path):
+    @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+    def test_interrupt_stops_every_child_and_writes_what_there_is(self, first_run, tmp_path, sig):
+        """Ctrl-C or SIGTERM: every node stopped, and (regression) the report, trajectory and
+        logs of what was done so far are still written; before, an interrupted run wrote nothing."""
         assert first_run["rc"] == 0
         out = tmp_path / "interrupted"
         proc = _start_and_wait_for_tracks(out, first_run["out"] / "dataset", DOMAIN)
         assert len(_children_of(out / "params.yaml")) == 4
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err[-3000:]
         assert "interrupted" in err
         assert not _children_of(out / "params.yaml")
+        report = (out / "report.md").read_text()
+        assert "status: **interrupted**" in report
+        import json
+
+        player = json.loads((out / "player_stats.json").read_text())    # written on the way out
+        assert 0 < player["images"][0] < 61
+        assert "## Messages received against sent" in report
 
     def test_child_crash_fails_the_run(self, first_run, tmp_path):
         assert first_run["rc"] == 0

@@ -6,7 +6,8 @@ a dropped frame, malformed and out-of-order tracks: both nodes keep running, cou
 event in their diagnostics under its own reason, warn once per topic/encoding, and lose
 none of the good messages in between (valid rgb8 and padded mono16 images included).
 Also: the parameter descriptors (ranges, read-only) seen through the parameter services,
-and the debug image.
+and the debug image. The good frames come from a generated sequence (everywhere) and from the
+real EuRoC frames (where present).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import DOMAIN_SEED, dataset_frames  # noqa: E402
 
 DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 1
 T0 = 1_403_715_273_262_142_976
@@ -43,7 +44,7 @@ def _image(img: np.ndarray, stamp: int, encoding: str = "mono8", step: int | Non
 
 
 @pytest.fixture(scope="module")
-def session(euroc_path, euroc_frames, tmp_path_factory):
+def session(node_dataset, tmp_path_factory):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     from diagnostic_msgs.msg import DiagnosticArray
     from sensor_msgs.msg import Image, Imu, PointCloud
@@ -55,7 +56,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("ros_bad")
     env = ros_env(DOMAIN)
-    cam_yaml = str(euroc_path / "mav0" / "cam0" / "sensor.yaml")
+    cam_yaml = str(node_dataset / "mav0" / "cam0" / "sensor.yaml")
     client = GraphClient(DOMAIN, "test_bad_traffic")
     node = client.node
     fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
@@ -66,7 +67,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
         tmp / "frontend.log")
     be = NodeProcess("backend_node", node_argv("backend_node", params={
         "camera_yaml": cam_yaml, "diagnostics_period_s": 0.3,
-        "imu_yaml": str(euroc_path / "mav0" / "imu0" / "sensor.yaml")}), env, tmp / "backend.log")
+        "imu_yaml": str(node_dataset / "mav0" / "imu0" / "sensor.yaml")}), env, tmp / "backend.log")
     rec_only = NodeProcess("backend_record", node_argv("backend_node", name="backend_record", params={
         "camera_yaml": cam_yaml, "diagnostics_period_s": 0.3, "estimator": "none"}), env, tmp / "backend_rec.log")
     procs = [fe, be, rec_only]
@@ -116,7 +117,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
             else:
                 client.spin_for(0.3)
 
-        frames = euroc_frames
+        frames = dataset_frames(node_dataset)
         imu_until(0)
         send(_image(frames[0], T0), True)
         imu_until(1)

@@ -5,6 +5,7 @@ exit with ``exit_when_done``.
 """
 from __future__ import annotations
 
+import json
 import os
 import zlib
 
@@ -36,7 +37,7 @@ def sequence(tmp_path_factory):
 
 def _replay(path, tmp, tag):
     from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
-    from vilib_ros.pipeline import read_jsonl
+    from vilib_ros.pipeline_report import read_jsonl
 
     env = ros_env(DOMAIN)
     client = GraphClient(DOMAIN, f"test_player_{tag}")
@@ -46,8 +47,12 @@ def _replay(path, tmp, tag):
                    "imu0:sensor_msgs/msg/Imu", "player_done:std_msgs/msg/Bool"]}), env, tmp / f"rec_{tag}.log")
     try:
         assert client.wait_for_subscribers({"/cam0/image_raw": 1, "/player_done": 1}, 60, [rec])
+        # the player waits until every subscriber it has (the recorder's four) is matched; before,
+        # it waited for cam0 only and lost the first IMU samples or images when the others matched late
         player = NodeProcess("player_node", node_argv("player_node", params={
-            "dataset": str(path), "rate": 2.0, "exit_when_done": True, "progress": True}), env, tmp / f"pl_{tag}.log")
+            "dataset": str(path), "rate": 2.0, "exit_when_done": True, "progress": True,
+            "wait_for_imu_subscribers": 1, "stats_path": str(tmp / f"stats_{tag}.json")}), env,
+            tmp / f"pl_{tag}.log")
         rc = player.wait(120)
         out = tmp / f"{tag}.jsonl"
         sizes = []
@@ -57,8 +62,9 @@ def _replay(path, tmp, tag):
             return len(sizes) > 10 and sizes[-1] == sizes[-10] and "player_done" in out.read_text()
 
         client.spin_until(settled, 60, 0.1)
+        stats = tmp / f"stats_{tag}.json"
         return {"rc": rc, "records": read_jsonl(tmp / f"{tag}.jsonl"), "log": player.output(),
-                "rec_rc": rec.stop()}
+                "rec_rc": rec.stop(), "stats": json.loads(stats.read_text()) if stats.exists() else None}
     finally:
         rec.stop()
         client.close()
@@ -87,6 +93,16 @@ class TestPlayerSources:
 
     @pytest.mark.parametrize("source", ["asl", "ros1", "ros2"])
     def test_imu_stream_and_done(self, replays, sequence, source):
+        """Every IMU sample of the replay window arrives, once, in order, and ``player_done`` once.
+
+        Regression (failed in 2 of 4 runs on the loaded 2-core machine, ``[ros1]`` here and a
+        missing cam0 frame in ``[ros2]``): the player waited only until cam0/image_raw had a
+        subscriber and then started; the recorder's imu0 and cam1 subscriptions, discovered
+        independently, could still be unmatched and lost the first samples. The player now waits
+        for every subscriber of every topic it publishes. The old "IMU precedes its image" check
+        here was always true for IMU records and never checked anything: the publication order is
+        asserted on the sequence the player publishes (test_replay.py); DDS keeps the order per
+        topic only, which is what is checked here."""
         r = replays[source]
         rows = [ln.split(",") for ln in (sequence["asl"] / "mav0" / "imu0" / "data.csv").read_text().splitlines()
                 if ln and not ln.startswith("#")]
@@ -94,15 +110,13 @@ class TestPlayerSources:
         t_img = sorted(int(f.stem) for f in (sequence["asl"] / "mav0" / "cam0" / "data").glob("*.png"))
         expect = t_imu[(t_imu >= t_img[0] - 500_000_000) & (t_imu <= t_img[-1])]
         got = [x["stamp_ns"] for x in r["records"] if x["topic"] == "imu0"]
-        assert got == expect.tolist()
+        assert got == expect.tolist()          # all of them, once, in publication order
+        cam0 = [x["stamp_ns"] for x in r["records"] if x["topic"] == "cam0/image_raw"]
+        assert cam0 == t_img
         done = [x for x in r["records"] if x["topic"] == "player_done"]
         assert len(done) == 1 and done[0]["data"] is True
-        # published in time order across topics: IMU up to an image's stamp precedes it
-        last = -1
-        for x in r["records"]:
-            if x["topic"] in ("imu0", "cam0/image_raw"):
-                assert x["stamp_ns"] >= last or x["topic"] == "imu0"
-                last = max(last, x["stamp_ns"]) if x["topic"] == "cam0/image_raw" else last
+        st = r["stats"]
+        assert st["imu"] == len(expect) and st["images"] == [len(t_img), len(t_img)] and st["skipped"] == {}
 
     def test_progress_bar_on_stderr(self, replays):
         assert "player: 100%" in replays["asl"]["log"]

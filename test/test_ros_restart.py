@@ -1,7 +1,7 @@
 """Kill the frontend mid-replay (SIGKILL, like a crash) and start it again.
 
-player_node (EuRoC, half real time), frontend_node, backend_node and recorder_node run as
-separate processes. The frontend is killed after some frames and restarted: the player and
+player_node (half real time; a generated sequence everywhere, the real EuRoC frames where
+present), frontend_node, backend_node and recorder_node run as separate processes. The frontend is killed after some frames and restarted: the player and
 the backend keep running, the new frontend resumes publishing tracks for the frames that
 follow, and the backend goes on receiving them.
 """
@@ -14,20 +14,20 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import DOMAIN_SEED, dataset_stamps  # noqa: E402
 
 DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 2
 
 
 @pytest.fixture(scope="module")
-def run(euroc_path, tmp_path_factory):
+def run(node_dataset, tmp_path_factory):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
-    from vilib_ros.pipeline import read_jsonl
+    from vilib_ros.pipeline_report import read_jsonl
 
     tmp = tmp_path_factory.mktemp("ros_restart")
     env = ros_env(DOMAIN)
-    cam_yaml = str(euroc_path / "mav0" / "cam0" / "sensor.yaml")
+    cam_yaml = str(node_dataset / "mav0" / "cam0" / "sensor.yaml")
     # reliable input: with best effort (the default) a loaded machine drops images between
     # processes (Fast DDS falls back from its 512 KB shared-memory segment to UDP fragments)
     fe_argv = node_argv("frontend_node", params={"camera_yaml": cam_yaml, "device": "cpu", "queue_size": 100,
@@ -42,7 +42,7 @@ def run(euroc_path, tmp_path_factory):
                        "diagnostics:diagnostic_msgs/msg/DiagnosticArray", "odometry:nav_msgs/msg/Odometry",
                        "odometry_imu:nav_msgs/msg/Odometry", "path:nav_msgs/msg/Path"]}), env, tmp / "recorder.log")
         procs["backend"] = NodeProcess("backend_node", node_argv("backend_node", params={
-            "camera_yaml": cam_yaml, "imu_yaml": str(euroc_path / "mav0" / "imu0" / "sensor.yaml"),
+            "camera_yaml": cam_yaml, "imu_yaml": str(node_dataset / "mav0" / "imu0" / "sensor.yaml"),
             "stats_path": str(tmp / "backend_stats.json"), "diagnostics_period_s": 0.5,
             "input_reliability": "reliable"},
             remaps={"imu": "imu0"}), env, tmp / "backend.log")
@@ -50,8 +50,8 @@ def run(euroc_path, tmp_path_factory):
         assert client.wait_for_subscribers({"/cam0/image_raw": 2, "/tracks": 2, "/imu0": 2}, 90,
                                            list(procs.values()))
         procs["player"] = NodeProcess("player_node", node_argv("player_node", params={
-            "dataset": str(euroc_path), "rate": 0.5, "exit_when_done": True, "progress": False,
-            "wait_for_subscribers": 2}), env, tmp / "player.log")
+            "dataset": str(node_dataset), "rate": 0.5, "exit_when_done": True, "progress": False,
+            "wait_for_subscribers": 2, "wait_for_imu_subscribers": 2}), env, tmp / "player.log")
 
         def n_tracks():
             return sum(1 for r in read_jsonl(tmp / "rec.jsonl") if r["topic"] == "tracks")
@@ -75,7 +75,8 @@ def run(euroc_path, tmp_path_factory):
         codes = {k: p.stop() for k, p in procs.items()}
         yield {"records": read_jsonl(tmp / "rec.jsonl"), "alive": alive, "codes": codes, "player_rc": player_rc,
                "killed_after": killed_after, "images_at_kill": images_at_kill,
-               "backend": json.loads((tmp / "backend_stats.json").read_text()), "procs": procs}
+               "backend": json.loads((tmp / "backend_stats.json").read_text()), "procs": procs,
+               "n_images": len(dataset_stamps(node_dataset))}
     finally:
         for p in procs.values():
             p.stop()
@@ -94,7 +95,7 @@ class TestFrontendRestart:
         recs = run["records"]
         images = [r["stamp_ns"] for r in recs if r["topic"] == "cam0/image_raw"]
         tracks = [r["stamp_ns"] for r in recs if r["topic"] == "tracks"]
-        assert len(images) == 95
+        assert len(images) == run["n_images"]
         assert tracks == sorted(set(tracks)), "tracks went backwards or repeated"
         before = tracks[: run["killed_after"]]
         after = [t for t in tracks if t > before[-1]]
@@ -124,7 +125,7 @@ class TestFrontendRestart:
         be = run["backend"]
         # the backend and the recorder each match the restarted frontend's publisher on their own
         # discovery schedule (seconds on a loaded machine), so their counts differ by a few frames
-        assert run["killed_after"] + 10 <= be["frames_received"] <= 95, (be["frames_received"], n_tracks)
+        assert run["killed_after"] + 10 <= be["frames_received"] <= run["n_images"], (be["frames_received"], n_tracks)
         assert be["skipped"]["tracks_out_of_order"] == 0
         assert be["imu_received"] > 900
         diag = [r for r in run["records"] if r["topic"] == "diagnostics" and
@@ -132,6 +133,9 @@ class TestFrontendRestart:
         assert diag, "backend diagnostics missing"
 
     def test_backend_published_odometry(self, run):
+        """Regression: installed without the ``backend`` extra (no gtsam) this failed instead of
+        skipping: the backend then runs record-only and publishes no odometry."""
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed: the backend runs record-only")
         recs = run["records"]
         odom = [r for r in recs if r["topic"] == "odometry"]
         odom_imu = [r for r in recs if r["topic"] == "odometry_imu"]
@@ -147,4 +151,4 @@ class TestFrontendRestart:
         q = np.array([r["q_xyzw"] for r in odom])
         assert np.all(np.isfinite(p)) and np.allclose(np.linalg.norm(q, axis=1), 1.0, atol=1e-6)
         print(f"backend across the frontend restart: {len(odom)} poses, largest offset from the first "
-              f"{np.linalg.norm(p - p[0], axis=1).max():.3f} m (vehicle at rest)")
+              f"{np.linalg.norm(p - p[0], axis=1).max():.3f} m")

@@ -300,7 +300,8 @@ class TestGenerate:
         pytest.importorskip("rosbags")
         from rosbags.highlevel import AnyReader
 
-        from vilib_ros.datasets.asl import EUROC_GT_HEADER, open_dataset
+        from vilib_ros.datasets import open_dataset
+        from vilib_ros.datasets.common import EUROC_GT_HEADER
 
         cfg = SequenceConfig(duration_s=0.5, seed=2)
         out = generate_sequence(tmp_path / "seq", cfg, progress=False, bag="ros2", bag_storage="mcap",
@@ -338,7 +339,7 @@ class TestGenerate:
         np.testing.assert_allclose(gt.q_xyzw, ref.q_xyzw, atol=1e-10)
         np.testing.assert_allclose(gt.bg, bg, atol=1e-14)
         np.testing.assert_allclose(gt.ba, ba, atol=1e-14)
-        from vilib_ros.datasets.asl import read_tum
+        from vilib_ros.datasets import read_tum
 
         tum = read_tum(out / "groundtruth_tum.txt")
         np.testing.assert_array_equal(tum.t_ns, ref.t_ns)
@@ -357,7 +358,7 @@ class TestGenerate:
 
     def test_deterministic_and_ros1(self, tmp_path):
         pytest.importorskip("rosbags")
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         cfg = SequenceConfig(duration_s=0.2, stereo=False, seed=9, illumination=True)
         a = generate_sequence(tmp_path / "a", cfg, progress=False, workers=1, bag="ros1")
@@ -378,7 +379,7 @@ class TestGenerate:
 
     def test_cli(self, tmp_path, capsys):
         from vilib_ros.cli import main
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         args = ["generate", str(tmp_path / "c"), "--duration", "0.1", "--mono", "--quiet", "--workers", "1",
                 "--preset", "fast_rotation", "--seed", "4"]

@@ -14,6 +14,10 @@ import numpy as np
 import yaml
 
 DISTORTION_MODELS = ("radial-tangential", "equidistant", "none")
+#: Names of the distortion models in EuRoC/Kalibr/ROS files -> ours.
+DISTORTION_ALIASES = {"radial-tangential": "radial-tangential", "radtan": "radial-tangential",
+                      "plumb_bob": "radial-tangential", "equidistant": "equidistant", "equi": "equidistant",
+                      "fisheye": "equidistant", "none": "none"}
 
 
 def load_euroc_yaml(path: str | Path) -> dict:
@@ -42,10 +46,20 @@ class CameraModel:
             )
         if self.width <= 0 or self.height <= 0:
             raise ValueError(f"camera size must be positive, got {self.width}x{self.height}")
+        for key in ("fx", "fy", "cx", "cy"):
+            if not np.isfinite(getattr(self, key)):
+                raise ValueError(f"intrinsics must be finite, got {key}={getattr(self, key)}")
         if self.fx <= 0 or self.fy <= 0:
             raise ValueError(f"focal lengths must be positive, got fx={self.fx}, fy={self.fy}")
         self.distortion = np.asarray(self.distortion, dtype=np.float64).reshape(-1)
-        self.T_BS = np.asarray(self.T_BS, dtype=np.float64).reshape(4, 4)
+        if not np.all(np.isfinite(self.distortion)):
+            raise ValueError(f"distortion coefficients must be finite, got {self.distortion.tolist()}")
+        T = np.asarray(self.T_BS, dtype=np.float64)
+        if T.size != 16:
+            raise ValueError(f"T_BS must be a 4x4 matrix (16 numbers), got {T.size} numbers")
+        self.T_BS = T.reshape(4, 4)
+        if not np.all(np.isfinite(self.T_BS)):
+            raise ValueError("T_BS must be finite")
 
     @property
     def K(self) -> np.ndarray:
@@ -53,16 +67,52 @@ class CameraModel:
 
     @classmethod
     def from_euroc_yaml(cls, path: str | Path) -> "CameraModel":
-        d = load_euroc_yaml(path)
-        fu, fv, cu, cv = (float(v) for v in d["intrinsics"])
-        w, h = (int(v) for v in d["resolution"])
-        model = d.get("distortion_model", "none") or "none"
-        if model in ("radtan", "plumb_bob"):
-            model = "radial-tangential"
-        if model in ("equi", "fisheye"):
-            model = "equidistant"
-        T = np.asarray(d.get("T_BS", {}).get("data", np.eye(4).ravel()), dtype=np.float64)
-        return cls(w, h, fu, fv, cu, cv, model, np.asarray(d.get("distortion_coefficients", [0, 0, 0, 0])), T.reshape(4, 4))
+        """Read an EuRoC/Kalibr camera ``sensor.yaml``. Every error names the file and the key
+        (missing, not numbers, the wrong count, non-finite, an unknown distortion model)."""
+        path = Path(path)
+        try:
+            d = load_euroc_yaml(path)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ValueError(f"{path}: cannot read the camera calibration ({str(exc).splitlines()[0]})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}: not a camera calibration (expected keys such as 'intrinsics', "
+                             f"'resolution', got {type(d).__name__})")
+
+        def numbers(key: str, count: int, value=None) -> np.ndarray:
+            v = d.get(key) if value is None else value
+            if v is None:
+                raise ValueError(f"{path}: missing key '{key}'")
+            try:
+                a = np.asarray(v, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: key '{key}' must hold {count} numbers, got {str(v)[:80]!r}") from None
+            if a.size != count:
+                raise ValueError(f"{path}: key '{key}' must hold {count} numbers, got {a.size}")
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"{path}: key '{key}' has a non-finite value: {a.tolist()}")
+            return a
+
+        fu, fv, cu, cv = numbers("intrinsics", 4)
+        res = numbers("resolution", 2)
+        if np.any(res != np.round(res)):
+            raise ValueError(f"{path}: key 'resolution' must hold two integers, got {res.tolist()}")
+        raw_model = d.get("distortion_model", "none") or "none"
+        model = DISTORTION_ALIASES.get(str(raw_model).lower()) if isinstance(raw_model, str) else None
+        if model is None:
+            raise ValueError(f"{path}: key 'distortion_model' must be one of "
+                             f"{sorted(DISTORTION_ALIASES)}, got {str(raw_model)[:80]!r}")
+        dist = np.zeros(4) if model == "none" and "distortion_coefficients" not in d else \
+            numbers("distortion_coefficients", 4)
+        T_raw = d.get("T_BS")
+        if T_raw is None:
+            T = np.eye(4)
+        else:
+            T = numbers("T_BS", 16, T_raw.get("data") if isinstance(T_raw, dict) else T_raw)
+        try:
+            return cls(int(res[0]), int(res[1]), float(fu), float(fv), float(cu), float(cv), model, dist,
+                       T.reshape(4, 4))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
     def to_euroc_dict(self) -> dict:
         return {
@@ -155,3 +205,19 @@ def euroc_cam0() -> CameraModel:
         [0.0, 0.0, 0.0, 1.0]])
     return CameraModel(752, 480, 458.654, 457.296, 367.215, 248.375, "radial-tangential",
                        np.array([-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05]), T)
+
+
+def euroc_cam1() -> CameraModel:
+    """EuRoC MAV cam1 calibration (V1_01), the default for a second camera."""
+    T = np.array([
+        [0.0125552670891, -0.999755099723, 0.0182237714554, -0.0198435579556],
+        [0.999598781151, 0.0130119051815, 0.0251588363115, 0.0453689425024],
+        [-0.0253898008918, 0.0179005838253, 0.999517347078, 0.00786212447038],
+        [0.0, 0.0, 0.0, 1.0]])
+    return CameraModel(752, 480, 457.587, 456.134, 379.999, 255.238, "radial-tangential",
+                       np.array([-0.28368365, 0.07451284, -0.00010473, -3.55590700e-05]), T)
+
+
+def default_camera(cam: int) -> CameraModel:
+    """The EuRoC calibration of camera ``cam`` (0 or 1), used where a dataset has none."""
+    return euroc_cam0() if cam == 0 else euroc_cam1()

@@ -1,8 +1,14 @@
 """``vilib-ros``: the command-line entry point.
 
-Each sub-command lives in its own module, which provides
-``configure_parser(parser)`` and ``run_command(args) -> int``; modules are imported
-only when their command runs, so ``vilib-ros --help`` works without CUDA, ROS or gtsam.
+Each sub-command lives in its own module, which provides ``configure_parser(parser)`` and
+``run_command(args) -> int``. Only the module of the command being run is imported (its
+arguments are added to the parser then), so ``vilib-ros --help`` and every command work
+without CUDA, ROS or gtsam unless that command needs them.
+
+Errors: a user error (a missing file, a dataset or argument that is not valid) prints
+``vilib-ros <command>: error: <message>`` and exits 2; anything else prints a one-line
+internal error and exits 1. ``-v`` adds the traceback and debug logging. Only the project's
+own loggers (``vilib_ros.*``) are configured, never the root logger.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("vilib_ros.pipeline", "replay a dataset (or a generated one) through player, frontend and backend"),
@@ -23,33 +30,75 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),
 }
 
+#: Exceptions that mean "the user asked for something that cannot be done", not a bug.
+USER_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
+               ValueError)
 
-def build_parser() -> argparse.ArgumentParser:
+
+def command_of(argv: list[str]) -> str | None:
+    """The sub-command named in ``argv`` (the first argument that is not an option), if any."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if a in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported, to add that command's arguments."""
     parser = argparse.ArgumentParser(prog="vilib-ros", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        try:
-            importlib.import_module(module).configure_parser(p)
-        except ImportError as exc:
-            p.set_defaults(_import_error=str(exc))
+        if name == command:
+            try:
+                importlib.import_module(module).configure_parser(p)
+            except ImportError as exc:
+                p.set_defaults(_import_error=str(exc))
     return parser
 
 
+def configure_logging(verbose: bool) -> None:
+    """Console logging for the project's own loggers only (third-party INFO lines stay quiet)."""
+    logger = logging.getLogger("vilib_ros")
+    if not any(getattr(h, "_vilib_ros_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler._vilib_ros_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     if not args.command:
         parser.print_help()
         return 2
+    prog = f"vilib-ros {args.command}"
     if getattr(args, "_import_error", None):
-        print(f"vilib-ros {args.command}: cannot load {args._module}: {args._import_error}", file=sys.stderr)
+        print(f"{prog}: error: cannot load {args._module}: {args._import_error}", file=sys.stderr)
         return 2
-    return int(importlib.import_module(args._module).run_command(args) or 0)
+    try:
+        return int(importlib.import_module(args._module).run_command(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except USER_ERRORS as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback with -v
+        if args.verbose:
+            traceback.print_exc()
+        print(f"{prog}: internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

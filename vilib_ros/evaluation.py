@@ -179,12 +179,9 @@ def configure_parser(p) -> None:
 
 
 def run_command(args) -> int:
-    try:
-        res = evaluate(args.est, args.gt, correct_scale=args.correct_scale, rpe_delta_m=args.rpe_delta,
-                       max_diff=args.max_diff, out_dir=args.out, plot=not args.no_plot)
-    except ValueError as exc:
-        print(f"vilib-ros eval: {exc}")
-        return 2
+    """A bad input raises ``ValueError``: ``vilib-ros`` prints ``vilib-ros eval: error: ...``, exit 2."""
+    res = evaluate(args.est, args.gt, correct_scale=args.correct_scale, rpe_delta_m=args.rpe_delta,
+                   max_diff=args.max_diff, out_dir=args.out, plot=not args.no_plot)
     print(res["markdown"])
     if res.get("plot"):
         print(f"plot: {res['plot']}")

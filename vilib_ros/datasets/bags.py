@@ -11,9 +11,11 @@
   ``/vicon/firefly_sbx/firefly_sbx`` (note: the Vicon marker pose, not the IMU pose).
   Stamps are the message header stamps (bag time where a stream's header stamps are all zero);
   images are read lazily by bag time.
-* :func:`write_bag` converts any dataset (usually an ASL folder) to a ROS 1 ``.bag`` or a
-  ROS 2 bag, writing the messages above (bag time = header stamp) so that
-  ``open_dataset(write_bag(ds, ...))`` reproduces images, IMU, stamps, calibration and poses.
+* A bag whose index is damaged or missing (cut short by a full disk or a killed recorder; a
+  ROS 2 bag folder without ``metadata.yaml``) is read front to back by
+  :class:`~.bag_salvage.SalvageReader`: what is readable is replayed, and ``warnings`` says
+  where the reading stopped. A file that is no bag at all is a :class:`~.common.DatasetError`.
+Writing bags: :mod:`vilib_ros.datasets.bag_writer`.
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..camera import CameraModel
-from .asl import EUROC_IMU_NOISE, Dataset, Groundtruth, default_camera, open_dataset
+from ..camera import CameraModel, default_camera
+from .common import EUROC_IMU_NOISE, Dataset, DatasetError, FrameError, Groundtruth
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +35,16 @@ IMU_TOPIC = "/imu0"
 GT_TOPIC = "/groundtruth/pose"
 EUROC_VICON_TOPIC = "/vicon/firefly_sbx/firefly_sbx"
 
-_TF_MSGDEF_ROS1 = "geometry_msgs/TransformStamped[] transforms\n"
-
 
 def is_bag(path: str | Path) -> bool:
+    """A ``.bag`` file, a ROS 2 bag folder (``metadata.yaml`` or a ``.db3`` / ``.mcap`` storage
+    file), or a ``.db3`` / ``.mcap`` file."""
+    from .bag_salvage import storage_file
+
     p = Path(path)
-    if p.is_file() and p.suffix == ".bag":
+    if p.is_file() and p.suffix in (".bag", ".db3", ".mcap"):
         return True
-    if p.is_dir() and (p / "metadata.yaml").is_file():
-        return True
-    if p.is_file() and p.suffix in (".db3", ".mcap") and (p.parent / "metadata.yaml").is_file():
-        return True
-    return False
+    return p.is_dir() and ((p / "metadata.yaml").is_file() or storage_file(p) is not None)
 
 
 def _stamp_ns(header) -> int:
@@ -66,12 +66,6 @@ def _quat_to_rot(q_xyzw) -> np.ndarray:
         [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
         [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
         [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
-
-
-def _rot_to_quat(R: np.ndarray) -> np.ndarray:
-    from scipy.spatial.transform import Rotation
-
-    return Rotation.from_matrix(np.asarray(R, float)).as_quat()  # x, y, z, w
 
 
 def image_msg_to_array(msg, where: str = "") -> np.ndarray:
@@ -118,27 +112,70 @@ class BagDataset(Dataset):
     """A ROS 1 ``.bag`` or ROS 2 bag opened with ``rosbags.highlevel.AnyReader``."""
 
     def __init__(self, path: str | Path):
-        from rosbags.highlevel import AnyReader
-        from rosbags.typesys import Stores, get_typestore
-
         p = Path(path)
-        if p.is_file() and p.suffix in (".db3", ".mcap"):
-            p = p.parent
         if not p.exists():
             raise FileNotFoundError(f"bag not found: {p}")
+        if p.is_file() and p.suffix in (".db3", ".mcap") and (p.parent / "metadata.yaml").is_file():
+            p = p.parent
         self.path = p
         self.name = p.stem if p.is_file() else p.name
         self.stats = {"imu_non_monotonic_dropped": 0, "images_non_monotonic_dropped": 0}
-        try:
-            self._reader = AnyReader([p], default_typestore=get_typestore(Stores.ROS2_JAZZY))
-            self._reader.open()
-        except Exception as exc:  # rosbags raises its own error types
-            raise ValueError(f"cannot open bag {p}: {exc}") from exc
+        self.warnings: list[str] = []
+        self._reader = self._open_reader(p)
         try:
             self._scan()
-        except Exception:
+        except DatasetError:
             self._reader.close()
             raise
+        except Exception as exc:  # noqa: BLE001 - the index opened, but the data behind it is damaged
+            from .bag_salvage import SalvageReader
+
+            self._reader.close()
+            if isinstance(self._reader, SalvageReader):
+                raise DatasetError(f"cannot read bag {p}: {exc}") from None
+            self._reader = self._salvage(p, f"reading it failed midway ({type(exc).__name__}: {exc})")
+            self.stats = {"imu_non_monotonic_dropped": 0, "images_non_monotonic_dropped": 0, "bag_salvaged": 1}
+            try:
+                self._scan()
+            except Exception:
+                self._reader.close()
+                raise
+        if not len(self._stamps[0]):
+            self._reader.close()
+            raise DatasetError(f"{p}: no readable cam0 image in the bag")
+        for w in self.warnings:
+            log.warning("%s", w)
+
+    def _open_reader(self, p: Path):
+        """``rosbags``' indexed reader; for a damaged or missing index the front-to-back one."""
+        from rosbags.highlevel import AnyReader
+        from rosbags.typesys import Stores, get_typestore
+
+        why = None
+        if p.is_dir() and not (p / "metadata.yaml").is_file():
+            why = "no metadata.yaml"
+        elif p.suffix in (".db3", ".mcap"):
+            why = "a storage file without its bag folder's metadata.yaml"
+        else:
+            try:
+                reader = AnyReader([p], default_typestore=get_typestore(Stores.ROS2_JAZZY))
+                reader.open()
+                return reader
+            except Exception as exc:  # noqa: BLE001 - rosbags raises its own error types
+                why = f"its index is damaged or missing ({exc})"
+        return self._salvage(p, why)
+
+    def _salvage(self, p: Path, why: str):
+        from .bag_salvage import SalvageReader
+
+        try:
+            reader = SalvageReader(p)
+        except (ValueError, OSError) as exc:
+            raise DatasetError(f"cannot open bag {p}: {why}; reading it front to back failed too: {exc}") from None
+        self.warnings.append(f"{p}: {why}: read front to back" +
+                             (f"; {reader.stopped}: the rest of the bag is not replayed" if reader.stopped else ""))
+        self.stats["bag_salvaged"] = 1
+        return reader
 
     def _scan(self) -> None:
         r = self._reader
@@ -153,7 +190,7 @@ class BagDataset(Dataset):
             for i, t in enumerate(imgs):
                 cam_conns[i] = [c for c in conns if c.topic == t]
         if 0 not in cam_conns:
-            raise ValueError(f"{self.path}: no sensor_msgs/Image topic /cam0/image_raw in the bag")
+            raise DatasetError(f"{self.path}: no readable sensor_msgs/Image topic /cam0/image_raw in the bag")
         ncam = 0
         while ncam in cam_conns:
             ncam += 1
@@ -190,17 +227,21 @@ class BagDataset(Dataset):
         gt_t, gt_p, gt_q = [], [], []
         infos: dict[int, object] = {}
         tfs: dict[str, np.ndarray] = {}
+        unreadable = 0
         for conn, bag_t, raw in self._reader.messages(connections=want):
             k = id(conn)
+            try:
+                msg = self._reader.deserialize(raw, conn.msgtype)
+            except Exception:  # noqa: BLE001 - a damaged message is skipped and counted
+                unreadable += 1
+                continue
             if k in cam_of:
                 i = cam_of[k]
-                msg = self._reader.deserialize(raw, conn.msgtype)
                 img_t[i].append(_stamp_ns(msg.header))
                 img_loc[i].append((conn, bag_t, img_t[i][-1]))
                 if img_size[i] is None:
                     img_size[i] = (int(msg.width), int(msg.height))
                 continue
-            msg = self._reader.deserialize(raw, conn.msgtype)
             kd = kind.get(k)
             if kd == "imu":
                 a, w = msg.linear_acceleration, msg.angular_velocity
@@ -229,6 +270,9 @@ class BagDataset(Dataset):
             elif k in info_of:
                 infos.setdefault(info_of[k], msg)
 
+        if unreadable:
+            self.stats["messages_unreadable"] = unreadable
+            self.warnings.append(f"{self.path}: skipped {unreadable} message(s) that cannot be deserialized")
         self.cameras = []
         self._stamps, self._locs = [], []
         for i in range(ncam):
@@ -291,15 +335,23 @@ class BagDataset(Dataset):
             raise IndexError(f"{self.name}: cam{cam} image index {index} out of range ({n} images)")
         conn, bag_t, stamp = self._locs[cam][index]
         for c, _, raw in self._reader.messages(connections=[conn], start=bag_t, stop=bag_t + 1):
-            msg = self._reader.deserialize(raw, c.msgtype)
+            try:
+                msg = self._reader.deserialize(raw, c.msgtype)
+            except Exception as exc:  # noqa: BLE001
+                raise FrameError("unreadable_message", f"{self.path}: cam{cam} image {index}: {exc}") from None
             if _stamp_ns(msg.header) == stamp:
-                img = image_msg_to_array(msg, f"{self.path} cam{cam} image {index}")
+                try:
+                    img = image_msg_to_array(msg, f"{self.path} cam{cam} image {index}")
+                except ValueError as exc:
+                    raise FrameError("unsupported_format", str(exc)) from None
                 cam_m = self.cameras[cam]
                 if img.shape != (cam_m.height, cam_m.width):
-                    raise ValueError(f"{self.path}: cam{cam} image {index} is {img.shape[1]}x{img.shape[0]}, "
-                                     f"calibration says {cam_m.width}x{cam_m.height}")
+                    raise FrameError("size_mismatch", f"{self.path}: cam{cam} image {index} is "
+                                                      f"{img.shape[1]}x{img.shape[0]}, calibration says "
+                                                      f"{cam_m.width}x{cam_m.height}")
                 return img
-        raise ValueError(f"{self.path}: cam{cam} image {index} (header stamp {stamp}) not found at bag time {bag_t}")
+        raise FrameError("unreadable_message", f"{self.path}: cam{cam} image {index} (header stamp {stamp}) "
+                                               f"not found at bag time {bag_t}")
 
     def close(self) -> None:
         r = getattr(self, "_reader", None)
@@ -313,190 +365,3 @@ class BagDataset(Dataset):
     def __del__(self):
         self.close()
 
-
-# ----------------------------------------------------------------------------- writing
-
-
-class _MsgFactory:
-    """Builds rosbags message objects for one typestore (ROS 1 Noetic or ROS 2 Jazzy)."""
-
-    def __init__(self, ros1: bool):
-        from rosbags.typesys import Stores, get_types_from_msg, get_typestore
-
-        self.ros1 = ros1
-        self.ts = get_typestore(Stores.ROS1_NOETIC if ros1 else Stores.ROS2_JAZZY)
-        if "tf2_msgs/msg/TFMessage" not in self.ts.types:
-            self.ts.register(get_types_from_msg(_TF_MSGDEF_ROS1, "tf2_msgs/msg/TFMessage"))
-        self.T = self.ts.types
-        self._seq: dict[str, int] = {}
-
-    def serialize(self, msg, msgtype: str) -> bytes:
-        return self.ts.serialize_ros1(msg, msgtype) if self.ros1 else self.ts.serialize_cdr(msg, msgtype)
-
-    def header(self, t_ns: int, frame_id: str, seq_key: str | None = None):
-        s, ns = divmod(int(t_ns), 1_000_000_000)
-        stamp = self.T["builtin_interfaces/msg/Time"](sec=s, nanosec=ns)
-        if self.ros1:
-            key = seq_key or frame_id
-            seq = self._seq.get(key, 0)
-            self._seq[key] = seq + 1
-            return self.T["std_msgs/msg/Header"](seq=seq, stamp=stamp, frame_id=frame_id)
-        return self.T["std_msgs/msg/Header"](stamp=stamp, frame_id=frame_id)
-
-    def vec3(self, v):
-        return self.T["geometry_msgs/msg/Vector3"](x=float(v[0]), y=float(v[1]), z=float(v[2]))
-
-    def quat(self, q):
-        return self.T["geometry_msgs/msg/Quaternion"](x=float(q[0]), y=float(q[1]), z=float(q[2]), w=float(q[3]))
-
-    def image(self, t_ns: int, frame_id: str, img: np.ndarray, topic: str):
-        h, w = img.shape
-        return self.T["sensor_msgs/msg/Image"](
-            header=self.header(t_ns, frame_id, topic), height=h, width=w, encoding="mono8",
-            is_bigendian=0, step=w, data=np.ascontiguousarray(img, dtype=np.uint8).reshape(-1))
-
-    def imu(self, t_ns: int, gyro, acc, gyro_var: float, acc_var: float):
-        orient_cov = np.zeros(9)
-        orient_cov[0] = -1.0  # REP 145: orientation not provided
-        return self.T["sensor_msgs/msg/Imu"](
-            header=self.header(t_ns, "imu0", IMU_TOPIC), orientation=self.quat((0, 0, 0, 1)),
-            orientation_covariance=orient_cov, angular_velocity=self.vec3(gyro),
-            angular_velocity_covariance=np.diag([gyro_var] * 3).reshape(-1),
-            linear_acceleration=self.vec3(acc),
-            linear_acceleration_covariance=np.diag([acc_var] * 3).reshape(-1))
-
-    def camera_info(self, t_ns: int, frame_id: str, cam: CameraModel, topic: str):
-        if cam.distortion_model == "equidistant":
-            model, D = "equidistant", np.asarray(cam.distortion[:4], float)
-        else:
-            model, D = "plumb_bob", np.concatenate([np.asarray(cam.distortion[:4], float), [0.0]])
-        K = cam.K.reshape(-1)
-        P = np.concatenate([cam.K, np.zeros((3, 1))], axis=1).reshape(-1)
-        roi = self.T["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0, do_rectify=False)
-        names = ("D", "K", "R", "P") if self.ros1 else ("d", "k", "r", "p")
-        kw = dict(zip(names, (D, K, np.eye(3).reshape(-1), P)))
-        return self.T["sensor_msgs/msg/CameraInfo"](
-            header=self.header(t_ns, frame_id, topic), height=cam.height, width=cam.width,
-            distortion_model=model, binning_x=0, binning_y=0, roi=roi, **kw)
-
-    def tf_static(self, t_ns: int, cams: list[CameraModel]):
-        trs = []
-        for i, cam in enumerate(cams):
-            tr = self.T["geometry_msgs/msg/Transform"](translation=self.vec3(cam.T_BS[:3, 3]),
-                                                        rotation=self.quat(_rot_to_quat(cam.T_BS[:3, :3])))
-            trs.append(self.T["geometry_msgs/msg/TransformStamped"](
-                header=self.header(t_ns, "imu0", "/tf_static"), child_frame_id=f"cam{i}", transform=tr))
-        return self.T["tf2_msgs/msg/TFMessage"](transforms=trs)
-
-    def pose(self, t_ns: int, p, q):
-        pose = self.T["geometry_msgs/msg/Pose"](
-            position=self.T["geometry_msgs/msg/Point"](x=float(p[0]), y=float(p[1]), z=float(p[2])),
-            orientation=self.quat(q))
-        return self.T["geometry_msgs/msg/PoseStamped"](header=self.header(t_ns, "world", GT_TOPIC), pose=pose)
-
-
-def write_bag(dataset, out_path: str | Path, kind: str = "ros2", storage: str = "sqlite3",
-              max_images: int | None = None, overwrite: bool = False) -> Path:
-    """Write ``dataset`` (a :class:`~vilib_ros.datasets.asl.Dataset` or a path) as a ROS bag.
-
-    ``kind='ros1'`` writes a ROS 1 ``.bag`` file at ``out_path``; ``kind='ros2'`` a ROS 2 bag
-    folder (``storage`` ``'sqlite3'`` or ``'mcap'``). Topics: ``/cam{i}/image_raw`` (mono8),
-    ``/cam{i}/camera_info``, ``/imu0``, ``/tf_static`` (``imu0`` -> ``cam{i}``), and
-    ``/groundtruth/pose`` where the dataset has ground truth. ``max_images`` keeps the first
-    images of cam0 and every other stream up to the last kept cam0 stamp.
-    Returns the written path.
-    """
-    if kind not in ("ros1", "ros2"):
-        raise ValueError(f"kind must be 'ros1' or 'ros2', got {kind!r}")
-    if storage not in ("sqlite3", "mcap"):
-        raise ValueError(f"storage must be 'sqlite3' or 'mcap', got {storage!r}")
-    own = not isinstance(dataset, Dataset)
-    ds = open_dataset(dataset) if own else dataset
-    out = Path(out_path)
-    if kind == "ros1" and out.suffix != ".bag":
-        out = out.with_suffix(".bag")
-    if out.exists():
-        if not overwrite:
-            raise FileExistsError(f"bag output exists: {out}")
-        import shutil
-
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        _write(ds, out, kind, storage, max_images)
-    except BaseException:
-        import shutil
-
-        if out.is_dir():
-            shutil.rmtree(out, ignore_errors=True)
-        elif out.exists():
-            out.unlink()
-        raise
-    finally:
-        if own:
-            ds.close()
-    return out
-
-
-def _write(ds: Dataset, out: Path, kind: str, storage: str, max_images: int | None) -> None:
-    ros1 = kind == "ros1"
-    f = _MsgFactory(ros1)
-    t_stop = None
-    if max_images is not None:
-        st0 = ds.image_stamps(0)
-        if max_images < 1 or st0.size == 0:
-            raise ValueError("max_images must be >= 1 and the dataset must have cam0 images")
-        t_stop = int(st0[min(max_images, st0.size) - 1])
-    rate = float(ds.imu_noise.get("rate_hz", 200.0))
-    gyro_var = (ds.imu_noise["gyroscope_noise_density"] ** 2) * rate
-    acc_var = (ds.imu_noise["accelerometer_noise_density"] ** 2) * rate
-
-    if ros1:
-        from rosbags.rosbag1 import Writer
-
-        writer = Writer(out)
-    else:
-        from rosbags.rosbag2 import StoragePlugin, Writer
-
-        plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
-        writer = Writer(out, version=9, storage_plugin=plugin)
-    ncam = len(ds.cameras)
-    with writer:
-        def conn(topic, msgtype):
-            return writer.add_connection(topic, msgtype, typestore=f.ts)
-
-        c_img = [conn(f"/cam{i}/image_raw", "sensor_msgs/msg/Image") for i in range(ncam)]
-        c_info = [conn(f"/cam{i}/camera_info", "sensor_msgs/msg/CameraInfo") for i in range(ncam)]
-        c_imu = conn(IMU_TOPIC, "sensor_msgs/msg/Imu")
-        c_tf = conn("/tf_static", "tf2_msgs/msg/TFMessage")
-        gt = ds.groundtruth
-        c_gt = conn(GT_TOPIC, "geometry_msgs/msg/PoseStamped") if gt is not None else None
-
-        # Merge the ground-truth poses into the time-ordered event stream.
-        gt_i = 0
-        tf_written = False
-        for ev in ds.iter_events():
-            t = ev[1] if ev[0] == "imu" else ev[2]
-            if t_stop is not None and t > t_stop:
-                break
-            if not tf_written:
-                writer.write(c_tf, t, f.serialize(f.tf_static(t, ds.cameras), "tf2_msgs/msg/TFMessage"))
-                tf_written = True
-            while gt is not None and gt_i < len(gt) and gt.t_ns[gt_i] <= t:
-                tg = int(gt.t_ns[gt_i])
-                writer.write(c_gt, tg, f.serialize(f.pose(tg, gt.p[gt_i], gt.q_xyzw[gt_i]),
-                                                   "geometry_msgs/msg/PoseStamped"))
-                gt_i += 1
-            if ev[0] == "imu":
-                writer.write(c_imu, t, f.serialize(f.imu(t, ev[2], ev[3], gyro_var, acc_var), "sensor_msgs/msg/Imu"))
-            else:
-                _, i, _, idx = ev
-                topic = f"/cam{i}/image_raw"
-                img = ds.load_image(i, idx)
-                writer.write(c_info[i], t, f.serialize(
-                    f.camera_info(t, f"cam{i}", ds.cameras[i], f"/cam{i}/camera_info"), "sensor_msgs/msg/CameraInfo"))
-                writer.write(c_img[i], t, f.serialize(f.image(t, f"cam{i}", img, topic), "sensor_msgs/msg/Image"))
-        while gt is not None and gt_i < len(gt) and (t_stop is None or gt.t_ns[gt_i] <= t_stop):
-            tg = int(gt.t_ns[gt_i])
-            writer.write(c_gt, tg, f.serialize(f.pose(tg, gt.p[gt_i], gt.q_xyzw[gt_i]), "geometry_msgs/msg/PoseStamped"))
-            gt_i += 1

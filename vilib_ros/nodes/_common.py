@@ -54,8 +54,14 @@ def run_node(factory, args=None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:  # noqa: BLE001 - report and exit non-zero, never hang
-        traceback.print_exc()
-        rc = 1
+        if node is not None and not rclpy.ok():
+            # a callback racing the shutdown (e.g. a publish after SIGINT invalidated the context):
+            # the node is stopping anyway, not failing
+            print("stopped while a callback was running: " + traceback.format_exc().splitlines()[-1],
+                  file=sys.stderr)
+        else:
+            traceback.print_exc()
+            rc = 1
     finally:
         # rclpy's handler shuts the context down and then chains to Python's, whose
         # KeyboardInterrupt may surface only now: ignore further signals and retry close().

@@ -1,9 +1,19 @@
 """player_node: replay a EuRoC dataset (ASL folder, ROS 1 .bag, ROS 2 bag) as ROS 2 topics.
 
-The dataset is opened with :func:`vilib_ros.datasets.asl.open_dataset`; its events are published
-in time order: IMU samples first, then the images of the same instant. IMU samples are
-replayed from ``imu_margin_s`` before the first image to the last image (EuRoC IMU logs run
-longer than a cut image sequence).
+The dataset is opened with :func:`vilib_ros.datasets.open_dataset`; its events are published
+in time order (:func:`vilib_ros.datasets.replay.replay_events`): IMU samples first, then the
+images of the same instant. IMU samples are replayed from ``imu_margin_s`` before the first
+image to the last image (EuRoC IMU logs run longer than a cut image sequence). Images are read
+and decoded ahead in a worker thread (``prefetch`` frames), so the player is not the bottleneck.
+A frame that cannot be read (missing, empty, corrupt, wrong size) is skipped, counted under its
+reason (log, ``stats_path``) and the replay goes on; what the dataset reader reported on opening
+(a default calibration, no IMU, a truncated bag) is logged as a warning first.
+
+Start: the replay begins only when every publisher of the player is matched with every
+subscriber the graph shows on its topic, and at least ``wait_for_subscribers`` on the images
+and ``wait_for_imu_subscribers`` on ``imu0`` (the frontend and the backend both take the IMU:
+a replay that starts before the backend's IMU subscription is matched loses its first samples),
+then ``start_delay_s`` later.
 
 Timing: ``rate`` > 0 replays at ``rate`` x real time (1.0 = real time). ``rate`` = 0 is the
 backpressure mode: before each cam0 image the player waits until the frontend's ``tracks``
@@ -20,9 +30,9 @@ Subscribed
 
 Published
 ---------
-  cam0/image_raw (sensor_msgs/Image, mono8, reliable)
-  cam1/image_raw (sensor_msgs/Image, mono8, reliable): when the dataset has a second camera and ``publish_cam1``
-  imu0 (sensor_msgs/Imu, reliable)
+  cam0/image_raw (sensor_msgs/Image, mono8, reliable, depth 30)
+  cam1/image_raw (sensor_msgs/Image, mono8, reliable, depth 30): when the dataset has a second camera and ``publish_cam1``
+  imu0 (sensor_msgs/Imu, reliable, depth 1000)
   player_done (std_msgs/Bool, reliable + transient local): True once everything is published
 
 Parameters
@@ -30,11 +40,15 @@ Parameters
   dataset (string, default '', read-only): ASL folder (containing mav0/), ROS 1 .bag, or ROS 2 bag folder
   rate (double, default 1.0, range [0, 1000]): replay speed factor; 0 = backpressure mode
   max_frames (integer, default 0, range [0, 1000000000], read-only): stop after this many cam0 images (0 = all)
+  loops (integer, default 1, range [1, 1000000], read-only): replay the dataset this many times,
+      stamps shifted so that time runs on (the content jumps back, the clock does not)
   publish_cam1 (bool, default true, read-only): publish the second camera when there is one
   imu_margin_s (double, default 0.5, range [0, 3600], read-only): IMU replayed this long before
       the first image
   wait_for_subscribers (integer, default 1, range [0, 100], read-only): wait until cam0/image_raw
-      has this many subscribers
+      (and cam1/image_raw when published) has this many matched subscribers
+  wait_for_imu_subscribers (integer, default 0, range [0, 100], read-only): wait until imu0 has this
+      many matched subscribers
   wait_timeout_s (double, default 30.0, range [0, 3600], read-only): give up waiting for
       subscribers after this long (then start anyway)
   backpressure_timeout_s (double, default 5.0, range [0.01, 3600]): longest wait for a tracks
@@ -42,14 +56,21 @@ Parameters
   start_delay_s (double, default 0.5, range [0, 60], read-only): pause after discovery before the first message
   exit_when_done (bool, default false, read-only): exit the process when the replay is over
   done_linger_s (double, default 1.0, range [0, 60], read-only): stay alive this long after
-      ``player_done`` (lets reliable traffic drain)
+      ``player_done``
+  ack_timeout_s (double, default 10.0, range [0, 3600], read-only): before ``player_done`` and
+      before exiting, wait this long for every matched subscriber to acknowledge everything
+      published (a reliable sample lost on the way is repaired only while the player lives)
   progress (bool, default true, read-only): show a tqdm progress bar on stderr
+  prefetch (integer, default 8, range [1, 256], read-only): images read and decoded ahead
+  stats_path (string, default '', read-only): write what was sent and skipped as JSON here at the end
   cam0_frame_id, cam1_frame_id, imu_frame_id (string, defaults 'cam0', 'cam1', 'imu0', read-only): header frame ids
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 
 import rclpy
 from rclpy.node import Node
@@ -60,6 +81,9 @@ from vilib_ros.nodes._common import exit_main, latched_qos, reliable_qos
 from vilib_ros.nodes.conversions import arrays_to_imu, numpy_to_image, stamp_to_ns
 from vilib_ros.nodes.params import ParamSpec, check_on_set, declare_all
 
+#: Skipped frames logged one by one per reason; the rest only in the summary.
+LOG_SKIPS_PER_REASON = 5
+
 
 def parameter_table() -> list[ParamSpec]:
     return [
@@ -67,10 +91,14 @@ def parameter_table() -> list[ParamSpec]:
         ParamSpec("rate", 1.0, "replay speed factor (1.0 = real time); 0 = backpressure mode", range=(0.0, 1000.0)),
         ParamSpec("max_frames", 0, "stop after this many cam0 images (0 = all)", range=(0, 1_000_000_000),
                   read_only=True),
+        ParamSpec("loops", 1, "replay the dataset this many times, the clock running on (soak tests)",
+                  range=(1, 1_000_000), read_only=True),
         ParamSpec("publish_cam1", True, "publish the second camera when the dataset has one", read_only=True),
         ParamSpec("imu_margin_s", 0.5, "IMU is replayed from this long before the first image", range=(0.0, 3600.0),
                   read_only=True),
-        ParamSpec("wait_for_subscribers", 1, "wait until cam0/image_raw has this many subscribers",
+        ParamSpec("wait_for_subscribers", 1, "wait until the image topics have this many matched subscribers",
+                  range=(0, 100), read_only=True),
+        ParamSpec("wait_for_imu_subscribers", 0, "wait until imu0 has this many matched subscribers",
                   range=(0, 100), read_only=True),
         ParamSpec("wait_timeout_s", 30.0, "give up waiting for subscribers after this long (start anyway)",
                   range=(0.0, 3600.0), read_only=True),
@@ -81,7 +109,12 @@ def parameter_table() -> list[ParamSpec]:
         ParamSpec("exit_when_done", False, "exit the process when the replay is over", read_only=True),
         ParamSpec("done_linger_s", 1.0, "stay alive this long after player_done", range=(0.0, 60.0),
                   read_only=True),
+        ParamSpec("ack_timeout_s", 10.0, "at the end, wait this long for every subscriber to acknowledge "
+                  "everything published", range=(0.0, 3600.0), read_only=True),
         ParamSpec("progress", True, "show a tqdm progress bar on stderr", read_only=True),
+        ParamSpec("prefetch", 8, "images read and decoded ahead in a worker thread", range=(1, 256),
+                  read_only=True),
+        ParamSpec("stats_path", "", "write what was sent and skipped as JSON here at the end", read_only=True),
         ParamSpec("cam0_frame_id", "cam0", "header frame id of cam0 images", read_only=True),
         ParamSpec("cam1_frame_id", "cam1", "header frame id of cam1 images", read_only=True),
         ParamSpec("imu_frame_id", "imu0", "header frame id of IMU messages", read_only=True),
@@ -96,20 +129,27 @@ class PlayerNode(Node):
         self.add_on_set_parameters_callback(check_on_set(self.specs))
         if not self.p["dataset"]:
             raise ValueError("player_node: parameter 'dataset' is required (ASL folder, .bag or ROS 2 bag)")
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
+        from vilib_ros.datasets.replay import Prefetcher
 
-        self.ds = open_dataset(self.p["dataset"])
-        self.n_cams = len(self.ds.cameras) if self.p["publish_cam1"] else 1
-        self.pub_img = [self.create_publisher(Image, f"cam{c}/image_raw", reliable_qos(10))
-                        for c in range(min(self.n_cams, 2))]
-        self.pub_imu = self.create_publisher(Imu, "imu0", reliable_qos(200))
+        path = self.p["dataset"]
+        self.feed = Prefetcher(lambda: open_dataset(path), depth=self.p["prefetch"])
+        self.ds = self.feed.ds
+        self.n_cams = min(len(self.ds.cameras) if self.p["publish_cam1"] else 1, 2)
+        self.pub_img = [self.create_publisher(Image, f"cam{c}/image_raw", reliable_qos(30))
+                        for c in range(self.n_cams)]
+        self.pub_imu = self.create_publisher(Imu, "imu0", reliable_qos(1000))
         self.pub_done = self.create_publisher(Bool, "player_done", latched_qos())
         self.last_tracks_ns = -1
         self.tracks_received = 0
         if self.p["rate"] <= 0.0:
             self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(10))
-        self.stats = {"images": [0, 0], "imu": 0, "backpressure_timeouts": 0}
+        self.stats = {"images": [0] * self.n_cams, "imu": 0, "backpressure_timeouts": 0, "skipped": {},
+                      "dataset_stats": dict(getattr(self.ds, "stats", {})),
+                      "dataset_warnings": list(getattr(self.ds, "warnings", []))}
         self.get_logger().info(f"opened {self.ds!r}")
+        for w in self.stats["dataset_warnings"]:
+            self.get_logger().warning(w)
 
     def _on_tracks(self, msg) -> None:
         self.tracks_received += 1
@@ -124,51 +164,34 @@ class PlayerNode(Node):
                 break
             rclpy.spin_once(self, timeout_sec=min(left, 0.05))
 
+    def _unmatched(self) -> list[str]:
+        """Publishers not yet matched with every subscriber they must reach (empty when ready)."""
+        need = [(pub, self.p["wait_for_subscribers"]) for pub in self.pub_img]
+        need += [(self.pub_imu, self.p["wait_for_imu_subscribers"]), (self.pub_done, 0)]
+        out = []
+        for pub, n in need:
+            want = max(n, self.count_subscribers(pub.topic_name))
+            if pub.get_subscription_count() < want:
+                out.append(f"{pub.topic_name} {pub.get_subscription_count()}/{want}")
+        if self.p["rate"] <= 0.0 and self.count_publishers("tracks") < 1:
+            out.append("no tracks publisher (backpressure mode)")
+        return out
+
     def _wait_for_pipeline(self) -> None:
-        need = self.p["wait_for_subscribers"]
+        """Until every consumer is matched (then ``start_delay_s``, checked again), or the timeout."""
         t_end = time.monotonic() + self.p["wait_timeout_s"]
-        backpressure = self.p["rate"] <= 0.0
-        while rclpy.ok() and time.monotonic() < t_end:
-            ok = self.pub_img[0].get_subscription_count() >= need
-            if backpressure:
-                ok = ok and self.count_publishers("tracks") >= 1
-            if ok:
+        while rclpy.ok():
+            missing = self._unmatched()
+            if not missing:
+                self._spin_for(self.p["start_delay_s"])
+                missing = self._unmatched()     # a subscriber that appeared meanwhile is waited for too
+                if not missing:
+                    return
+            if time.monotonic() > t_end:
+                self.get_logger().warning(f"starting after {self.p['wait_timeout_s']} s without every consumer "
+                                          f"matched: {', '.join(missing)}")
                 return
             rclpy.spin_once(self, timeout_sec=0.05)
-        self.get_logger().warning(
-            f"starting without the expected pipeline after {self.p['wait_timeout_s']} s "
-            f"(cam0 subscribers: {self.pub_img[0].get_subscription_count()}, "
-            f"tracks publishers: {self.count_publishers('tracks')})")
-
-    def _events(self):
-        stamps0 = self.ds.image_stamps(0)
-        n = len(stamps0)
-        if self.p["max_frames"] > 0:
-            n = min(n, self.p["max_frames"])
-        if n == 0:
-            return 0, iter(())
-        t_first, t_last = int(stamps0[0]), int(stamps0[n - 1])
-        t_imu0 = t_first - int(self.p["imu_margin_s"] * 1e9)
-
-        def gen():
-            for ev in self.ds.iter_events():
-                if ev[0] == "imu":
-                    if t_imu0 <= ev[1] <= t_last:
-                        yield ev
-                    elif ev[1] > t_last:
-                        continue
-                else:
-                    cam, t = ev[1], ev[2]
-                    if cam >= len(self.pub_img):
-                        continue
-                    if t > t_last:
-                        if cam == 0:
-                            return
-                        continue
-                    if t < t_first and cam == 0:
-                        continue
-                    yield ev
-        return n, gen()
 
     def _wait_backpressure(self, prev_stamp: int) -> None:
         t_end = time.monotonic() + self.p["backpressure_timeout_s"]
@@ -178,10 +201,21 @@ class PlayerNode(Node):
                 return
             rclpy.spin_once(self, timeout_sec=0.01)
 
+    def _skip(self, cam: int, index: int, reason: str, message: str) -> None:
+        n = self.stats["skipped"].get(reason, 0) + 1
+        self.stats["skipped"][reason] = n
+        if n <= LOG_SKIPS_PER_REASON:
+            self.get_logger().warning(f"skipped cam{cam} frame {index} ({reason}): {message}" +
+                                      (" (further frames skipped for this reason are only counted)"
+                                       if n == LOG_SKIPS_PER_REASON else ""))
+
     def run(self) -> int:
+        from vilib_ros.datasets.replay import replay_events
+
         self._wait_for_pipeline()
-        self._spin_for(self.p["start_delay_s"])
-        n, events = self._events()
+        n, events = replay_events(self.ds, self.p["max_frames"], self.p["imu_margin_s"], self.n_cams,
+                                  self.p["loops"])
+        self.feed.start(events)
         from tqdm import tqdm
 
         bar = tqdm(total=n, unit="img", desc="player", file=sys.stderr, disable=not self.p["progress"],
@@ -190,7 +224,7 @@ class PlayerNode(Node):
         t0_data = None
         prev_cam0 = None
         t_start = time.monotonic()
-        for ev in events:
+        for ev in self.feed:
             if not rclpy.ok():
                 break
             t_ev = ev[1] if ev[0] == "imu" else ev[2]
@@ -206,11 +240,15 @@ class PlayerNode(Node):
                 self.stats["imu"] += 1
                 continue
             cam, index = ev[1], ev[3]
+            if ev[0] == "skip":
+                self._skip(cam, index, ev[4], ev[5])
+                if cam == 0:
+                    bar.update(1)
+                continue
             if cam == 0 and rate <= 0.0 and prev_cam0 is not None:
                 self._wait_backpressure(prev_cam0)
-            img = self.ds.load_image(cam, index)
             frame_id = self.p["cam0_frame_id"] if cam == 0 else self.p["cam1_frame_id"]
-            self.pub_img[cam].publish(numpy_to_image(img, "mono8", t_ev, frame_id))
+            self.pub_img[cam].publish(numpy_to_image(ev[4], "mono8", t_ev, frame_id))
             self.stats["images"][cam] += 1
             if cam == 0:
                 prev_cam0 = t_ev
@@ -222,26 +260,55 @@ class PlayerNode(Node):
         if self.p["rate"] <= 0.0 and prev_cam0 is not None:
             self._wait_backpressure(prev_cam0)
         elapsed = time.monotonic() - t_start
+        self.stats["replay_s"] = elapsed
+        skipped = ", ".join(f"{k} {v}" for k, v in sorted(self.stats["skipped"].items())) or "none"
         self.get_logger().info(
-            f"replay done in {elapsed:.1f} s: cam0 {self.stats['images'][0]}, cam1 {self.stats['images'][1]}, "
-            f"imu {self.stats['imu']}, backpressure timeouts {self.stats['backpressure_timeouts']}")
+            f"replay done in {elapsed:.1f} s: cam0 {self.stats['images'][0]}"
+            + (f", cam1 {self.stats['images'][1]}" if self.n_cams > 1 else "")
+            + f", imu {self.stats['imu']}, frames skipped: {skipped}, "
+            f"backpressure timeouts {self.stats['backpressure_timeouts']}")
+        unacked = self._drain(self.pub_img + [self.pub_imu])
+        if unacked:
+            self.stats["unacknowledged_topics"] = unacked
+            self.get_logger().warning(f"not every subscriber acknowledged everything within "
+                                      f"{self.p['ack_timeout_s']} s: {', '.join(unacked)}")
+        self._write_stats()
         self.pub_done.publish(Bool(data=True))
         if self.p["exit_when_done"]:
+            self._drain([self.pub_done])
             self._spin_for(self.p["done_linger_s"])
             return 0
         while rclpy.ok():
             rclpy.spin_once(self, timeout_sec=0.1)
         return 0
 
+    def _drain(self, pubs) -> list[str]:
+        """Wait (bounded) until every matched reliable subscriber acknowledged everything published
+        on ``pubs``: a sample lost on the way is repaired only while this process lives, so
+        exiting right after the last publish lost the tail of the IMU stream. Returns the topics
+        still unacknowledged."""
+        from rclpy.duration import Duration
+
+        end = time.monotonic() + self.p["ack_timeout_s"]
+        pending = []
+        for pub in pubs:
+            if not pub.wait_for_all_acked(Duration(seconds=max(0.0, end - time.monotonic()))):
+                pending.append(pub.topic_name)
+        return pending
+
+    def _write_stats(self) -> None:
+        if self.p["stats_path"]:
+            path = Path(self.p["stats_path"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.stats, indent=2, default=str))
+
     def close(self) -> None:
-        try:
-            self.ds.close()
-        except Exception:  # noqa: BLE001
-            pass
+        self.feed.close()
+        self._write_stats()      # also when interrupted: what was sent so far
 
 
 def main(args=None):
-    exit_main(PlayerNode, args)
+    exit_main(PlayerNode, args, parameter_table)
 
 
 if __name__ == "__main__":

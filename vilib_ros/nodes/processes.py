@@ -3,6 +3,12 @@
 Used by ``vilib-ros run`` and the ROS tests: each node is ``python -m vilib_ros.nodes.<node>
 --ros-args ...`` in its own process group, output to a log file, stopped with SIGINT, then
 SIGTERM, then SIGKILL. No rclpy here.
+
+A node never outlives the process that started it: on Linux each child asks the kernel for
+SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``, set between fork and exec), so even a
+parent killed with SIGKILL (a test run on a timeout, a crashed ``vilib-ros run``) leaves no
+node running in its ROS domain. The kernel sends it when the *thread* that started the child
+exits: start nodes from the main thread (or a thread that lives as long as they should).
 """
 from __future__ import annotations
 
@@ -11,6 +17,33 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+PR_SET_PDEATHSIG = 1   # linux/prctl.h
+
+
+def _die_with_parent(parent_pid: int):
+    """A ``preexec_fn``: SIGTERM this child when its parent dies (Linux; elsewhere a no-op).
+
+    Runs in the forked child before exec; if the parent is already gone by then (the signal
+    would never come), the child exits at once."""
+    def preexec() -> None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec if sys.platform.startswith("linux") else None
+
+
+def popen(argv: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` of a child that dies with this process (for tests and helpers that
+    start ``vilib-ros run`` or other long-running commands)."""
+    return subprocess.Popen(argv, preexec_fn=_die_with_parent(os.getpid()), **kwargs)
 
 
 def package_root() -> str:
@@ -63,7 +96,8 @@ class NodeProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=_die_with_parent(os.getpid()))
 
     @property
     def pid(self) -> int:

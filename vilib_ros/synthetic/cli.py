@@ -2,11 +2,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 import time
-
-log = logging.getLogger(__name__)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -34,21 +30,19 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    """Errors in the arguments raise ``ValueError`` / ``FileExistsError``: ``vilib-ros`` prints
+    them as ``vilib-ros generate: error: ...`` and exits 2."""
     from . import SequenceConfig, generate_sequence
 
-    try:
-        cfg = SequenceConfig(duration_s=args.duration, rate_hz=args.rate, imu_rate_hz=args.imu_rate,
-                             preset=args.preset, speed=args.speed, angular_rate=args.angular_rate,
-                             stereo=not args.mono, baseline=args.baseline, seed=args.seed,
-                             image_noise_sigma=args.noise_sigma, illumination=args.illumination,
-                             imu_noise=not args.no_imu_noise, imu_bias_walk=not args.no_bias_walk,
-                             textures=args.textures)
-        t0 = time.perf_counter()
-        out = generate_sequence(args.out_dir, cfg, progress=not args.quiet, bag=args.bag, depth=args.depth,
-                                workers=args.workers, bag_storage=args.bag_storage, overwrite=args.overwrite)
-    except (ValueError, FileExistsError) as exc:
-        print(f"vilib-ros generate: {exc}", file=sys.stderr)
-        return 2
+    cfg = SequenceConfig(duration_s=args.duration, rate_hz=args.rate, imu_rate_hz=args.imu_rate,
+                         preset=args.preset, speed=args.speed, angular_rate=args.angular_rate,
+                         stereo=not args.mono, baseline=args.baseline, seed=args.seed,
+                         image_noise_sigma=args.noise_sigma, illumination=args.illumination,
+                         imu_noise=not args.no_imu_noise, imu_bias_walk=not args.no_bias_walk,
+                         textures=args.textures)
+    t0 = time.perf_counter()
+    out = generate_sequence(args.out_dir, cfg, progress=not args.quiet, bag=args.bag, depth=args.depth,
+                            workers=args.workers, bag_storage=args.bag_storage, overwrite=args.overwrite)
     dt = time.perf_counter() - t0
     n = int(round(cfg.duration_s * cfg.rate_hz)) + 1
     print(f"wrote {out} ({n} frames x {2 if cfg.stereo else 1} cameras) in {dt:.1f} s")

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..camera import CameraModel, euroc_cam0
-from ..datasets.asl import EUROC_CAM_HEADER, EUROC_IMU_HEADER, EUROC_IMU_NOISE, Groundtruth
+from ..datasets.common import EUROC_CAM_HEADER, EUROC_IMU_HEADER, EUROC_IMU_NOISE, Groundtruth
 from .scene import NEAR, Scene, build_room
 from .trajectory import G_W, Trajectory
 
@@ -482,7 +482,7 @@ def generate_sequence(out_dir: str | Path, config: SequenceConfig | None = None,
     finally:
         bar.close()
     if bag is not None:
-        from ..datasets.bags import write_bag
+        from ..datasets.bag_writer import write_bag
 
         target = out / (f"{config.name}.bag" if bag == "ros1" else f"{config.name}_ros2")
         write_bag(out, target, kind=bag, storage=bag_storage, overwrite=overwrite)

@@ -1,0 +1,109 @@
+"""``vilib-ros``: which modules a command loads, how user errors read, what the console shows.
+
+Each check runs the command in a fresh interpreter (``python -m vilib_ros ...``) and reads
+``sys.modules`` / stderr there, so nothing imported by the test process itself counts.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run([sys.executable, "-m", "vilib_ros", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+LOADED = """
+import sys
+from vilib_ros.cli import main
+try:
+    main({argv!r})
+except SystemExit:
+    pass
+mods = sorted(m for m in sys.modules if m.split('.')[0] in ('vilib_ros', 'cv2', 'rclpy', 'gtsam', 'evo', 'matplotlib'))
+print('MODULES', ' '.join(mods))
+"""
+
+
+def _loaded(argv: list[str]) -> set[str]:
+    r = _python(LOADED.format(argv=argv))
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("MODULES")]
+    assert line, r.stderr
+    return set(line[0].split()[1:])
+
+
+class TestLazyCommands:
+    def test_help_loads_no_command_module(self):
+        """Regression: ``build_parser`` imported all seven command modules (and cv2) although the
+        docstring said they load only when their command runs."""
+        mods = _loaded(["--help"])
+        assert "vilib_ros.cli" in mods
+        assert not mods & {"cv2", "vilib_ros.pipeline", "vilib_ros.evaluation", "vilib_ros.bench.detector",
+                           "vilib_ros.bench.tracker", "vilib_ros.bench.backend", "vilib_ros.bench.vio",
+                           "vilib_ros.synthetic.cli", "rclpy", "gtsam", "matplotlib"}, mods
+
+    def test_a_command_loads_only_its_module(self):
+        mods = _loaded(["eval", "--help"])
+        assert "vilib_ros.evaluation" in mods
+        assert not mods & {"vilib_ros.pipeline", "vilib_ros.bench.detector", "vilib_ros.bench.tracker",
+                           "vilib_ros.synthetic.cli", "rclpy"}, mods
+
+
+class TestUserErrors:
+    @pytest.mark.parametrize("argv,needle", [
+        (["run", "/no/such/dataset"], "dataset not found: /no/such/dataset"),
+        (["run", "--duration", "-1"], "duration_s"),
+        (["eval", "/no/such/est.txt", "/no/such/gt.txt"], "no such trajectory file"),
+        (["generate", "/tmp/x", "--duration", "0"], "duration"),
+    ])
+    def test_message_and_exit_2_without_traceback(self, argv, needle, tmp_path):
+        """Regression: every user error printed a Python traceback before its message."""
+        cmd = argv[0]
+        r = _cli(*[a.replace("/tmp/x", str(tmp_path / "x")) for a in argv])
+        assert r.returncode == 2, r.stderr
+        assert f"vilib-ros {cmd}: error: " in r.stderr and needle in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        assert not (tmp_path / "x").exists()
+
+    def test_verbose_adds_the_traceback(self):
+        r = _cli("-v", "run", "/no/such/dataset")
+        assert r.returncode == 2
+        assert "Traceback" in r.stderr and "vilib-ros run: error: dataset not found" in r.stderr
+
+    def test_run_creates_no_output_folder_for_a_dataset_it_cannot_open(self, tmp_path):
+        """Regression (issue 17): the output folder was created before the dataset was opened."""
+        (tmp_path / "empty").mkdir()
+        r = _cli("run", str(tmp_path / "empty"), "--out", str(tmp_path / "out"))
+        assert r.returncode == 2 and "not an EuRoC ASL folder" in r.stderr
+        assert not (tmp_path / "out").exists()
+
+
+class TestLogging:
+    def test_only_the_projects_loggers_are_configured(self):
+        """Regression: the CLI set the root logger to INFO, so third-party INFO lines (matplotlib's
+        "generated new fontManager") reached the console."""
+        r = _python("""
+import logging
+from vilib_ros.cli import configure_logging
+configure_logging(False)
+logging.getLogger('matplotlib.font_manager').info('third party info')
+logging.getLogger('vilib_ros.datasets').info('our info')
+logging.getLogger('vilib_ros.datasets').debug('our debug')
+""")
+        assert "our info" in r.stderr
+        assert "third party info" not in r.stderr and "our debug" not in r.stderr

@@ -1,0 +1,156 @@
+"""The replay of a dataset: which events a player publishes, in which order, images decoded ahead.
+
+:func:`replay_events` selects the events of a replay from :meth:`Dataset.iter_events`: IMU
+samples from ``imu_margin_s`` before the first image to the last image, the images of the
+cameras published, at most ``max_frames`` cam0 images. The order is the dataset's time order,
+IMU first at equal stamps, so every IMU sample up to an image's stamp precedes the image.
+
+:class:`Prefetcher` runs that sequence in a worker thread and decodes each image there, a
+bounded queue ahead of the consumer (OpenCV's decoder and the bag reader's I/O release the
+GIL), so a player publishing at a high rate does not wait for the decoder. A frame that cannot
+be read (:class:`~.common.FrameError`) arrives as a ``("skip", cam, t_ns, index, reason,
+message)`` event instead of an image: the player counts it and goes on. No rclpy here.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Iterator
+
+import numpy as np
+
+from .common import Dataset, FrameError
+
+
+def replay_events(ds: Dataset, max_frames: int = 0, imu_margin_s: float = 0.5,
+                  cameras: int = 1, loops: int = 1) -> tuple[int, Iterator[tuple]]:
+    """``(number of cam0 images, iterator of events)`` for a replay of ``ds``.
+
+    Events are ``("imu", t_ns, gyro, acc)`` and ``("image", cam, t_ns, index)`` for cameras
+    ``0 .. cameras-1``: IMU from ``imu_margin_s`` before the first cam0 image to the last one
+    replayed, images of the other cameras within the same span. ``loops`` > 1 replays the span
+    again and again with every stamp shifted by the span plus one frame period per loop, so time
+    runs on without a jump (for soak tests: the content jumps back, the clock does not)."""
+    stamps0 = ds.image_stamps(0)
+    n = len(stamps0) if max_frames <= 0 else min(len(stamps0), int(max_frames))
+    if n == 0:
+        return 0, iter(())
+    t_first, t_last = int(stamps0[0]), int(stamps0[n - 1])
+    t_imu0 = t_first - int(imu_margin_s * 1e9)
+    period = int(np.median(np.diff(stamps0[:n]))) if n > 1 else 50_000_000
+    loops = max(1, int(loops))
+
+    def one_loop(k: int):
+        offset = k * (t_last - t_first + period)
+        imu_from = t_imu0 if k == 0 else t_first - period + 1
+        for ev in ds.iter_events():
+            if ev[0] == "imu":
+                if imu_from <= ev[1] <= t_last:
+                    yield ("imu", ev[1] + offset, ev[2], ev[3]) if offset else ev
+                continue
+            cam, t = ev[1], ev[2]
+            if cam >= cameras or t < t_first:
+                continue
+            if t > t_last:
+                if cam == 0:
+                    return
+                continue
+            yield ("image", cam, t + offset, ev[3]) if offset else ev
+
+    def gen():
+        for k in range(loops):
+            yield from one_loop(k)
+
+    return n * loops, gen()
+
+
+_END = object()
+
+
+class Prefetcher:
+    """A dataset opened, read and decoded in a worker thread, a bounded queue ahead of its consumer.
+
+    ``Prefetcher(open_fn)`` opens the dataset in the worker (``open_fn()``; an error is raised
+    here) and exposes it as ``ds`` for its plain data (cameras, stamps, IMU arrays): every
+    reader call (``load_image``, ``close``) stays in the worker, as the sqlite3 reader of ROS 2
+    bags requires. ``start(events)`` hands it the events to replay (:func:`replay_events`);
+    iterating yields ``("imu", t, gyro, acc)``, ``("image", cam, t, index, img)`` and, for a
+    frame that cannot be read, ``("skip", cam, t, index, reason, message)``. Another error
+    (the dataset became unreadable) is raised in the consumer. ``close()`` stops the worker and
+    closes the dataset."""
+
+    def __init__(self, open_fn, depth: int = 8):
+        self._open_fn = open_fn
+        self._q: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
+        self._go: queue.Queue = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._open_error: BaseException | None = None
+        self.ds: Dataset | None = None
+        self._thread = threading.Thread(target=self._work, name="vilib_ros_prefetch", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._open_error is not None:
+            self._thread.join()
+            raise self._open_error
+
+    def start(self, events: Iterator[tuple]) -> None:
+        self._go.put(events)
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _work(self) -> None:
+        try:
+            self.ds = self._open_fn()
+        except BaseException as exc:  # noqa: BLE001 - raised in the constructor
+            self._open_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        ds = self.ds
+        try:
+            events = None
+            while events is None and not self._stop.is_set():
+                try:
+                    events = self._go.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+            for ev in events or ():
+                if ev[0] == "image":
+                    _, cam, t, index = ev
+                    try:
+                        item = ("image", cam, t, index, ds.load_image(cam, index))
+                    except FrameError as exc:
+                        item = ("skip", cam, t, index, exc.reason, str(exc))
+                else:
+                    item = ev
+                if not self._put(item):
+                    return
+            self._put(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            self._put(("error", exc))
+        finally:
+            try:
+                ds.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def __iter__(self):
+        while True:
+            item = self._q.get()
+            if item is _END:
+                return
+            if item[0] == "error":
+                raise item[1]
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
