@@ -751,3 +751,50 @@ class FeatureTracker:
             self._memcpy(o[nm].ctypes.data, d[nm].data.ptr, o[nm].nbytes, D2H, cs)
         cs.synchronize()
         self._stereo_merge(uv_r, xy_r, o["st_pos"], o["st_status"], o["st_xy"].astype(np.float64), slots)
+
+    # ------------------------------------------------------------------ live configuration
+    # (the node's contract: ``apply_config`` applies scalar changes live, ``first_id`` / ``next_id``
+    # keep track ids unique across a rebuild)
+    _LIVE_FIELDS = {
+        "detector": ("threshold",),
+        "tracker": ("max_iterations", "eps", "min_eigen", "max_residual", "osc_eps", "osc_growth"),
+        "": ("min_track_fraction", "fb_threshold", "ransac", "ransac_threshold", "ransac_confidence",
+             "imu_prediction", "imu_max_gap_ms", "stereo_epipolar_threshold", "use_graph"),
+    }
+    _init_without_first_id = __init__
+
+    def __init__(self, camera, config: FrontendConfig | None = None, device: str = "auto",
+                 camera_right=None, T_right_left=None, first_id: int = 0):
+        self._next_id = int(first_id)
+        FeatureTracker._init_without_first_id(self, camera, config, device, camera_right, T_right_left)
+
+    @property
+    def next_id(self) -> int:
+        """The id the next new track gets (pass it as ``first_id`` to a rebuilt tracker)."""
+        return int(self._next_id)
+
+    def apply_config(self, config: FrontendConfig) -> bool:
+        """Apply ``config`` live when it differs from the current one only in scalars the
+        kernels take per frame (True); False when a structural field differs (nothing is
+        changed then: the caller rebuilds the tracker with ``first_id=next_id``)."""
+        import dataclasses
+
+        config = config.validate()
+        old = self.config
+
+        def changed(a, b):
+            return {f.name for f in dataclasses.fields(a)
+                    if not dataclasses.is_dataclass(getattr(a, f.name)) and getattr(a, f.name) != getattr(b, f.name)}
+
+        diffs = {"detector": changed(old.detector, config.detector), "tracker": changed(old.tracker, config.tracker),
+                 "": changed(old, config)}
+        if any(not d <= set(self._LIVE_FIELDS[k]) for k, d in diffs.items()):
+            return False
+        self.config = config
+        self.detector.config = config.detector
+        self.tracker.config = config.tracker
+        if self.device == "cuda":
+            self._graphs.clear()              # kernel arguments are baked into captured graphs
+            getattr(self.detector, "_graphs", {}).clear()
+            self._use_graph = bool(config.use_graph)
+        return True

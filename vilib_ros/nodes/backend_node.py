@@ -113,44 +113,8 @@ from visualization_msgs.msg import Marker, MarkerArray
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
 from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, ns_to_stamp, pointcloud_to_trackframe
-from vilib_ros.nodes.params import (ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
+from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
-
-BACKEND_RANGES = {
-    "window_s": (0.1, 600.0),
-    "kf_min_interval_s": (0.001, 10.0),
-    "kf_max_interval_s": (0.001, 60.0),
-    "kf_parallax_px": (0.0, 1000.0),
-    "kf_track_fraction": (0.0, 1.0),
-    "kf_min_tracks": (0, 100000),
-    "max_landmarks_per_kf": (1, 100000),
-    "min_depth": (0.0, 1000.0),
-    "max_depth": (0.0, 100000.0),
-    "min_disparity_px": (0.0, 1000.0),
-    "mono_min_parallax_deg": (0.0, 90.0),
-    "pixel_sigma": (1e-6, 100.0),
-    "landmark_prior_sigma": (0.0, 1e6),
-    "static_gyro_std": (0.0, 100.0),
-    "static_acc_std": (0.0, 100.0),
-    "static_gyro_mean": (0.0, 100.0),
-    "mono_init_window_s": (0.0, 600.0),
-    "huber_k": (1e-6, 100.0),
-    "chi2_stereo": (0.0, 1e6),
-    "chi2_mono": (0.0, 1e6),
-    "max_outlier_count": (0, 1000000),
-    "imu_noise_scale": (1e-6, 1e6),
-    "gravity": (0.0, 100.0),
-    "init_window_s": (0.0, 60.0),
-    "dynamic_init_frames": (2, 1000),
-    "relinearize_threshold": (0.0, 10.0),
-    "relinearize_skip": (1, 1000),
-    "extra_updates": (0, 100),
-    "max_speed": (0.0, 1e4),
-    "max_gyro_bias": (0.0, 100.0),
-    "max_acc_bias": (0.0, 100.0),
-}
-BACKEND_CHOICES = {"mode": ("stereo", "mono", "auto")}
-
 
 def _backend_config_class():
     from vilib_ros.backend.config import BackendConfig
@@ -164,7 +128,7 @@ def backend_specs() -> list[ParamSpec]:
     except ImportError:
         return []
     names = [f.name for f in __import__("dataclasses").fields(cls)]
-    return specs_from_dataclass(cls(), "", BACKEND_RANGES, BACKEND_CHOICES, read_only=names)
+    return specs_from_dataclass(cls(), BACKEND_PARAMS, read_only=names)
 
 
 def node_specs() -> list[ParamSpec]:
