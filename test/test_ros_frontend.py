@@ -100,8 +100,9 @@ class TestOneTracksMessagePerImage:
         s = replay["stats"]
         assert s["images_received"] == 95 and s["tracks_published"] == 95
         assert all(v == 0 for v in s["skipped"].values()), s["skipped"]
-        # reliable IMU: the whole stream from 0.5 s before the first image to the last one arrived
-        assert s["imu_received"] >= 200 * (94 * 0.05 + 0.5) - 2
+        # the IMU stream from 0.5 s before the first image to the last one arrived (the first samples
+        # may go out before the player's IMU publisher has matched the frontend: issue 17)
+        assert s["imu_received"] >= 0.9 * 200 * (94 * 0.05 + 0.5)
         # every frame after the first was either predicted from IMU covering its stamp, or counted
         # as processed without it (imu_wait_s ran out: only on a machine too loaded to deliver it)
         predicted = s["frontend_stats"].get("imu_predicted", 0)

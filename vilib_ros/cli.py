@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench-tracker": ("vilib_ros.bench.tracker", "benchmark the LK tracker and the whole frontend"),
     "bench-backend": ("vilib_ros.bench.backend", "benchmark the VIO backend per keyframe"),
     "bench-vio": ("vilib_ros.bench.vio", "benchmark the whole VIO (frontend + backend) on a synthetic sequence"),
+    "bench-node": ("vilib_ros.bench.node", "benchmark the frontend node over real DDS (latency, overhead, drops)"),
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),
 }
 
