@@ -173,7 +173,10 @@ class TestRviz:
         assert by_class["rviz_default_plugins/Path"]["Topic"]["Value"] == "/path"
         assert by_class["rviz_default_plugins/Odometry"]["Topic"]["Value"] == "/odometry"
         assert by_class["rviz_default_plugins/MarkerArray"]["Topic"]["Value"] == "/landmarks"
-        assert d["Visualization Manager"]["Global Options"]["Fixed Frame"] == "world"
+        # REP 105: the estimate lives in odom; the tf tree odom -> base_link -> cam0/cam1/imu0 is shown
+        assert d["Visualization Manager"]["Global Options"]["Fixed Frame"] == "odom"
+        tree = by_class["rviz_default_plugins/TF"]["Tree"]
+        assert set(tree["odom"]["base_link"]) == {"cam0", "cam1", "imu0"}
         # the image is published best effort: the display must not ask for reliable
         assert by_class["rviz_default_plugins/Image"]["Topic"]["Reliability Policy"] == "Best Effort"
 

@@ -326,7 +326,7 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
     }
     summary.update(results)
     (out / "node_bench.json").write_text(json.dumps(summary, indent=2))
-    lines = [f"# Frontend node over real DDS (`vilib-ros bench-node`)", "",
+    lines = ["# Frontend node over real DDS (`vilib-ros bench-node`)", "",
              f"{summary['date']}, {summary['machine']}, device {device}, Python {summary['python']}; {summary['data']}.",
              "Reliable QoS; latency = publisher send -> tracks received (CLOCK_MONOTONIC across processes);",
              "overhead = the node's receive -> publish minus `process()`; floor = the same images, bare publisher -> "

@@ -5,20 +5,36 @@ bundle adjustment in gtsam) when it is importable and ``estimator`` is ``auto``;
 (gtsam missing, or ``estimator: none``) it only records what it receives -- counts in
 ``diagnostics`` and the summary file -- and says so once in the log. A bad message
 (malformed tracks, non-finite IMU, stamps going backwards) or an estimator failure is
-counted and skipped; the node never dies on one.
+counted and skipped; the node never dies on one. A stamp jumping back, or forward by more
+than ``time_jump_threshold_s`` (a looped bag, a restarted driver, a clock jump), on the
+tracks or the IMU is a time reset: logged, counted (``time_resets``), the estimator starts
+again from scratch on the new time line (its trajectory so far is kept for the file).
+
+Frames follow REP 105: the estimate is the pose of ``base_frame`` (the body = IMU frame) in
+``odom_frame`` (continuous, drifting; a ``map`` frame above it is a localisation system's).
 
 Subscribed
 ----------
-  tracks (sensor_msgs/PointCloud, reliable, depth 100): VINS-Mono layout from frontend_node
-      (stereo channels ``x_right_of_point``/``y_right_of_point`` used when ``stereo``)
+  tracks (sensor_msgs/PointCloud, reliable, depth 100): from frontend_node, either tracks
+      layout (vins_mono, or vins_fusion: camera id 1 = right observations); the right-camera
+      observations are used when ``stereo``
   imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 2000)
 
 Published
 ---------
-  odometry (nav_msgs/Odometry): body pose in ``world_frame`` at frame rate (twist in the body frame)
-  odometry_imu (nav_msgs/Odometry): the same, propagated with the IMU at IMU rate
+  odometry (nav_msgs/Odometry): pose of ``base_frame`` in ``odom_frame`` at frame rate,
+      ``child_frame_id`` = ``base_frame``, twist in ``base_frame``. pose.covariance: the
+      smoother's marginal of the newest keyframe pose, order (x, y, z, rot x, rot y, rot z),
+      perturbations in ``odom_frame``; twist.covariance: the velocity marginal in ``base_frame``
+      (linear part; the angular part is not estimated: 1e3 on its diagonal). Zero before
+      the first keyframe is optimised. See :mod:`vilib_ros.backend.covariance`.
+  odometry_imu (nav_msgs/Odometry): the same pose propagated with the IMU at IMU rate
   path (nav_msgs/Path): the frame-rate poses so far (at most ``path_max_length``)
   landmarks (visualization_msgs/MarkerArray): the landmarks in the window (POINTS), on keyframes
+  /tf (tf2_msgs/TFMessage, with ``publish_tf``): ``odom_frame -> base_frame`` per odometry message
+  /tf_static (tf2_msgs/TFMessage, transient local, with ``publish_tf``): ``base_frame -> cam0``
+      (and ``-> cam1`` in stereo) from ``T_BS``, ``base_frame -> imu_frame_id`` (identity: the
+      body is the IMU)
   diagnostics (diagnostic_msgs/DiagnosticArray): rates, per-frame time, keyframes, resets, skip counts
 
 Parameters
@@ -30,13 +46,20 @@ Node parameters (all read-only):
   right.* (same names, defaults EuRoC cam1): the right camera, used when ``stereo``
   stereo (bool, default false): use the right-camera channels (stereo factors)
   imu_yaml (string, default ''): EuRoC imu0/sensor.yaml for the IMU noise ('' = EuRoC defaults)
-  trajectory_path (string, default ''): write the trajectory (TUM format) here on shutdown
+  trajectory_path (string, default ''): the trajectory (TUM format): appended as poses are
+      published and flushed every ``trajectory_flush_s`` (a killed backend keeps it), rewritten
+      with the smoothed estimate at a clean shutdown
+  trajectory_flush_s (double, default 1.0, range [0, 3600])
   stats_path (string, default ''): write a JSON summary here on shutdown
-  world_frame (string, default 'world'), body_frame (string, default 'body'): frame ids
+  odom_frame (string, default 'odom'), base_frame (string, default 'base_link'): REP 105 frame ids
+  camera_frame_ids (string[], default ['cam0', 'cam1']), imu_frame_id (string, default 'imu0'):
+      child frames of the static transforms
+  publish_tf (bool, default true): publish /tf and /tf_static
   publish_odometry_imu (bool, default true): publish ``odometry_imu``
   path_max_length (integer, default 100000, range [1, 10000000])
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
   imu_wait_s (double, default 0.5, range [0, 60]): longest a frame waits for the IMU to reach its stamp
+  time_jump_threshold_s (double, default 1.0, range [0.001, 3600]): see time resets above
   input_reliability (string, default 'best_effort', one of best_effort|reliable): QoS of the IMU
       subscription (reliable: nothing lost under load; vilib-ros run uses it)
 Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`
@@ -111,8 +134,11 @@ from sensor_msgs.msg import Imu, PointCloud
 from visualization_msgs.msg import Marker, MarkerArray
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
-from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, ns_to_stamp, pointcloud_to_trackframe
+from vilib_ros.nodes._common import (RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
+                                     write_json)
+from vilib_ros.nodes.backend_outputs import TrajectoryLog, odom_transform, odometry_msg, static_transforms
+from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, pointcloud_to_trackframe
+from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, SkipLog, TimeJump
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
 
@@ -139,10 +165,23 @@ def node_specs() -> list[ParamSpec]:
     specs += [
         ParamSpec("stereo", False, "use the right-camera channels of the tracks (stereo factors)", read_only=True),
         ParamSpec("imu_yaml", "", "EuRoC imu0/sensor.yaml for the IMU noise ('' = EuRoC defaults)", read_only=True),
-        ParamSpec("trajectory_path", "", "write the trajectory (TUM format) here on shutdown", read_only=True),
+        ParamSpec("trajectory_path", "", "the trajectory (TUM format): appended as poses are published, flushed "
+                  "every trajectory_flush_s, rewritten with the smoothed estimate at a clean shutdown", read_only=True),
+        ParamSpec("trajectory_flush_s", 1.0, "flush period of the trajectory file, s", range=(0.0, 3600.0),
+                  read_only=True),
         ParamSpec("stats_path", "", "write a JSON summary here on shutdown", read_only=True),
-        ParamSpec("world_frame", "world", "frame id of odometry, path and landmarks", read_only=True),
-        ParamSpec("body_frame", "body", "child frame id of odometry", read_only=True),
+        ParamSpec("odom_frame", "odom", "REP 105 odometry frame: frame id of odometry, path and landmarks",
+                  read_only=True),
+        ParamSpec("base_frame", "base_link", "REP 105 body frame (the IMU): child frame id of odometry",
+                  read_only=True),
+        ParamSpec("camera_frame_ids", ["cam0", "cam1"], "frame ids of the left and right camera (static "
+                  "transforms from T_BS)", read_only=True),
+        ParamSpec("imu_frame_id", "imu0", "frame id of the IMU (static transform: identity, the body is the IMU)",
+                  read_only=True),
+        ParamSpec("publish_tf", True, "publish odom -> base on /tf and the sensor extrinsics on /tf_static",
+                  read_only=True),
+        ParamSpec("time_jump_threshold_s", 1.0, "a stamp jumping back, or forward by more than this, is a time "
+                  "reset: the estimator starts again", range=(0.001, 3600.0), read_only=True),
         ParamSpec("publish_odometry_imu", True, "publish odometry_imu at IMU rate", read_only=True),
         ParamSpec("path_max_length", 100000, "longest published path", range=(1, 10_000_000), read_only=True),
         ParamSpec("diagnostics_period_s", 1.0, "diagnostics publishing period", range=(0.1, 60.0), read_only=True),
@@ -180,12 +219,10 @@ class BackendNode(Node):
         self.cam1 = camera_from_params(self.p, "right.") if self.p["stereo"] else None
         self.estimator = None
         self.mode = "record-only"
+        self.segments: list = []       # (t, p, q) of estimators ended by a time reset
         if self.p["estimator"] == "auto":
             try:
-                from vilib_ros.backend import BackendConfig, VioEstimator
-
-                cfg = build_dataclass(BackendConfig, {s.name: self.p[s.name] for s in self.be_specs})
-                self.estimator = VioEstimator(cfg, self.cam0, self.cam1, _imu_noise_from_yaml(self.p["imu_yaml"]))
+                self.estimator = self._make_estimator()
                 self.mode = f"VioEstimator ({self.estimator.mode})"
             except ImportError as exc:
                 self.get_logger().warning(f"vilib_ros.backend / gtsam not importable ({exc}): recording only, "
@@ -198,60 +235,122 @@ class BackendNode(Node):
         self.pub_path = self.create_publisher(PathMsg, "path", reliable_qos(2))
         self.pub_lm = self.create_publisher(MarkerArray, "landmarks", reliable_qos(2))
         self.pub_diag = self.create_publisher(DiagnosticArray, "diagnostics", reliable_qos(10))
+        self.pub_tf = None
+        if self.p["publish_tf"]:
+            self._start_tf()
         imu_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
         self.create_subscription(Imu, "imu", self._on_imu, imu_qos(2000))
-        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(100))
+        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(100), raw=True)
         # Frames wait here until the IMU has caught up with their stamp (IMU and tracks come on
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
         self.pending: collections.deque = collections.deque()
         self.create_timer(0.02, self._drain)
 
-        self.skips = collections.Counter({k: 0 for k in (
-            "bad_tracks", "tracks_out_of_order", "imu_non_finite", "imu_out_of_order", "estimator_error")})
-        self._warned: set = set()
+        self.skips = SkipLog(("bad_tracks", "tracks_out_of_order", "imu_non_finite", "imu_out_of_order",
+                              "estimator_error"), self.get_logger().warning)
+        self.time_resets = 0
         self.frames_rx = RateMeter()
         self.imu_rx = RateMeter()
         self.odom_tx = RateMeter()
         self.frame_ms = Stat()
-        self.last_frame_ns: int | None = None
-        self.last_imu_ns: int | None = None
+        threshold = int(self.p["time_jump_threshold_s"] * 1e9)
+        self.frame_clock, self.imu_clock = TimeJump(threshold), TimeJump(threshold)
+        self.expect: dict[str, int] = {}    # stream -> stamp of a time reset it has not reached yet
         self.path = PathMsg()
-        self.path.header.frame_id = self.p["world_frame"]
-        self.received: list[tuple[int, int]] = []   # (stamp, n tracks) per frame, record-only summary
+        self.path.header.frame_id = self.p["odom_frame"]
+        self.covariance = None          # (kf index, (pose, twist)) of the newest keyframe
+        self.traj = TrajectoryLog(self.p["trajectory_path"], self.p["trajectory_flush_s"]) \
+            if self.p["trajectory_path"] and self.estimator is not None else None
         self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
-        self.get_logger().info(f"backend: {self.mode}")
+        self.get_logger().info(f"backend: {self.mode}, frames {self.p['odom_frame']} -> {self.p['base_frame']}"
+                               f"{', tf on' if self.pub_tf is not None else ''}")
 
-    def _skip(self, reason: str, detail: str) -> None:
-        self.skips[reason] += 1
-        if reason not in self._warned:
-            self._warned.add(reason)
-            self.get_logger().warning(f"{detail} -- skipped (counted as '{reason}'; warned once)")
+    def _make_estimator(self):
+        from vilib_ros.backend import BackendConfig, VioEstimator
+
+        cfg = build_dataclass(BackendConfig, {s.name: self.p[s.name] for s in self.be_specs})
+        return VioEstimator(cfg, self.cam0, self.cam1, _imu_noise_from_yaml(self.p["imu_yaml"]))
+
+    def _start_tf(self) -> None:
+        """/tf and /tf_static (tf2_msgs built from its definition where no ROS install has it)."""
+        from vilib_ros.nodes.tf2_msgs_build import Tf2MsgsUnavailable, import_tf2_msgs
+
+        try:
+            self.TFMessage = import_tf2_msgs().TFMessage
+        except Tf2MsgsUnavailable as exc:
+            self.get_logger().error(f"publish_tf is on but tf2_msgs is unavailable: {exc} -- no /tf, no /tf_static")
+            return
+        self.pub_tf = self.create_publisher(self.TFMessage, "/tf", reliable_qos(100))
+        self.pub_tf_static = self.create_publisher(self.TFMessage, "/tf_static", latched_qos())
+        frames = list(self.p["camera_frame_ids"]) + ["cam1"] * 2
+        sensors = {frames[0]: self.cam0.T_BS, self.p["imu_frame_id"]: np.eye(4)}
+        if self.cam1 is not None:
+            sensors[frames[1]] = self.cam1.T_BS
+        stamp = self.get_clock().now().nanoseconds
+        self.pub_tf_static.publish(self.TFMessage(transforms=static_transforms(stamp, self.p["base_frame"], sensors)))
 
     # --- callbacks ---------------------------------------------------------------------
+    def _on_time_line(self, stream: str, t: int) -> bool:
+        """Classify a stamp of ``stream`` ('imu' or 'tracks'); False: skip it (counted).
+
+        A jump beyond ``time_jump_threshold_s`` on either stream restarts the estimator; until
+        each stream has reached the new time line, its messages from the old one (still in
+        flight) are dropped as out of order.
+        """
+        clock = self.imu_clock if stream == "imu" else self.frame_clock
+        reason = "imu_out_of_order" if stream == "imu" else "tracks_out_of_order"
+        ref = self.expect.get(stream)
+        if ref is not None:
+            if abs(t - ref) > clock.threshold_ns:
+                self.skips.skip(reason, stream, f"stamp {t} from before the time reset at {ref}")
+                return False
+            del self.expect[stream]
+        kind = clock.check(t)
+        if kind == OUT_OF_ORDER:
+            self.skips.skip(reason, stream, f"stamp {t} not after {clock.last}")
+            return False
+        if kind == RESET:
+            self._time_reset(stream, t, clock.last)
+            self.expect = {"imu" if stream == "tracks" else "tracks": t}
+        clock.accept(t)
+        return True
+
+    def _time_reset(self, what: str, t_new: int, t_old: int) -> None:
+        self.time_resets += 1
+        self.get_logger().warning(f"time reset: {what} stamp jumped from {t_old} to {t_new} (more than "
+                                  f"{self.p['time_jump_threshold_s']} s back or forward): estimator restarted")
+        self.pending.clear()
+        self.frame_clock.clear()
+        self.imu_clock.clear()
+        self.covariance = None
+        if self.estimator is not None:
+            t, p, q = self.estimator.trajectory(True)
+            if len(t):
+                self.segments.append((t, p, q))
+            self.estimator = self._make_estimator()
+
     def _on_imu(self, msg) -> None:
         try:
             t, g, a = imu_to_arrays(msg)
         except ImuConversionError as exc:
-            self._skip(exc.reason, f"imu: {exc}")
+            self.skips.skip(exc.reason, "imu", str(exc))
             return
-        if self.last_imu_ns is not None and t <= self.last_imu_ns:
-            self._skip("imu_out_of_order", f"imu: stamp {t} not after {self.last_imu_ns}")
+        if not self._on_time_line("imu", t):
             return
-        self.last_imu_ns = t
         self.imu_rx.tick()
         if self.estimator is None:
             return
         try:
             self.estimator.add_imu(t, g, a)
         except Exception as exc:  # noqa: BLE001 - never die on one sample
-            self._skip("estimator_error", f"estimator failed on an IMU sample: {exc!r}")
+            self.skips.skip("estimator_error", "imu", f"estimator failed on an IMU sample: {exc!r}")
             return
         self._drain()
         if self.p["publish_odometry_imu"] and self.pub_odom_imu.get_subscription_count() > 0:
             try:
                 s = self.estimator.propagate(t)
             except Exception as exc:  # noqa: BLE001
-                self._skip("estimator_error", f"IMU propagation failed: {exc!r}")
+                self.skips.skip("estimator_error", "imu", f"IMU propagation failed: {exc!r}")
                 return
             if s is not None:
                 self.pub_odom_imu.publish(self._odometry(s))
@@ -260,14 +359,11 @@ class BackendNode(Node):
         try:
             frame = pointcloud_to_trackframe(msg)
         except Exception as exc:  # noqa: BLE001
-            self._skip("bad_tracks", f"tracks: {exc}")
+            self.skips.skip("bad_tracks", "tracks", str(exc))
             return
-        if self.last_frame_ns is not None and frame.stamp_ns <= self.last_frame_ns:
-            self._skip("tracks_out_of_order", f"tracks: stamp {frame.stamp_ns} not after {self.last_frame_ns}")
+        if not self._on_time_line("tracks", frame.stamp_ns):
             return
-        self.last_frame_ns = frame.stamp_ns
         self.frames_rx.tick()
-        self.received.append((frame.stamp_ns, len(frame)))
         if self.estimator is None:
             return
         if not self.p["stereo"]:
@@ -279,7 +375,8 @@ class BackendNode(Node):
         now = time.monotonic()
         while self.pending:
             t_rx, frame = self.pending[0]
-            imu_ok = self.last_imu_ns is not None and self.last_imu_ns >= frame.stamp_ns
+            last = self.imu_clock.last
+            imu_ok = last is not None and last >= frame.stamp_ns
             if not imu_ok and now - t_rx < self.p["imu_wait_s"]:
                 return
             self.pending.popleft()
@@ -290,14 +387,25 @@ class BackendNode(Node):
         try:
             state = self.estimator.add_frame(frame)
         except Exception as exc:  # noqa: BLE001 - the estimator recovers on the next frame
-            self._skip("estimator_error", f"estimator failed on frame {frame.stamp_ns}: {exc!r}")
+            self.skips.skip("estimator_error", "tracks", f"estimator failed on frame {frame.stamp_ns}: {exc!r}")
             return
         self.frame_ms.add((time.monotonic() - t0) * 1e3)
         if state is None or not publish:
             return
-        odom = self._odometry(state)
+        if getattr(state, "is_keyframe", False):
+            from vilib_ros.backend.covariance import odometry_covariance
+
+            cov = odometry_covariance(self.estimator)
+            if cov is not None:
+                self.covariance = cov
+        odom = self._odometry(state, self.covariance)
         self.pub_odom.publish(odom)
         self.odom_tx.tick()
+        if self.traj is not None:
+            self.traj.append(state)
+        if self.pub_tf is not None:
+            self.pub_tf.publish(self.TFMessage(transforms=[odom_transform(state, self.p["odom_frame"],
+                                                                          self.p["base_frame"])]))
         ps = PoseStamped()
         ps.header = odom.header
         ps.pose = odom.pose.pose
@@ -310,24 +418,13 @@ class BackendNode(Node):
             self.pub_lm.publish(self._landmarks(odom.header.stamp))
 
     # --- messages ------------------------------------------------------------------------
-    def _odometry(self, s) -> Odometry:
-        o = Odometry()
-        o.header.stamp = ns_to_stamp(s.stamp_ns)
-        o.header.frame_id = self.p["world_frame"]
-        o.child_frame_id = self.p["body_frame"]
-        p = o.pose.pose.position
-        p.x, p.y, p.z = (float(v) for v in s.p)
-        q = o.pose.pose.orientation
-        q.x, q.y, q.z, q.w = (float(v) for v in s.q_xyzw)
-        v_body = s.R.T @ np.asarray(s.v, dtype=np.float64)
-        t = o.twist.twist.linear
-        t.x, t.y, t.z = (float(v) for v in v_body)
-        return o
+    def _odometry(self, s, covariance=None) -> Odometry:
+        return odometry_msg(s, self.p["odom_frame"], self.p["base_frame"], covariance)
 
     def _landmarks(self, stamp) -> MarkerArray:
         m = Marker()
         m.header.stamp = stamp
-        m.header.frame_id = self.p["world_frame"]
+        m.header.frame_id = self.p["odom_frame"]
         m.ns, m.id, m.type, m.action = "landmarks", 0, Marker.POINTS, Marker.ADD
         m.pose.orientation.w = 1.0
         m.scale.x = m.scale.y = 0.05
@@ -351,10 +448,11 @@ class BackendNode(Node):
         d = {"mode": self.mode, "frames_received": self.frames_rx.count, "imu_received": self.imu_rx.count,
              "odometry_published": self.odom_tx.count, "frame_rate_hz": self.frames_rx.rate(),
              "imu_rate_hz": self.imu_rx.rate(), "odometry_rate_hz": self.odom_tx.rate(),
-             "frame_ms_mean": float(np.mean(w)) if w else 0.0, "frame_ms_max": float(np.max(w)) if w else 0.0}
-        d.update({f"skipped.{k}": v for k, v in sorted(self.skips.items())})
+             "frame_ms_mean": float(np.mean(w)) if w else 0.0, "frame_ms_max": float(np.max(w)) if w else 0.0,
+             "time_resets": self.time_resets}
+        d.update({f"skipped.{k}": v for k, v in sorted(self.skips.counts.items())})
         d.update({f"estimator.{k}": v for k, v in sorted(self._estimator_stats().items())})
-        problems = sum(self.skips.values())
+        problems = self.skips.total()
         level = DiagnosticStatus.WARN if (problems or self.estimator is None) else DiagnosticStatus.OK
         level = level[0] if isinstance(level, bytes) else level
         msg = DiagnosticArray()
@@ -366,22 +464,36 @@ class BackendNode(Node):
     def summary(self) -> dict:
         return {"node": self.get_name(), "mode": self.mode, "frames_received": self.frames_rx.count,
                 "imu_received": self.imu_rx.count, "odometry_published": self.odom_tx.count,
-                "skipped": dict(self.skips), "frame_ms": self.frame_ms.summary(),
-                "estimator": self._estimator_stats()}
+                "time_resets": self.time_resets, "skipped": dict(self.skips.counts),
+                "frame_ms": self.frame_ms.summary(), "estimator": self._estimator_stats()}
 
     def close(self) -> None:
         while self.pending and self.estimator is not None:
             self._process_frame(self.pending.popleft()[1], publish=False)
-        if self.p["trajectory_path"]:
-            if self.estimator is not None:
-                try:
-                    self.estimator.write_tum(self.p["trajectory_path"])
-                except Exception as exc:  # noqa: BLE001
-                    print(f"backend_node: could not write the trajectory: {exc!r}")
-            else:
-                print("backend_node: record-only mode, no trajectory written")
+        if self.traj is not None:
+            self.traj.close()
+            try:
+                self._write_smoothed(self.p["trajectory_path"])
+            except Exception as exc:  # noqa: BLE001 - the incremental file stays
+                print(f"backend_node: could not write the smoothed trajectory ({exc!r}); the online one stays")
+        elif self.p["trajectory_path"]:
+            print("backend_node: record-only mode, no trajectory written")
         if self.p["stats_path"]:
             write_json(self.p["stats_path"], self.summary())
+
+    def _write_smoothed(self, path) -> None:
+        """Every time line's smoothed trajectory (earlier ones first), written atomically."""
+        from pathlib import Path
+
+        t, p, q = self.estimator.trajectory(True)
+        parts = self.segments + ([(t, p, q)] if len(t) else [])
+        tmp = Path(str(path) + ".tmp")
+        with open(tmp, "w") as f:
+            for ts, ps, qs in parts:
+                for ti, pi, qi in zip(ts, ps, qs):
+                    f.write(f"{ti // 1_000_000_000}.{ti % 1_000_000_000:09d} "
+                            + " ".join(f"{x:.9f}" for x in (*pi, *qi)) + "\n")
+        tmp.replace(path)
 
 
 def main(args=None):
