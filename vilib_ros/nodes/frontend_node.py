@@ -44,7 +44,7 @@ Subscribed
       each image is processed, so the gyro up to the image's stamp is used
   camera_info, camera_info_right (sensor_msgs/CameraInfo): only with ``calibration_source:
       camera_info``: K, D (plumb_bob or equidistant), width, height of the first message are the
-      calibration (T_BS from the parameters); images wait (counted) until it came
+      calibration (T_BS from the parameters); images before it are skipped (no_calibration)
 
 Published
 ---------
