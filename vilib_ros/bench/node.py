@@ -238,7 +238,7 @@ def run_command(args) -> int:
     data = _find_data(args.data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    domain = args.domain_id if args.domain_id is not None else 201 + os.getpid() % 30
+    domain = args.domain_id if args.domain_id is not None else 220 + os.getpid() % 12
     env = ros_env(domain)
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     rates = [r.strip() for r in args.rates.split(",") if r.strip()]

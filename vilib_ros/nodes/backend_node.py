@@ -5,10 +5,13 @@ bundle adjustment in gtsam) when it is importable and ``estimator`` is ``auto``;
 (gtsam missing, or ``estimator: none``) it only records what it receives -- counts in
 ``diagnostics`` and the summary file -- and says so once in the log. A bad message
 (malformed tracks, non-finite IMU, stamps going backwards) or an estimator failure is
-counted and skipped; the node never dies on one. A stamp jumping back, or forward by more
-than ``time_jump_threshold_s`` (a looped bag, a restarted driver, a clock jump), on the
-tracks or the IMU is a time reset: logged, counted (``time_resets``), the estimator starts
-again from scratch on the new time line (its trajectory so far is kept for the file).
+counted and skipped; the node never dies on one. A tracks stamp jumping back, or forward by
+more than ``time_jump_threshold_s`` together with the IMU (a looped bag, a restarted driver,
+a clock jump), is a time reset: logged, counted (``time_resets``), the estimator starts again
+from scratch on the new time line (its trajectory so far is kept for the file). A forward
+jump of the tracks alone, over continuous IMU, is a hole in the vision (``tracks_gaps``): the
+IMU bridges it. The IMU has a ring of its own (a jump empties it; gaps counted in
+``imu_gaps``); the estimator is fed from it up to each frame, so both meet on one time line.
 
 Frames follow REP 105: the estimate is the pose of ``base_frame`` (the body = IMU frame) in
 ``odom_frame`` (continuous, drifting; a ``map`` frame above it is a localisation system's).
@@ -138,7 +141,7 @@ from vilib_ros.nodes._common import (RateMeter, Stat, diagnostic_status, exit_ma
                                      write_json)
 from vilib_ros.nodes.backend_outputs import TrajectoryLog, odom_transform, odometry_msg, static_transforms
 from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, pointcloud_to_trackframe
-from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, SkipLog, TimeJump
+from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
 
@@ -247,15 +250,21 @@ class BackendNode(Node):
         self.create_timer(0.02, self._drain)
 
         self.skips = SkipLog(("bad_tracks", "tracks_out_of_order", "imu_non_finite", "imu_out_of_order",
-                              "estimator_error"), self.get_logger().warning)
+                              "imu_out_of_range", "estimator_error"), self.get_logger().warning)
         self.time_resets = 0
         self.frames_rx = RateMeter()
         self.imu_rx = RateMeter()
         self.odom_tx = RateMeter()
         self.frame_ms = Stat()
         threshold = int(self.p["time_jump_threshold_s"] * 1e9)
-        self.frame_clock, self.imu_clock = TimeJump(threshold), TimeJump(threshold)
-        self.expect: dict[str, int] = {}    # stream -> stamp of a time reset it has not reached yet
+        self.frame_clock = TimeJump(threshold)
+        # IMU ring: a time line of its own (a jump empties it); the estimator is fed from it up to
+        # each frame it processes, so frames and IMU meet on the same time line after a reset
+        self.imu = ImuQueue(capacity=16384, gyro_range=1e3, accel_range=1e3, jump_threshold_ns=threshold,
+                            keep_ns=5_000_000_000)
+        self.fed_until: int | None = None   # newest IMU stamp handed to the estimator
+        self._imu_resets = 0                # IMU time resets seen at the last frame
+        self.tracks_gaps = 0                # forward jumps of the tracks bridged by continuous IMU
         self.path = PathMsg()
         self.path.header.frame_id = self.p["odom_frame"]
         self.covariance = None          # (kf index, (pose, twist)) of the newest keyframe
@@ -290,39 +299,13 @@ class BackendNode(Node):
         self.pub_tf_static.publish(self.TFMessage(transforms=static_transforms(stamp, self.p["base_frame"], sensors)))
 
     # --- callbacks ---------------------------------------------------------------------
-    def _on_time_line(self, stream: str, t: int) -> bool:
-        """Classify a stamp of ``stream`` ('imu' or 'tracks'); False: skip it (counted).
-
-        A jump beyond ``time_jump_threshold_s`` on either stream restarts the estimator; until
-        each stream has reached the new time line, its messages from the old one (still in
-        flight) are dropped as out of order.
-        """
-        clock = self.imu_clock if stream == "imu" else self.frame_clock
-        reason = "imu_out_of_order" if stream == "imu" else "tracks_out_of_order"
-        ref = self.expect.get(stream)
-        if ref is not None:
-            if abs(t - ref) > clock.threshold_ns:
-                self.skips.skip(reason, stream, f"stamp {t} from before the time reset at {ref}")
-                return False
-            del self.expect[stream]
-        kind = clock.check(t)
-        if kind == OUT_OF_ORDER:
-            self.skips.skip(reason, stream, f"stamp {t} not after {clock.last}")
-            return False
-        if kind == RESET:
-            self._time_reset(stream, t, clock.last)
-            self.expect = {"imu" if stream == "tracks" else "tracks": t}
-        clock.accept(t)
-        return True
-
-    def _time_reset(self, what: str, t_new: int, t_old: int) -> None:
+    def _time_reset(self, t_new: int, t_old: int) -> None:
         self.time_resets += 1
-        self.get_logger().warning(f"time reset: {what} stamp jumped from {t_old} to {t_new} (more than "
+        self.get_logger().warning(f"time reset: tracks stamp jumped from {t_old} to {t_new} (more than "
                                   f"{self.p['time_jump_threshold_s']} s back or forward): estimator restarted")
         self.pending.clear()
-        self.frame_clock.clear()
-        self.imu_clock.clear()
         self.covariance = None
+        self.fed_until = None
         if self.estimator is not None:
             t, p, q = self.estimator.trajectory(True)
             if len(t):
@@ -330,21 +313,28 @@ class BackendNode(Node):
             self.estimator = self._make_estimator()
 
     def _on_imu(self, msg) -> None:
+        """IMU into the node's ring (checks, gaps, time resets); into the estimator when it is on
+        the same time line as the frames (else when a frame is processed, see _feed_imu)."""
         try:
             t, g, a = imu_to_arrays(msg)
         except ImuConversionError as exc:
             self.skips.skip(exc.reason, "imu", str(exc))
             return
-        if not self._on_time_line("imu", t):
+        resets = self.imu.resets
+        why = self.imu.add(t, g, a)
+        if why:
+            self.skips.skip(why, "imu", f"IMU sample at {t} rejected ({why.replace('_', ' ')}, previous stamp "
+                            f"{self.imu.last_t})")
             return
+        if self.imu.resets != resets:
+            self.get_logger().warning(f"IMU time reset: stamp {t} jumped by more than "
+                                      f"{self.p['time_jump_threshold_s']} s")
         self.imu_rx.tick()
         if self.estimator is None:
             return
-        try:
-            self.estimator.add_imu(t, g, a)
-        except Exception as exc:  # noqa: BLE001 - never die on one sample
-            self.skips.skip("estimator_error", "imu", f"estimator failed on an IMU sample: {exc!r}")
-            return
+        last = self.frame_clock.last
+        if self.fed_until is not None and last is not None and abs(t - last) < self.frame_clock.threshold_ns:
+            self._feed_imu(t)
         self._drain()
         if self.p["publish_odometry_imu"] and self.pub_odom_imu.get_subscription_count() > 0:
             try:
@@ -355,14 +345,41 @@ class BackendNode(Node):
             if s is not None:
                 self.pub_odom_imu.publish(self._odometry(s))
 
+    def _feed_imu(self, upto: int) -> None:
+        """Hand the estimator the ring's samples after the last one it got, up to ``upto`` (after a
+        time reset: from 2 s before ``upto``, which the initialisation needs)."""
+        start = self.fed_until if self.fed_until is not None else upto - 2_000_000_000
+        ts, data = self.imu.between(start, upto)
+        for t, d in zip(ts.tolist(), data):
+            try:
+                self.estimator.add_imu(t, d[:3], d[3:])
+            except Exception as exc:  # noqa: BLE001 - never die on one sample
+                self.skips.skip("estimator_error", "imu", f"estimator failed on an IMU sample: {exc!r}")
+        if ts.size:
+            self.fed_until = int(ts[-1])
+        elif self.fed_until is None:
+            self.fed_until = start
+
     def _on_tracks(self, msg) -> None:
         try:
             frame = pointcloud_to_trackframe(msg)
         except Exception as exc:  # noqa: BLE001
             self.skips.skip("bad_tracks", "tracks", str(exc))
             return
-        if not self._on_time_line("tracks", frame.stamp_ns):
+        kind = self.frame_clock.check(frame.stamp_ns)
+        if kind == OUT_OF_ORDER:
+            self.skips.skip("tracks_out_of_order", "tracks", f"stamp {frame.stamp_ns} not after "
+                            f"{self.frame_clock.last}")
             return
+        if kind == RESET and frame.stamp_ns > self.frame_clock.last and self.imu.resets == self._imu_resets \
+                and self.imu.last_t is not None and self.imu.last_t > self.frame_clock.last:
+            # forward, and the IMU went on without a jump: a hole in the tracks (frontend restarted,
+            # camera dropped out), bridged by the IMU -- not a clock jump
+            self.tracks_gaps += 1
+        elif kind == RESET:
+            self._time_reset(frame.stamp_ns, self.frame_clock.last)
+        self._imu_resets = self.imu.resets
+        self.frame_clock.accept(frame.stamp_ns)
         self.frames_rx.tick()
         if self.estimator is None:
             return
@@ -375,8 +392,8 @@ class BackendNode(Node):
         now = time.monotonic()
         while self.pending:
             t_rx, frame = self.pending[0]
-            last = self.imu_clock.last
-            imu_ok = last is not None and last >= frame.stamp_ns
+            last = self.imu.last_t
+            imu_ok = last is not None and frame.stamp_ns <= last < frame.stamp_ns + self.frame_clock.threshold_ns
             if not imu_ok and now - t_rx < self.p["imu_wait_s"]:
                 return
             self.pending.popleft()
@@ -384,6 +401,7 @@ class BackendNode(Node):
 
     def _process_frame(self, frame, publish: bool = True) -> None:
         t0 = time.monotonic()
+        self._feed_imu(frame.stamp_ns)
         try:
             state = self.estimator.add_frame(frame)
         except Exception as exc:  # noqa: BLE001 - the estimator recovers on the next frame
@@ -449,7 +467,8 @@ class BackendNode(Node):
              "odometry_published": self.odom_tx.count, "frame_rate_hz": self.frames_rx.rate(),
              "imu_rate_hz": self.imu_rx.rate(), "odometry_rate_hz": self.odom_tx.rate(),
              "frame_ms_mean": float(np.mean(w)) if w else 0.0, "frame_ms_max": float(np.max(w)) if w else 0.0,
-             "time_resets": self.time_resets}
+             "time_resets": self.time_resets, "tracks_gaps": self.tracks_gaps, "imu_time_resets": self.imu.resets, "imu_gaps": self.imu.gaps,
+             "imu_gap_samples": self.imu.gap_samples}
         d.update({f"skipped.{k}": v for k, v in sorted(self.skips.counts.items())})
         d.update({f"estimator.{k}": v for k, v in sorted(self._estimator_stats().items())})
         problems = self.skips.total()
@@ -464,7 +483,8 @@ class BackendNode(Node):
     def summary(self) -> dict:
         return {"node": self.get_name(), "mode": self.mode, "frames_received": self.frames_rx.count,
                 "imu_received": self.imu_rx.count, "odometry_published": self.odom_tx.count,
-                "time_resets": self.time_resets, "skipped": dict(self.skips.counts),
+                "time_resets": self.time_resets, "tracks_gaps": self.tracks_gaps, "imu_time_resets": self.imu.resets, "imu_gaps": self.imu.gaps,
+                "imu_gap_samples": self.imu.gap_samples, "skipped": dict(self.skips.counts),
                 "frame_ms": self.frame_ms.summary(), "estimator": self._estimator_stats()}
 
     def close(self) -> None:

@@ -7,10 +7,10 @@
 * :class:`TimeJump` - classifies a stamp against the previous one of its stream: in order,
   a small step back (``out_of_order``: skip it), or a time reset (a jump back, or forward
   beyond ``threshold_ns``: a looped bag, a restarted driver, a clock jump).
-* :class:`ImuQueue` - the frontend's IMU ring (no allocation per sample): rejects
+* :class:`ImuQueue` - the nodes' IMU ring (no allocation per sample): rejects
   non-finite samples, samples beyond the sensor's range and stamps going backwards,
   counts gaps in the stamps (longer than ``gap_factor`` median periods) and time resets,
-  and returns the gyro rows between two stamps as one array.
+  and returns the samples between two stamps as arrays.
 
 No rclpy here.
 """
@@ -107,10 +107,11 @@ class ImuQueue:
     """
 
     def __init__(self, capacity: int = 8192, gyro_range: float = 35.0, accel_range: float = 160.0,
-                 jump_threshold_ns: int = 1_000_000_000, gap_factor: float = 2.5):
+                 jump_threshold_ns: int = 1_000_000_000, gap_factor: float = 2.5, keep_ns: int = 1_000_000_000):
         self.cap = int(capacity)
+        self.keep_ns = int(keep_ns)
         self._t = np.zeros(self.cap, np.int64)
-        self._g = np.zeros((self.cap, 3), np.float64)
+        self._g = np.zeros((self.cap, 6), np.float64)      # gyro xyz, acc xyz
         self._n = 0            # samples stored (<= cap), newest at index _n - 1 after _compact
         self.gyro_range = float(gyro_range)
         self.accel_range = float(accel_range)
@@ -153,7 +154,7 @@ class ImuQueue:
                 self._g[:h] = self._g[self.cap - h:]
                 self._n = h
             self._t[self._n] = t
-            self._g[self._n] = g
+            self._g[self._n] = vals
             self._n += 1
         return ""
 
@@ -173,21 +174,26 @@ class ImuQueue:
             self._np = 0
             self.jump.clear()
 
-    def gyro_between(self, t0: int, t1: int) -> np.ndarray | None:
-        """(K, 4) rows (t_ns, wx, wy, wz) with t0 <= t <= t1 (a copy), or None; samples older
-        than ``t1 - keep_ns`` (1 s) are dropped afterwards."""
+    def between(self, t0: int, t1: int):
+        """(t (K,), samples (K, 6): gyro xyz, acc xyz) with t0 < t <= t1 (copies); samples older
+        than ``t1 - keep_ns`` are dropped afterwards."""
         with self.lock:
             t = self._t[: self._n]
-            i0, i1 = np.searchsorted(t, t0, "left"), np.searchsorted(t, t1, "right")
-            out = None
-            if i1 > i0:
-                out = np.empty((i1 - i0, 4))
-                out[:, 0] = t[i0:i1]
-                out[:, 1:] = self._g[i0:i1]
-            drop = int(np.searchsorted(t, t1 - 1_000_000_000, "left"))
+            i0, i1 = np.searchsorted(t, t0, "right"), np.searchsorted(t, t1, "right")
+            out = (t[i0:i1].copy(), self._g[i0:i1].copy())
+            drop = int(np.searchsorted(t, t1 - self.keep_ns, "left"))
             if drop > self.cap // 2:
                 keep = self._n - drop
                 self._t[:keep] = self._t[drop: self._n]
                 self._g[:keep] = self._g[drop: self._n]
                 self._n = keep
+        return out
+
+    def gyro_between(self, t0: int, t1: int) -> np.ndarray | None:
+        """(K, 4) rows (t_ns, wx, wy, wz) with t0 <= t <= t1 (a copy), or None."""
+        t, s = self.between(t0 - 1, t1)
+        if not t.size:
+            return None
+        out = np.empty((t.size, 4))
+        out[:, 0], out[:, 1:] = t, s[:, :3]
         return out
