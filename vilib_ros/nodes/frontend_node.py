@@ -298,7 +298,7 @@ class FrontendNode(Node):
         self.imu_wall = 0.0           # time.monotonic() of the last accepted IMU sample
         self.clock = TimeJump(int(self.p["time_jump_threshold_s"] * 1e9))
         self.periods: list = []
-        self.pending_left = None      # (stamp, img, frame_id, t_recv)
+        self.pending_left: dict = {}  # stamp -> (stamp, img, frame_id, t_recv), waiting for the right image
         self.right_images: dict[int, np.ndarray] = {}
         self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
         self.get_logger().info(
@@ -423,34 +423,39 @@ class FrontendNode(Node):
             return
         stamp, img, frame_id = got
         if topic == "image_right":
-            if self.pending_left is not None and self.pending_left[0] == stamp:
-                left, self.pending_left = self.pending_left, None
-                self._process(*left[:3], t_recv, img_right=img)      # the later image of the pair
-                return
             self.right_images[stamp] = img
             while len(self.right_images) > 10:
                 self.right_images.pop(min(self.right_images))
+            if stamp in self.pending_left:
+                self._release_lefts(stamp, t_recv)       # measured from the later image of the pair
             return
         if not self.stereo:
             self._process(stamp, img, frame_id, t_recv)
             return
-        if self.pending_left is not None:  # its right image never came
-            self.st.skips.count("stereo_unmatched")
-            left, self.pending_left = self.pending_left, None
-            self._process(*left)
-        right = self.right_images.pop(stamp, None)
-        if right is None and self.count_publishers(self.sub_right.topic_name) == 0:
-            self._process(stamp, img, frame_id, t_recv)   # no right camera: mono
-        elif right is None:
-            self.pending_left = (stamp, img, frame_id, t_recv)
-        else:
-            self._process(stamp, img, frame_id, t_recv, img_right=right)
+        if stamp in self.right_images or self.count_publishers(self.sub_right.topic_name) == 0:
+            self.pending_left[stamp] = (stamp, img, frame_id, t_recv)
+            self._release_lefts(stamp, t_recv)             # its right image is here, or no right camera
+            return
+        self.pending_left[stamp] = (stamp, img, frame_id, t_recv)
+        while len(self.pending_left) > 10:
+            self._release_lefts(next(iter(self.pending_left)), None)
+
+    def _release_lefts(self, upto: int, t_recv) -> None:
+        """Process the waiting left images up to stamp ``upto``, in order: each with its right image
+        where it came (right images arrive in stamp order: an older left without one gets none)."""
+        while self.pending_left and next(iter(self.pending_left)) <= upto:
+            stamp, img, frame_id, t_left = self.pending_left.pop(next(iter(self.pending_left)))
+            right = self.right_images.pop(stamp, None)
+            if right is None and self.count_publishers(self.sub_right.topic_name) > 0:
+                self.st.skips.count("stereo_unmatched")
+            t = t_recv if (stamp == upto and t_recv is not None) else t_left
+            self._process(stamp, img, frame_id, t, img_right=right)
 
     def _flush_pending(self) -> None:
-        if self.pending_left is not None and time.monotonic() - self.pending_left[3] > self.p["stereo_timeout_s"]:
-            self.st.skips.count("stereo_unmatched")
-            left, self.pending_left = self.pending_left, None
-            self._process(*left)
+        now = time.monotonic()
+        old = [s for s, v in self.pending_left.items() if now - v[3] > self.p["stereo_timeout_s"]]
+        if old:
+            self._release_lefts(max(old), None)
 
     def _take_pending_imu(self) -> None:
         """Run the IMU callback for every IMU message already waiting in the subscription.
@@ -577,8 +582,8 @@ class FrontendNode(Node):
 
     def close(self) -> None:
         self.debug.close()
-        if self.stereo and self.pending_left is not None:
-            self.st.skips.count("stereo_unmatched")
+        if self.stereo and self.pending_left:
+            self.st.skips.count("stereo_unmatched", len(self.pending_left))
         if self.p.get("stats_path"):
             write_json(self.p["stats_path"], self.summary())
 
