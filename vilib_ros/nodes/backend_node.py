@@ -65,62 +65,70 @@ Node parameters (all read-only):
   time_jump_threshold_s (double, default 1.0, range [0.001, 3600]): see time resets above
   input_reliability (string, default 'best_effort', one of best_effort|reliable): QoS of the IMU
       subscription (reliable: nothing lost under load; vilib-ros run uses it)
-Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`
-(``python -m vilib_ros.nodes.backend_node --print-parameters`` prints this table from the code):
-  window_s (double, default 2.0, range [0.1, 600.0]): IncrementalFixedLagSmoother lag, seconds
-  mono_window_s (double, default 6.0): mono mode uses max(window_s, mono_window_s): scale needs
-      it
-  mode (string, default 'auto', one of stereo|mono|auto): 'stereo' | 'mono' | 'auto' (stereo if
+Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`; range,
+choices and help live once, in :data:`vilib_ros.nodes.params.BACKEND_PARAMS`. This table is the second
+part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_launch_files checks):
+  window_s (double, default 2.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
+  mono_window_s (double, default 6.0, range [0.1, 600.0], read-only): mono mode uses max(window_s,
+      mono_window_s): scale needs it
+  mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo if
       cam1 is given)
-  kf_min_interval_s (double, default 0.08, range [0.001, 10.0]): BackendConfig.kf_min_interval_s
-  kf_max_interval_s (double, default 0.5, range [0.001, 60.0]): time criterion
-  kf_parallax_px (double, default 12.0, range [0.0, 1000.0]): rotation-compensated median
-      parallax vs last keyframe
-  kf_track_fraction (double, default 0.65, range [0.0, 1.0]): fewer of the last keyframe's
-      tracks survive -> keyframe
-  kf_min_tracks (integer, default 30, range [0, 100000]): fewer tracks -> keyframe
-  zero_velocity_updates (bool, default True): at rest: zero-velocity prior + no-motion pose
-      factor
-  still_parallax_px (double, default 1.5): rest = median parallax below this AND a static IMU
-      window
-  still_velocity_sigma (double, default 0.005): m/s
-  max_landmarks_per_kf (integer, default 40, range [1, 100000]): observations added per keyframe
+  kf_min_interval_s (double, default 0.08, range [0.001, 10.0], read-only): shortest time between keyframes, s
+  kf_max_interval_s (double, default 0.5, range [0.001, 60.0], read-only): longest time between keyframes, s
+  kf_parallax_px (double, default 12.0, range [0.0, 1000.0], read-only): keyframe when the
+      rotation-compensated median parallax to the last keyframe exceeds this, px
+  kf_track_fraction (double, default 0.65, range [0.0, 1.0], read-only): fewer of the last keyframe's tracks
+      survive -> keyframe
+  kf_min_tracks (integer, default 30, range [0, 100000], read-only): keyframe when fewer tracks than this are
+      left
+  zero_velocity_updates (bool, default True, read-only): at rest: zero-velocity prior + no-motion pose factor
+  still_parallax_px (double, default 1.5, range [0.0, 1000.0], read-only): rest = median parallax below this
+      AND a static IMU window
+  still_velocity_sigma (double, default 0.005, range [1e-06, 100.0], read-only): velocity sigma of the
+      zero-velocity prior at rest, m/s
+  max_landmarks_per_kf (integer, default 40, range [1, 100000], read-only): observations added per keyframe
       (longest tracks first)
-  min_depth (double, default 0.3, range [0.0, 1000.0]): BackendConfig.min_depth
-  max_depth (double, default 25.0, range [0.0, 100000.0]): BackendConfig.max_depth
-  min_disparity_px (double, default 1.0, range [0.0, 1000.0]): BackendConfig.min_disparity_px
-  mono_min_parallax_deg (double, default 1.5, range [0.0, 90.0]): triangulation angle before a
-      mono landmark is created
-  pixel_sigma (double, default 1.0, range [1e-06, 100.0]): BackendConfig.pixel_sigma
-  landmark_prior_sigma (double, default 5.0, range [0.0, 1000000.0]): m, weak prior at creation
-      (0 = none)
-  huber_k (double, default 1.345, range [1e-06, 100.0]): in sigmas
-  chi2_stereo (double, default 11.34, range [0.0, 1000000.0]): 99 % of chi2(3)
-  chi2_mono (double, default 9.21, range [0.0, 1000000.0]): 99 % of chi2(2)
-  max_outlier_count (integer, default 3, range [0, 1000000]): rejected observations before a
-      track is blacklisted
-  imu_noise_scale (double, default 1.0, range [1e-06, 1000000.0]): multiplies the noise
-      densities / random walks
-  gravity (double, default 9.81, range [0.0, 100.0]): BackendConfig.gravity
-  init_window_s (double, default 0.5, range [0.0, 60.0]): BackendConfig.init_window_s
-  static_gyro_std (double, default 0.01, range [0.0, 100.0]): rad/s, std of the 10 block means
-      of the init window
-  static_acc_std (double, default 0.15, range [0.0, 100.0]): m/s^2, std of the 10 block means
-  static_gyro_mean (double, default 0.15, range [0.0, 100.0]): rad/s (|mean gyro| at rest = the
+  min_depth (double, default 0.3, range [0.0, 1000.0], read-only): nearest landmark depth accepted, m
+  max_depth (double, default 25.0, range [0.0, 100000.0], read-only): farthest landmark depth accepted, m
+  min_disparity_px (double, default 1.0, range [0.0, 1000.0], read-only): smallest stereo disparity for a
+      landmark, px
+  mono_min_parallax_deg (double, default 1.5, range [0.0, 90.0], read-only): triangulation angle before a mono
+      landmark is created
+  pixel_sigma (double, default 1.0, range [1e-06, 100.0], read-only): reprojection noise sigma, px
+  landmark_prior_sigma (double, default 5.0, range [0.0, 1000000.0], read-only): weak landmark prior at
+      creation, m (0 = none)
+  huber_k (double, default 1.345, range [1e-06, 100.0], read-only): Huber threshold of the visual factors, in
+      sigmas
+  chi2_stereo (double, default 11.34, range [0.0, 1000000.0], read-only): stereo outlier gate (99 % of
+      chi2(3))
+  chi2_mono (double, default 9.21, range [0.0, 1000000.0], read-only): mono outlier gate (99 % of chi2(2))
+  max_outlier_count (integer, default 3, range [0, 1000000], read-only): rejected observations before a track
+      is blacklisted
+  imu_noise_scale (double, default 1.0, range [1e-06, 1000000.0], read-only): multiplies the noise densities /
+      random walks
+  gravity (double, default 9.81, range [0.0, 100.0], read-only): gravity magnitude, m/s^2
+  init_window_s (double, default 0.5, range [0.0, 60.0], read-only): IMU window of the static initialisation,
+      s
+  static_gyro_std (double, default 0.01, range [0.0, 100.0], read-only): rad/s, std of the 10 block means of
+      the init window
+  static_acc_std (double, default 0.15, range [0.0, 100.0], read-only): m/s^2, std of the 10 block means
+  static_gyro_mean (double, default 0.15, range [0.0, 100.0], read-only): rad/s (|mean gyro| at rest = the
       bias)
-  dynamic_init_frames (integer, default 20, range [2, 1000]): stereo: frames for the moving-
-      start alignment
-  mono_init_window_s (double, default 2.0, range [0.0, 600.0]): mono: window for the moving-
-      start alignment
-  relinearize_threshold (double, default 0.05, range [0.0, 10.0]):
-      BackendConfig.relinearize_threshold
-  relinearize_skip (integer, default 1, range [1, 1000]): BackendConfig.relinearize_skip
-  partial_relinearization_check (bool, default False):
-      BackendConfig.partial_relinearization_check
-  extra_updates (integer, default 0, range [0, 100]): extra iSAM2 iterations per keyframe
-  max_speed (double, default 30.0, range [0.0, 10000.0]): m/s
-  max_gyro_bias (double, default 0.3, range [0.0, 100.0]): rad/s
-  max_acc_bias (double, default 2.0, range [0.0, 100.0]): m/s^2
+  dynamic_init_frames (integer, default 20, range [2, 1000], read-only): stereo: frames for the moving-start
+      alignment
+  mono_init_window_s (double, default 2.0, range [0.0, 600.0], read-only): mono: window for the moving-start
+      alignment
+  relinearize_threshold (double, default 0.05, range [0.0, 10.0], read-only): iSAM2 relinearisation threshold
+  relinearize_skip (integer, default 1, range [1, 1000], read-only): iSAM2 relinearises every this many
+      updates
+  partial_relinearization_check (bool, default False, read-only): iSAM2 partial relinearisation check
+  extra_updates (integer, default 0, range [0, 100], read-only): extra iSAM2 iterations per keyframe
+  max_speed (double, default 30.0, range [0.0, 10000.0], read-only): speed above which the estimate counts as
+      diverged (reset), m/s
+  max_gyro_bias (double, default 0.3, range [0.0, 100.0], read-only): gyro bias above which the estimate
+      counts as diverged, rad/s
+  max_acc_bias (double, default 2.0, range [0.0, 100.0], read-only): accelerometer bias above which the
+      estimate counts as diverged, m/s^2
 """
 from __future__ import annotations
 
