@@ -398,3 +398,27 @@ class TestCompressed:
         with pytest.raises(ImageConversionError) as e:
             compressed_to_mono8(CompressedImage(format="jpeg", data=b"not an image at all"))
         assert e.value.reason == "decode_error"
+
+
+class TestDecodeImu:
+    @pytest.mark.parametrize("frame_id", ["", "imu0", "imu", "imu_link"])
+    def test_against_rclpy(self, frame_id):
+        from rclpy.serialization import serialize_message
+
+        from vilib_ros.nodes.cdr import decode_imu
+        from vilib_ros.nodes.conversions import arrays_to_imu
+
+        m = arrays_to_imu(1_403_715_273_000_000_123, [0.1, -0.2, 0.3], [9.7, 0.1, -0.4], frame_id)
+        m.orientation.w, m.angular_velocity_covariance[4], m.linear_acceleration_covariance[8] = 0.5, 7.0, 8.0
+        t, g, a = decode_imu(serialize_message(m))
+        assert t == 1_403_715_273_000_000_123 and g == (0.1, -0.2, 0.3) and a == (9.7, 0.1, -0.4)
+
+    def test_truncated(self):
+        from rclpy.serialization import serialize_message
+
+        from vilib_ros.nodes.cdr import CdrError, decode_imu
+        from vilib_ros.nodes.conversions import arrays_to_imu
+
+        b = serialize_message(arrays_to_imu(5, [0, 0, 0], [0, 0, 9.8]))
+        with pytest.raises(CdrError):
+            decode_imu(b[:-(72 + 8)])     # into the acceleration (its covariance follows: 9 doubles)

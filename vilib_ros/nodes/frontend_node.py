@@ -169,10 +169,9 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.nodes._common import diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
-from vilib_ros.nodes.cdr import CdrError, decode_image
-from vilib_ros.nodes.conversions import (TRACKS_LAYOUTS, ImageConversionError, ImuConversionError, TracksEncoder,
-                                         camera_from_camera_info, compressed_to_mono8, draw_tracks, image_to_mono8,
-                                         imu_to_arrays, numpy_to_image, stamp_to_ns)
+from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu
+from vilib_ros.nodes.conversions import (TRACKS_LAYOUTS, ImageConversionError, TracksEncoder, camera_from_camera_info,
+                                         compressed_to_mono8, draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
 from vilib_ros.nodes.debug_image import DebugImageWorker
 from vilib_ros.nodes.frontend_stats import FrontendStats
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, TimeJump
@@ -292,7 +291,7 @@ class FrontendNode(Node):
             for topic in ("camera_info",) + (("camera_info_right",) if self.stereo else ()):
                 self.create_subscription(CameraInfo, topic, lambda m, t=topic: self._on_camera_info(m, t),
                                          reliable_qos(1) if self.p["input_reliability"] == "reliable" else sensor_qos(1))
-        self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, in_qos(1000))
+        self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, in_qos(1000), raw=True)
         self.imu = ImuQueue(gyro_range=self.p["gyro_range"], accel_range=self.p["accel_range"],
                             jump_threshold_ns=int(self.p["time_jump_threshold_s"] * 1e9))
         self.imu_wall = 0.0           # time.monotonic() of the last accepted IMU sample
@@ -395,17 +394,18 @@ class FrontendNode(Node):
             self.st.skips.skip("data_size", topic, f"cannot read image: {exc!r}")
         return None
 
-    def _on_imu(self, msg) -> None:
+    def _on_imu(self, msg: bytes) -> None:
+        """A serialized IMU message (raw subscription): decoded without building the message."""
         try:
-            t, g, a = imu_to_arrays(msg)
-        except ImuConversionError as exc:
-            self.st.skips.skip(exc.reason, "imu", str(exc))
+            t, g, a = decode_imu(msg)
+        except CdrError as exc:
+            self.st.skips.skip("malformed", "imu", f"cannot read the IMU message: {exc}")
             return
         resets = self.imu.resets
         why = self.imu.add(t, g, a)
         if why:
-            self.st.skips.skip(why, "imu", f"IMU sample at {t} rejected ({why.replace('_', ' ')}: gyro {g.tolist()}, "
-                               f"acc {a.tolist()}, previous stamp {self.imu.last_t})")
+            self.st.skips.skip(why, "imu", f"IMU sample at {t} rejected ({why.replace('_', ' ')}: gyro {list(g)}, "
+                               f"acc {list(a)}, previous stamp {self.imu.last_t})")
             return
         if self.imu.resets != resets:
             self.st.events["imu_time_resets"] += 1

@@ -16,6 +16,7 @@ No rclpy here.
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import Callable
 
@@ -119,6 +120,7 @@ class ImuQueue:
         self.gap_factor = float(gap_factor)
         self._periods = np.zeros(32, np.int64)
         self._np = 0
+        self._period: int | None = None
         self.resets = 0
         self.gaps = 0
         self.gap_samples = 0
@@ -132,9 +134,12 @@ class ImuQueue:
         g = (float(gyro[0]), float(gyro[1]), float(gyro[2]))
         a = (float(acc[0]), float(acc[1]), float(acc[2]))
         vals = g + a
-        if not all(v == v and abs(v) != float("inf") for v in vals):
+        if not (math.isfinite(vals[0]) and math.isfinite(vals[1]) and math.isfinite(vals[2])
+                and math.isfinite(vals[3]) and math.isfinite(vals[4]) and math.isfinite(vals[5])):
             return "imu_non_finite"
-        if max(abs(v) for v in g) > self.gyro_range or max(abs(v) for v in a) > self.accel_range:
+        gr, ar = self.gyro_range, self.accel_range
+        if not (-gr <= g[0] <= gr and -gr <= g[1] <= gr and -gr <= g[2] <= gr
+                and -ar <= a[0] <= ar and -ar <= a[1] <= ar and -ar <= a[2] <= ar):
             return "imu_out_of_range"
         t = int(t)
         with self.lock:
@@ -145,6 +150,7 @@ class ImuQueue:
                 self.resets += 1
                 self._n = 0
                 self._np = 0
+                self._period = None
             elif self.jump.last is not None:
                 self._gap_check(t - self.jump.last)
             self.jump.accept(t)
@@ -160,7 +166,9 @@ class ImuQueue:
 
     def _gap_check(self, dt: int) -> None:
         if self._np >= 8:
-            period = int(np.median(self._periods[: min(self._np, self._periods.size)]))
+            if self._np % 16 == 8 or self._period is None:     # the median, refreshed every 16 samples
+                self._period = int(np.median(self._periods[: min(self._np, self._periods.size)]))
+            period = self._period
             if period > 0 and dt > self.gap_factor * period:
                 self.gaps += 1
                 self.gap_samples += max(1, int(round(dt / period)) - 1)
@@ -172,6 +180,7 @@ class ImuQueue:
         with self.lock:
             self._n = 0
             self._np = 0
+            self._period = None
             self.jump.clear()
 
     def between(self, t0: int, t1: int):
