@@ -106,3 +106,50 @@ class TestImuQueue:
         assert q._n <= 64
         rows = q.gyro_between(0, 10 * S)
         assert rows[-1, 0] == S + 999 * 5_000_000
+
+
+class TestStereoPairer:
+    """Pairing by stamp (vilib_ros.nodes.stereo_pairing). Guards the bug where a right stream one
+    message behind the left one paired no frame at all (one left image could wait, the next
+    left image pushed it out unmatched)."""
+
+    def _pairer(self, has_right=True, timeout=10.0):
+        from vilib_ros.nodes.stereo_pairing import StereoPairer
+
+        out, unmatched = [], []
+        p = StereoPairer(lambda s, img, fid, t, img_right=None: out.append((s, img_right)), lambda: has_right,
+                         timeout, lambda: unmatched.append(1))
+        return p, out, unmatched
+
+    def test_right_one_behind(self):
+        p, out, un = self._pairer()
+        p.left(1, "L1", "", 0.0)
+        for k in range(2, 20):
+            p.left(k, f"L{k}", "", 0.0)       # the right stream lags one message
+            p.right(k - 1, f"R{k - 1}", 0.0)
+        assert out == [(k, f"R{k}") for k in range(1, 19)] and not un
+
+    def test_right_first_and_in_order(self):
+        p, out, un = self._pairer()
+        p.right(1, "R1", 0.0)
+        p.left(1, "L1", "", 0.0)
+        p.left(2, "L2", "", 0.0)
+        p.left(3, "L3", "", 0.0)
+        p.right(3, "R3", 0.0)                  # the right stream passed 2: it will not come
+        assert out == [(1, "R1"), (2, None), (3, "R3")] and un == [1]
+
+    def test_no_right_camera(self):
+        p, out, un = self._pairer(has_right=False)
+        p.left(1, "L1", "", 0.0)
+        assert out == [(1, None)] and not un
+
+    def test_bounded_and_timeout(self):
+        p, out, un = self._pairer(timeout=0.0)
+        for k in range(15):
+            p.left(k, "L", "", 0.0)
+        assert len(p.lefts) == 10 and [s for s, _ in out] == list(range(5))
+        p.flush()
+        assert not p.lefts and len(out) == 15 and len(un) == 15
+        for k in range(100, 130):
+            p.right(k, "R", 0.0)
+        assert len(p.rights) == 10

@@ -23,16 +23,10 @@ import pytest
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 from conftest import DOMAIN_SEED  # noqa: E402
+from euroc_stream import image_stamps, imu_rows, publish_imu_until  # noqa: E402
 
 DOMAIN = 100 + (DOMAIN_SEED % 10) * 2       # 100..119: apart from the other modules
 FRONTENDS = ("fe_yaml", "fe_info", "fe_comp", "fe_fusion")
-
-
-def _imu(euroc_path):
-    rows = [ln.split(",") for ln in (euroc_path / "mav0" / "imu0" / "data.csv").read_text().splitlines()
-            if ln and not ln.startswith("#")]
-    a = np.array(rows, dtype=np.float64)
-    return a[:, 0].astype(np.int64), a[:, 1:4], a[:, 4:7]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +38,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
 
     from vilib_ros.camera import CameraModel
     from vilib_ros.nodes._common import latched_qos, reliable_qos
-    from vilib_ros.nodes.conversions import arrays_to_imu, numpy_to_image, stamp_to_ns
+    from vilib_ros.nodes.conversions import numpy_to_image, stamp_to_ns
     from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
     from vilib_ros.nodes.tf2_msgs_build import import_tf2_msgs
 
@@ -95,9 +89,8 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
         assert client.wait_for_subscribers(need, 120, procs), "\n".join(p.tail() for p in procs)
         assert client.spin_until(lambda: len(got["tf_static"]) >= 1, 60), procs[-1].tail()
         client.spin_for(1.0)
-        stamps = sorted(int(ln.split(",")[0]) for ln in (euroc_path / "mav0" / "cam0" / "data.csv").read_text()
-                        .splitlines() if ln and not ln.startswith("#"))
-        t_imu, gyro, acc = _imu(euroc_path)
+        stamps = image_stamps(euroc_path)
+        t_imu, gyro, acc = imu_rows(euroc_path)
         info = CameraInfo(width=cam.width, height=cam.height, distortion_model="plumb_bob",
                           d=[*cam.distortion.tolist(), 0.0], k=cam.K.ravel().tolist())
         # the calibration first: images before it are skipped (counted as no_calibration)
@@ -106,9 +99,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
             client.spin_for(0.1)
         j = int(np.searchsorted(t_imu, stamps[0] - 500_000_000))
         for k, (t, img) in enumerate(zip(stamps, euroc_frames)):
-            while j < len(t_imu) and t_imu[j] <= t:
-                pub_imu.publish(arrays_to_imu(int(t_imu[j]), gyro[j], acc[j]))
-                j += 1
+            j = publish_imu_until(pub_imu, t_imu, gyro, acc, j, t)
             pub_info.publish(info)
             m = numpy_to_image(img, "mono8", t, "")          # empty frame_id on purpose
             pub_right.publish(m)

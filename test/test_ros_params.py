@@ -19,6 +19,7 @@ import pytest
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 from conftest import DOMAIN_SEED  # noqa: E402
+from euroc_stream import image_stamps, imu_rows, publish_imu_until  # noqa: E402
 
 DOMAIN = 220 + (DOMAIN_SEED % 12)     # 220..231: apart from the other modules
 
@@ -32,7 +33,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     from sensor_msgs.msg import Image, Imu, PointCloud
 
     from vilib_ros.nodes._common import reliable_qos
-    from vilib_ros.nodes.conversions import arrays_to_imu, numpy_to_image
+    from vilib_ros.nodes.conversions import numpy_to_image
     from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
 
     tmp = tmp_path_factory.mktemp("ros_params")
@@ -52,11 +53,8 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     node.create_subscription(Odometry, "odometry", lambda m: odom.append(m), reliable_qos(300))
     pub_img = node.create_publisher(Image, "image", reliable_qos(200))
     pub_imu = node.create_publisher(Imu, "imu", reliable_qos(4000))
-    stamps = sorted(int(ln.split(",")[0]) for ln in (euroc_path / "mav0" / "cam0" / "data.csv").read_text()
-                    .splitlines() if ln and not ln.startswith("#"))
-    rows = np.array([ln.split(",") for ln in (euroc_path / "mav0" / "imu0" / "data.csv").read_text().splitlines()
-                     if ln and not ln.startswith("#")], dtype=np.float64)
-    t_imu = rows[:, 0].astype(np.int64)
+    stamps = image_stamps(euroc_path)
+    t_imu, gyro, acc = imu_rows(euroc_path)
     results = {}
     try:
         assert client.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 120, procs), fe.tail() + be.tail()
@@ -79,9 +77,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
             if k == 61:
                 client.spin_until(lambda: len(tracks) >= 61, 60)
                 results["nms_radius"] = set_params([Parameter("detector.nms_radius", value=2)])
-            while j < len(t_imu) and t_imu[j] <= t:
-                pub_imu.publish(arrays_to_imu(int(t_imu[j]), rows[j, 1:4], rows[j, 4:7]))
-                j += 1
+            j = publish_imu_until(pub_imu, t_imu, gyro, acc, j, t)
             pub_img.publish(numpy_to_image(img, "mono8", t, "cam0"))
             client.spin_for(0.05)
         client.spin_until(lambda: len(tracks) >= len(stamps), 240, 0.2)

@@ -90,11 +90,16 @@ class TestFrontendRestart:
         assert not run["alive"]["frontend"]
         assert run["codes"]["backend"] == 0 and run["codes"]["frontend2"] == 0
 
-    def test_frontend_resumed(self, run):
+    def test_frontend_resumed(self, run, euroc_path):
+        from euroc_stream import image_stamps
+
         recs = run["records"]
-        images = [r["stamp_ns"] for r in recs if r["topic"] == "cam0/image_raw"]
+        images = image_stamps(euroc_path)
         tracks = [r["stamp_ns"] for r in recs if r["topic"] == "tracks"]
-        assert len(images) == 95
+        assert "cam0 95," in run["procs"]["player"].output()      # the player sent every image
+        # (the recorder may miss a few images sent right after the kill: the SIGKILLed frontend's
+        # reliable reader stays matched to the player's KEEP_LAST writer until its lease expires)
+        assert sum(1 for r in recs if r["topic"] == "cam0/image_raw") >= 95 - 15
         assert tracks == sorted(set(tracks)), "tracks went backwards or repeated"
         before = tracks[: run["killed_after"]]
         after = [t for t in tracks if t > before[-1]]
@@ -106,9 +111,11 @@ class TestFrontendRestart:
         # every tracks message belongs to an image the player sent
         assert set(tracks) <= set(images)
 
-    def test_new_tracker_after_restart(self, run):
+    def test_new_tracker_after_restart(self, run, euroc_path):
+        from euroc_stream import image_stamps
+
         recs = run["records"]
-        index = {t: i for i, t in enumerate(sorted(r["stamp_ns"] for r in recs if r["topic"] == "cam0/image_raw"))}
+        index = {t: i for i, t in enumerate(image_stamps(euroc_path))}
         tr = [r for r in recs if r["topic"] == "tracks"]
         k = run["killed_after"]
         assert max(tr[k - 1]["age"]) >= 14            # the old tracker's tracks had lived since frame 0

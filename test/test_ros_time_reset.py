@@ -19,6 +19,7 @@ import pytest
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 from conftest import DOMAIN_SEED  # noqa: E402
+from euroc_stream import image_stamps, imu_rows, publish_imu_until  # noqa: E402
 
 DOMAIN = 101 + (DOMAIN_SEED % 10) * 2       # 100..119: apart from the other modules
 YEAR = 365 * 24 * 3600 * 1_000_000_000
@@ -59,11 +60,8 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     node.create_subscription(Odometry, "odometry", lambda m: odom.append(m), reliable_qos(500))
     pub_img = node.create_publisher(Image, "image", reliable_qos(400))
     pub_imu = node.create_publisher(Imu, "imu", reliable_qos(4000))
-    stamps = sorted(int(ln.split(",")[0]) for ln in (euroc_path / "mav0" / "cam0" / "data.csv").read_text()
-                    .splitlines() if ln and not ln.startswith("#"))
-    rows = np.array([ln.split(",") for ln in (euroc_path / "mav0" / "imu0" / "data.csv").read_text().splitlines()
-                     if ln and not ln.startswith("#")], dtype=np.float64)
-    t_imu = rows[:, 0].astype(np.int64)
+    stamps = image_stamps(euroc_path)
+    t_imu, gyro, acc = imu_rows(euroc_path)
     try:
         assert client.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 120, procs), fe.tail() + be.tail()
         assert client.spin_until(lambda: node.count_publishers("tracks") >= 1, 30)
@@ -84,15 +82,13 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
             j = int(np.searchsorted(t_imu, (imu_from if imu_from is not None else stamps[frames_idx[0]] - 500_000_000)))
             for k in frames_idx:
                 t = stamps[k]
-                while j < len(t_imu) and t_imu[j] <= t:
-                    pub_imu.publish(arrays_to_imu(int(t_imu[j]) + offset, rows[j, 1:4], rows[j, 4:7]))
-                    j += 1
+                j = publish_imu_until(pub_imu, t_imu, gyro, acc, j, t, offset)
                 pub_img.publish(numpy_to_image(euroc_frames[k], "mono8", t + offset, "cam0"))
                 client.spin_for(0.05)
 
         send(range(0, 30))
         # one frame and one IMU sample a year ahead
-        pub_imu.publish(arrays_to_imu(stamps[30] + YEAR - 1_000_000, rows[0, 1:4], rows[0, 4:7]))
+        pub_imu.publish(arrays_to_imu(stamps[30] + YEAR - 1_000_000, gyro[0], acc[0]))
         pub_img.publish(numpy_to_image(euroc_frames[30], "mono8", stamps[30] + YEAR, "cam0"))
         client.spin_for(0.3)
         send(range(31, 61), imu_from=stamps[30])

@@ -177,6 +177,7 @@ from vilib_ros.nodes.frontend_stats import FrontendStats
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, TimeJump
 from vilib_ros.nodes.params import (FRONTEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs,
                                     check_on_set, declare_all, default_right, specs_from_dataclass)
+from vilib_ros.nodes.stereo_pairing import StereoPairer
 
 # Changing these needs new subscriptions or buffers: fixed at start.
 FRONTEND_READ_ONLY = ("stereo",)
@@ -285,7 +286,9 @@ class FrontendNode(Node):
             self.sub_right = self.create_subscription(kind, "image_right" + suffix,
                                                       lambda m: self._on_image(m, "image_right"), in_qos(q),
                                                       raw=not compressed)
-            self.create_timer(0.01, self._flush_pending)
+            self.pairs = StereoPairer(self._process, lambda: self.count_publishers(self.sub_right.topic_name) > 0,
+                                      self.p["stereo_timeout_s"], lambda: self.st.skips.count("stereo_unmatched"))
+            self.create_timer(0.01, self.pairs.flush)
         if self.p["calibration_source"] == "camera_info":
             self._infos: dict = {}
             for topic in ("camera_info",) + (("camera_info_right",) if self.stereo else ()):
@@ -297,8 +300,6 @@ class FrontendNode(Node):
         self.imu_wall = 0.0           # time.monotonic() of the last accepted IMU sample
         self.clock = TimeJump(int(self.p["time_jump_threshold_s"] * 1e9))
         self.periods: list = []
-        self.pending_left: dict = {}  # stamp -> (stamp, img, frame_id, t_recv), waiting for the right image
-        self.right_images: dict[int, np.ndarray] = {}
         self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
         self.get_logger().info(
             f"frontend on {self.device} ({self._describe()}, tracks layout {self.p['tracks_layout']}, "
@@ -423,39 +424,11 @@ class FrontendNode(Node):
             return
         stamp, img, frame_id = got
         if topic == "image_right":
-            self.right_images[stamp] = img
-            while len(self.right_images) > 10:
-                self.right_images.pop(min(self.right_images))
-            if stamp in self.pending_left:
-                self._release_lefts(stamp, t_recv)       # measured from the later image of the pair
-            return
-        if not self.stereo:
+            self.pairs.right(stamp, img, t_recv)
+        elif self.stereo:
+            self.pairs.left(stamp, img, frame_id, t_recv)
+        else:
             self._process(stamp, img, frame_id, t_recv)
-            return
-        if stamp in self.right_images or self.count_publishers(self.sub_right.topic_name) == 0:
-            self.pending_left[stamp] = (stamp, img, frame_id, t_recv)
-            self._release_lefts(stamp, t_recv)             # its right image is here, or no right camera
-            return
-        self.pending_left[stamp] = (stamp, img, frame_id, t_recv)
-        while len(self.pending_left) > 10:
-            self._release_lefts(next(iter(self.pending_left)), None)
-
-    def _release_lefts(self, upto: int, t_recv) -> None:
-        """Process the waiting left images up to stamp ``upto``, in order: each with its right image
-        where it came (right images arrive in stamp order: an older left without one gets none)."""
-        while self.pending_left and next(iter(self.pending_left)) <= upto:
-            stamp, img, frame_id, t_left = self.pending_left.pop(next(iter(self.pending_left)))
-            right = self.right_images.pop(stamp, None)
-            if right is None and self.count_publishers(self.sub_right.topic_name) > 0:
-                self.st.skips.count("stereo_unmatched")
-            t = t_recv if (stamp == upto and t_recv is not None) else t_left
-            self._process(stamp, img, frame_id, t, img_right=right)
-
-    def _flush_pending(self) -> None:
-        now = time.monotonic()
-        old = [s for s, v in self.pending_left.items() if now - v[3] > self.p["stereo_timeout_s"]]
-        if old:
-            self._release_lefts(max(old), None)
 
     def _take_pending_imu(self) -> None:
         """Run the IMU callback for every IMU message already waiting in the subscription.
@@ -502,7 +475,6 @@ class FrontendNode(Node):
                 f"{self.p['time_jump_threshold_s']} s back or forward): tracks start again")
             self.tracker.reset()
             self.periods.clear()
-            self.right_images.clear()
         elif self.clock.last is not None:
             dt = stamp - self.clock.last
             if len(self.periods) >= 3:
@@ -582,8 +554,8 @@ class FrontendNode(Node):
 
     def close(self) -> None:
         self.debug.close()
-        if self.stereo and self.pending_left:
-            self.st.skips.count("stereo_unmatched", len(self.pending_left))
+        if self.stereo and self.pairs.lefts:
+            self.st.skips.count("stereo_unmatched", len(self.pairs.lefts))
         if self.p.get("stats_path"):
             write_json(self.p["stats_path"], self.summary())
 
