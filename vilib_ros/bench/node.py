@@ -301,9 +301,25 @@ def run_command(args) -> int:
     return _write(results, out, args, data, device_used)
 
 
-def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
-    from vilib_ros.bench.backend import _machine
+def _machine(device: str) -> str:
+    cpu = platform.processor() or "?"
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    desc = f"{cpu}, {os.cpu_count()} cores, load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())}"
+    if device == "cuda":
+        try:
+            from vilib_ros._cuda import device_name
 
+            desc += f", GPU {device_name()}"
+        except Exception:  # noqa: BLE001
+            pass
+    return desc
+
+
+def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
     cfg = results["configs"]
 
     def get(name, key):
@@ -311,7 +327,7 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
 
     summary = {
         "device": device, "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": ", ".join(f"{k} {v}" for k, v in _machine().items()), "python": platform.python_version(),
+        "machine": _machine(device), "python": platform.python_version(),
         "data": f"{data.name}: real EuRoC V1_01 frames (752x480), looped to {args.frames} per configuration, "
                 f"{IMU_PER_FRAME} IMU samples per frame",
         "overhead_p50_ms": get("mono_20", "overhead_p50_ms") or get("mono_bp", "overhead_p50_ms"),
