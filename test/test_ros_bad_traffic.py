@@ -10,7 +10,6 @@ and the debug image.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np

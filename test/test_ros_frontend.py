@@ -8,7 +8,6 @@ frame is recorded, the IMU reaches the frontend, and diagnostics report a clean 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest

@@ -8,7 +8,6 @@ follow, and the backend goes on receiving them.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
