@@ -272,6 +272,7 @@ def run_command(args) -> int:
                              node_latency_p50_ms=st.get("latency_ms", {}).get("median"),
                              cpu_ms_per_frame=st.get("cpu_ms_per_frame"),
                              imu_incomplete=st.get("events", {}).get("imu_incomplete"),
+                             node_stages_p50_ms={k: v.get("median") for k, v in st.get("node_stages_ms", {}).items()},
                              skipped={k: v for k, v in st.get("skipped", {}).items() if v})
                     results["configs"][name] = r
                     print(f"  {r['received']}/{r['sent']} tracks, {r['sustained_fps']:.1f} frames/s, latency p50 "
@@ -348,17 +349,23 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
              "overhead = the node's receive -> publish minus `process()`; floor = the same images, bare publisher -> "
              "subscriber, same run.", "",
              "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | floor p50 / p99 ms "
-             "| overhead p50 / p99 ms | process p50 ms | CPU ms/frame |", "|---" * 11 + "|"]
+             "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms | CPU ms/frame |",
+             "|---" * 12 + "|"]
 
     def f(v, d=2):
         return "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
+
+    def stages(c):
+        st = c.get("node_stages_p50_ms") or {}
+        return " / ".join(f(st.get(k), 3) for k in ("convert", "imu", "publish"))
 
     for name, c in cfg.items():
         fl = results["floor"].get(name.split("_", 1)[1], {})
         lines.append(f"| {name} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | "
                      f"{f(c['sustained_fps'], 1)} | {f(c['latency_p50_ms'])} / {f(c['latency_p99_ms'])} | "
                      f"{f(fl.get('latency_p50_ms'))} / {f(fl.get('latency_p99_ms'))} | {f(c.get('overhead_p50_ms'))} / "
-                     f"{f(c.get('overhead_p99_ms'))} | {f(c.get('process_p50_ms'))} | {f(c.get('cpu_ms_per_frame'))} |")
+                     f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {f(c.get('process_p50_ms'))} | "
+                     f"{f(c.get('cpu_ms_per_frame'))} |")
     if results["burst"]:
         lines += ["", "Burst (mono images as fast as the publisher sends them):", "",
                   "| QoS | sent | node in | tracks out | dropped | RSS after warm-up / end / max MB |", "|---|---|---|---|---|---|"]

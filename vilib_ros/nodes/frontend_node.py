@@ -422,6 +422,7 @@ class FrontendNode(Node):
         got = self._convert(msg, topic)
         if got is None:
             return
+        self.st.node_stage["convert"].add((time.monotonic() - t_recv) * 1e3)
         stamp, img, frame_id = got
         if topic == "image_right":
             self.pairs.right(stamp, img, t_recv)
@@ -478,7 +479,7 @@ class FrontendNode(Node):
         elif self.clock.last is not None:
             dt = stamp - self.clock.last
             if len(self.periods) >= 3:
-                period = float(np.median(self.periods))
+                period = sorted(self.periods)[len(self.periods) // 2]
                 if dt > 1.5 * period:
                     self.st.skips.count("frame_gap", max(1, int(round(dt / period)) - 1))
                     return True
@@ -496,10 +497,12 @@ class FrontendNode(Node):
             return
         if not self._check_stamp(stamp):
             return
+        t_imu = time.monotonic()
         self._wait_for_imu(stamp)
         prev = self.clock.last if self.clock.last is not None and self.clock.last < stamp else stamp - 100_000_000
         gyro = self.imu.gyro_between(prev - 10_000_000, stamp)
         t0 = time.monotonic()
+        self.st.node_stage["imu"].add((t0 - t_imu) * 1e3)
         try:
             frame = self.tracker.process(img, stamp, gyro, image_right=img_right)
         except ValueError as exc:
@@ -517,6 +520,7 @@ class FrontendNode(Node):
             self.st.events["empty_frame_id"] += 1
         self.pub_tracks.publish(self.encoder.encode(frame, out_id))
         t2 = time.monotonic()
+        self.st.node_stage["publish"].add((t2 - t1) * 1e3)
         self.st.frame_done(t_recv, t0, t1, t2, frame)
         if self.p["publish_debug_image"] and self.debug.due() and self.pub_debug.get_subscription_count() > 0:
             self.debug.offer(img, frame, out_id)

@@ -32,6 +32,8 @@ class FrontendStats:
         self.latency = Stat()      # receive (the later image of a stereo pair) -> tracks published, ms
         self.process = Stat()      # FeatureTracker.process(), ms
         self.overhead = Stat()     # latency - process: what the node adds, ms
+        # where the overhead goes: message -> image, IMU drain + wait, encode + publish (ms)
+        self.node_stage: dict[str, Stat] = {k: Stat() for k in ("convert", "imu", "publish")}
         self.stage: dict[str, Stat] = collections.defaultdict(Stat)
         self.last_features = 0
         self.last_stats: dict = {}
@@ -82,5 +84,6 @@ class FrontendStats:
             "overhead_ms": self.overhead.summary(),
             "cpu_s": cpu, "cpu_ms_per_frame": cpu * 1e3 / frames,
             "stages_ms": {k: v.summary() for k, v in self.stage.items()},
+            "node_stages_ms": {k: v.summary() for k, v in self.node_stage.items()},
             "frontend_stats": dict(self.last_stats),
         }
