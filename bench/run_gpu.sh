@@ -5,8 +5,11 @@
 #   3. the tracker / frontend benchmark (OpenCV LK in the same run);
 #   4. the whole-VIO benchmark (offline runner: GPU frontend + gtsam backend overlapping) and the
 #      trajectory-accuracy benchmark (bench-accuracy), where gtsam imports
-#      (a machine without internet can be given the gtsam wheel: pip install --target DIR, PYTHONPATH).
-# Usage: bash bench/run_gpu.sh [tests|bench|all] ; results go to $OUT (default bench/out), the
+#      (a machine without internet can be given the gtsam wheel: pip install --target DIR, PYTHONPATH);
+#   5. node: the frontend node over real DDS (vilib-ros bench-node --device cuda). The GPU machine
+#      has no ROS: carry the wheels in .whl (../shared/tools/gpu-machine-wheels.sh .whl ros); they
+#      are installed from there when rclpy does not import.
+# Usage: bash bench/run_gpu.sh [tests|bench|node|all] ; results go to $OUT (default bench/out), the
 # benchmarks' console logs to $LOGDIR (default $OUT).
 # The EuRoC frames are read from $VILIB_ROS_EUROC (default .data/euroc_v101_head).
 set -uo pipefail
@@ -34,6 +37,19 @@ if [[ $what == bench || $what == all ]]; then
     # trajectory accuracy (real V1_01 ground truth + IMU rendered in stereo; needs the EuRoC folder's
     # V101_groundtruth_tum.txt and imu0); cuVSLAM rows are skipped there unless dim_odom imports
     python3 -m vilib_ros bench-accuracy --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_accuracy.log" || rc=1
+  fi
+fi
+if [[ $what == node || $what == all ]]; then
+  if ! python3 -c "import rclpy" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl 2>&1 | tail -3
+  fi
+  export AMENT_PREFIX_PATH=${AMENT_PREFIX_PATH:-$(python3 -c 'import sys; print(sys.prefix)')}
+  export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
+  if python3 -c "import rclpy, sensor_msgs.msg" 2>/dev/null; then
+    python3 -m vilib_ros bench-node --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_node.log" || rc=1
+  else
+    echo "node: rclpy not importable and no .whl/*.whl to install: bench-node skipped" | tee "$LOGDIR/bench_node.log"
+    rc=1
   fi
 fi
 exit $rc

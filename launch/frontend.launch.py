@@ -4,7 +4,9 @@
 
 Arguments: ``params_file`` (default: the package's config/euroc.yaml), ``device``
 (auto|cuda|cpu), ``camera_yaml`` (EuRoC sensor.yaml; '' = calibration from params_file),
-``image``, ``image_right``, ``imu`` (input topics), ``tracks`` (output topic).
+``calibration_source`` (parameters | camera_info), ``image_transport`` (raw | compressed),
+``tracks_layout`` (vins_mono | vins_fusion), ``image``, ``image_right``, ``imu``,
+``camera_info`` (input topics), ``tracks`` (output topic).
 """
 import os
 
@@ -27,6 +29,10 @@ def generate_launch_description():
         DeclareLaunchArgument("image", default_value="/cam0/image_raw"),
         DeclareLaunchArgument("image_right", default_value="/cam1/image_raw"),
         DeclareLaunchArgument("imu", default_value="/imu0"),
+        DeclareLaunchArgument("camera_info", default_value="/cam0/camera_info"),
+        DeclareLaunchArgument("calibration_source", default_value="parameters", description="parameters | camera_info"),
+        DeclareLaunchArgument("image_transport", default_value="raw", description="raw | compressed"),
+        DeclareLaunchArgument("tracks_layout", default_value="vins_mono", description="vins_mono | vins_fusion"),
         DeclareLaunchArgument("tracks", default_value="/tracks"),
     ]
     frontend = Node(
@@ -36,9 +42,15 @@ def generate_launch_description():
         output="screen",
         parameters=[LaunchConfiguration("params_file"),
                     {"device": LaunchConfiguration("device"),
-                     "camera_yaml": LaunchConfiguration("camera_yaml")}],
+                     "camera_yaml": LaunchConfiguration("camera_yaml"),
+                     "calibration_source": LaunchConfiguration("calibration_source"),
+                     "image_transport": LaunchConfiguration("image_transport"),
+                     "tracks_layout": LaunchConfiguration("tracks_layout")}],
         remappings=[("image", LaunchConfiguration("image")),
                     ("image_right", LaunchConfiguration("image_right")),
+                    ("image/compressed", [LaunchConfiguration("image"), "/compressed"]),
+                    ("image_right/compressed", [LaunchConfiguration("image_right"), "/compressed"]),
+                    ("camera_info", LaunchConfiguration("camera_info")),
                     ("imu", LaunchConfiguration("imu")),
                     ("tracks", LaunchConfiguration("tracks")),
                     ("diagnostics", "/diagnostics")],

@@ -4,8 +4,13 @@
 
 Arguments: ``params_file`` (default: the package's config/euroc.yaml), ``device``,
 ``camera_yaml`` / ``camera_right_yaml`` / ``imu_yaml`` (EuRoC sensor.yaml files; '' =
-calibration from params_file), ``image``, ``image_right``, ``imu``, ``trajectory_path``
-(TUM file written by the backend on shutdown; '' = none).
+calibration from params_file), ``calibration_source`` (parameters | camera_info: K, D, size
+from the first message on ``camera_info`` / ``camera_info_right``), ``image_transport``
+(raw | compressed: ``<image>/compressed``), ``image``, ``image_right``, ``imu``,
+``camera_info``, ``camera_info_right``, ``tracks_layout`` (vins_mono | vins_fusion),
+``odom_frame`` / ``base_frame`` (REP 105, default odom / base_link), ``publish_tf``
+(odom -> base_link on /tf, the extrinsics on /tf_static), ``trajectory_path`` (TUM file
+written by the backend as it goes; '' = none).
 """
 import os
 
@@ -31,6 +36,14 @@ def generate_launch_description():
         DeclareLaunchArgument("image", default_value="/cam0/image_raw"),
         DeclareLaunchArgument("image_right", default_value="/cam1/image_raw"),
         DeclareLaunchArgument("imu", default_value="/imu0"),
+        DeclareLaunchArgument("camera_info", default_value="/cam0/camera_info"),
+        DeclareLaunchArgument("camera_info_right", default_value="/cam1/camera_info"),
+        DeclareLaunchArgument("calibration_source", default_value="parameters", description="parameters | camera_info"),
+        DeclareLaunchArgument("image_transport", default_value="raw", description="raw | compressed"),
+        DeclareLaunchArgument("tracks_layout", default_value="vins_mono", description="vins_mono | vins_fusion"),
+        DeclareLaunchArgument("odom_frame", default_value="odom"),
+        DeclareLaunchArgument("base_frame", default_value="base_link"),
+        DeclareLaunchArgument("publish_tf", default_value="true"),
         DeclareLaunchArgument("trajectory_path", default_value=""),
     ]
     frontend = Node(
@@ -38,9 +51,16 @@ def generate_launch_description():
         executable="frontend_node",
         name="frontend_node",
         output="screen",
-        parameters=[params_file, dict(calib, device=LaunchConfiguration("device"))],
+        parameters=[params_file, dict(calib, device=LaunchConfiguration("device"),
+                                      calibration_source=LaunchConfiguration("calibration_source"),
+                                      image_transport=LaunchConfiguration("image_transport"),
+                                      tracks_layout=LaunchConfiguration("tracks_layout"))],
         remappings=[("image", LaunchConfiguration("image")),
                     ("image_right", LaunchConfiguration("image_right")),
+                    ("image/compressed", [LaunchConfiguration("image"), "/compressed"]),
+                    ("image_right/compressed", [LaunchConfiguration("image_right"), "/compressed"]),
+                    ("camera_info", LaunchConfiguration("camera_info")),
+                    ("camera_info_right", LaunchConfiguration("camera_info_right")),
                     ("imu", LaunchConfiguration("imu")),
                     ("tracks", "/tracks"),
                     ("tracks_image", "/tracks_image"),
@@ -52,7 +72,10 @@ def generate_launch_description():
         name="backend_node",
         output="screen",
         parameters=[params_file, dict(calib, imu_yaml=LaunchConfiguration("imu_yaml"),
-                                      trajectory_path=LaunchConfiguration("trajectory_path"))],
+                                      trajectory_path=LaunchConfiguration("trajectory_path"),
+                                      odom_frame=LaunchConfiguration("odom_frame"),
+                                      base_frame=LaunchConfiguration("base_frame"),
+                                      publish_tf=LaunchConfiguration("publish_tf"))],
         remappings=[("tracks", "/tracks"),
                     ("imu", LaunchConfiguration("imu")),
                     ("odometry", "/odometry"),

@@ -215,3 +215,210 @@ class TestImu:
         msg.angular_velocity.y = float("nan")
         with pytest.raises(ImuConversionError):
             imu_to_arrays(msg)
+
+
+class TestCdr:
+    """Our CDR writer / readers against rclpy's own serializer (the independent reference)."""
+
+    @pytest.mark.parametrize("frame_id", ["", "c", "cam0", "cam01", "camxyz7"])
+    @pytest.mark.parametrize("n", [0, 1, 250])
+    @pytest.mark.parametrize("stereo", [False, True])
+    def test_tracks_bytes_deserialize_to_the_message(self, frame_id, n, stereo):
+        from rclpy.serialization import deserialize_message
+        from sensor_msgs.msg import PointCloud
+
+        from vilib_ros.nodes.conversions import TracksEncoder
+
+        f = _frame(n, stereo=stereo and n > 1)
+        msg = deserialize_message(TracksEncoder().encode(f, frame_id), PointCloud)
+        assert msg.header.frame_id == frame_id
+        assert msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec == f.stamp_ns
+        pts = np.array([(p.x, p.y, p.z) for p in msg.points]).reshape(n, 3)
+        np.testing.assert_array_equal(pts[:, :2], np.asarray(f.xy, np.float32))
+        np.testing.assert_array_equal(pts[:, 2], 1.0)
+        ch = {c.name: np.asarray(c.values) for c in msg.channels}
+        np.testing.assert_array_equal(ch["id_of_point"], f.ids.astype(np.float32))
+        np.testing.assert_array_equal(ch["velocity_y_of_point"], f.velocity[:, 1].astype(np.float32))
+        assert len(msg.channels) == (12 if stereo and n > 1 else 8)
+
+    def test_tracks_bytes_equal_rclpy_except_padding(self):
+        """Same length and the same bytes wherever rclpy's serializer writes data (it leaves the
+        alignment padding after strings uninitialised)."""
+        from rclpy.serialization import serialize_message
+        from sensor_msgs.msg import ChannelFloat32, PointCloud
+        from geometry_msgs.msg import Point32
+
+        from vilib_ros.nodes.conversions import TracksEncoder
+
+        f = _frame(7)
+        m = PointCloud()
+        m.header.frame_id = "cam0"          # 5 bytes with NUL: no padding after it
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(f.stamp_ns, 10**9)
+        m.points = [Point32(x=float(x), y=float(y), z=1.0) for x, y in f.xy]
+        cols = [f.ids, f.uv[:, 0], f.uv[:, 1], f.velocity[:, 0], f.velocity[:, 1], f.score, f.level, f.age]
+        names = ["id_of_point", "u_of_point", "v_of_point", "velocity_x_of_point", "velocity_y_of_point",
+                 "score_of_point", "level_of_point", "age_of_point"]
+        m.channels = [ChannelFloat32(name=nm, values=[float(v) for v in np.float32(c)]) for nm, c in zip(names, cols)]
+        ref = serialize_message(m)
+        got = TracksEncoder().encode(f, "cam0")
+        assert len(got) == len(ref)
+        diff = [i for i in range(len(ref)) if ref[i] != got[i]]
+        # only channel-name padding may differ ('id_of_point' + NUL = 12 bytes: none; others pad)
+        names_at = [ref.find(nm.encode()) for nm in names]
+        allowed = set()
+        for nm, at in zip(names, names_at):
+            end = at + len(nm) + 1
+            allowed |= set(range(end, end + (-(end - 4) % 4)))
+        assert set(diff) <= allowed, sorted(set(diff) - allowed)[:10]
+
+    @pytest.mark.parametrize("frame_id", ["", "cam0", "c"])
+    @pytest.mark.parametrize("encoding", ["mono8", "bgr8", "mono16"])
+    def test_decode_image(self, frame_id, encoding):
+        from rclpy.serialization import serialize_message
+
+        from vilib_ros.nodes.cdr import decode_image
+        from vilib_ros.nodes.conversions import image_to_mono8
+
+        img = RNG.integers(0, 255, (48, 75, 3) if encoding == "bgr8" else (48, 75),
+                           dtype=np.uint16 if encoding == "mono16" else np.uint8)
+        m = _image_msg(img.reshape(48, -1).view(np.uint8) if encoding == "mono16" else img.reshape(48, -1),
+                       48, 75, encoding, img.strides[0], bigendian=False)
+        m.header.frame_id = frame_id
+        m.header.stamp.sec, m.header.stamp.nanosec = 12, 345678901
+        r = decode_image(serialize_message(m))
+        assert (r.stamp_ns, r.frame_id, r.height, r.width, r.encoding, r.step) == \
+            (12_345_678_901, frame_id, 48, 75, encoding, img.strides[0])
+        np.testing.assert_array_equal(image_to_mono8(r), image_to_mono8(m))
+
+    def test_truncated_is_a_clear_error(self):
+        from rclpy.serialization import serialize_message
+
+        from vilib_ros.nodes.cdr import CdrError, decode_image
+
+        b = serialize_message(_image_msg(np.zeros((4, 4), np.uint8), 4, 4, "mono8", 4))
+        for cut in (0, 3, 10, len(b) - 1):
+            with pytest.raises(CdrError):
+                decode_image(b[:cut])
+
+
+def vins_fusion_feature_callback(msg):
+    """VINS-Fusion's rosNodeTest.cpp feature_callback, index for index:
+    {feature_id: [(camera_id, [x, y, z, p_u, p_v, velocity_x, velocity_y])]} plus pts_gt."""
+    feature_frame, pts_gt = {}, {}
+    for i in range(len(msg.points)):
+        feature_id = int(msg.channels[0].values[i])
+        camera_id = int(msg.channels[1].values[i])
+        x, y, z = msg.points[i].x, msg.points[i].y, msg.points[i].z
+        p_u, p_v = msg.channels[2].values[i], msg.channels[3].values[i]
+        velocity_x, velocity_y = msg.channels[4].values[i], msg.channels[5].values[i]
+        if len(msg.channels) > 5:
+            pts_gt[feature_id] = (msg.channels[6].values[i], msg.channels[7].values[i], msg.channels[8].values[i])
+        assert z == 1
+        feature_frame.setdefault(feature_id, []).append((camera_id, [x, y, z, p_u, p_v, velocity_x, velocity_y]))
+    return feature_frame, pts_gt
+
+
+class TestVinsFusionLayout:
+    @pytest.mark.parametrize("stereo", [False, True])
+    def test_read_as_vins_fusion_does(self, stereo):
+        from vilib_ros.nodes.conversions import pointcloud_to_trackframe, trackframe_to_pointcloud
+
+        f = _frame(6, stereo=stereo)
+        msg = trackframe_to_pointcloud(f, "cam0", layout="vins_fusion")
+        ff, _ = vins_fusion_feature_callback(msg)
+        assert sorted(ff) == sorted(f.ids.tolist())
+        for k, i in enumerate(f.ids):
+            obs = dict(ff[int(i)])
+            x, y, z, u, v, vx, vy = obs[0]
+            np.testing.assert_allclose([x, y, u, v, vx, vy],
+                                       [f.xy[k, 0], f.xy[k, 1], f.uv[k, 0], f.uv[k, 1], f.velocity[k, 0],
+                                        f.velocity[k, 1]], rtol=1e-6, atol=1e-6)
+            if stereo and k != 1:       # track 1 has no right match
+                xr, yr, _, ur, vr, _, _ = obs[1]
+                np.testing.assert_allclose([xr, yr, ur, vr], [*f.xy_right[k], *f.uv_right[k]], atol=1e-5)
+            else:
+                assert 1 not in obs
+        g = pointcloud_to_trackframe(msg)       # and our own reader gives the frame back
+        np.testing.assert_array_equal(g.ids, f.ids)
+        np.testing.assert_allclose(g.xy, f.xy, atol=1e-6)
+        if stereo:
+            assert np.isnan(g.xy_right[1]).all()
+            np.testing.assert_allclose(np.delete(g.xy_right, 1, 0), np.delete(f.xy_right, 1, 0), atol=1e-6)
+
+
+class TestCameraInfo:
+    def _info(self, model="plumb_bob", d=(-0.28, 0.07, 0.0002, 1.8e-05, 0.0), k=(458.6, 0, 367.2, 0, 457.3, 248.4, 0, 0, 1)):
+        from sensor_msgs.msg import CameraInfo
+
+        return CameraInfo(width=752, height=480, distortion_model=model, d=list(d), k=list(k))
+
+    def test_plumb_bob_and_equidistant(self):
+        from vilib_ros.nodes.conversions import camera_from_camera_info
+
+        c = camera_from_camera_info(self._info(), np.eye(4))
+        assert (c.width, c.height, c.fx, c.fy, c.cx, c.cy) == (752, 480, 458.6, 457.3, 367.2, 248.4)
+        assert c.distortion_model == "radial-tangential"
+        np.testing.assert_array_equal(c.distortion, [-0.28, 0.07, 0.0002, 1.8e-05])
+        e = camera_from_camera_info(self._info("equidistant", (0.1, 0.01, -0.002, 0.0003)))
+        assert e.distortion_model == "equidistant"
+
+    @pytest.mark.parametrize("kw,match", [({"model": "rational_polynomial"}, "rational_polynomial"),
+                                          ({"d": (0.1, 0.0, 0.0, 0.0, 0.3)}, "k3 = 0"),
+                                          ({"k": (float("nan"),) + (0,) * 8}, "K must"),
+                                          ({"d": (float("nan"), 0, 0, 0, 0)}, "non-finite")])
+    def test_rejected_with_the_field_named(self, kw, match):
+        from vilib_ros.nodes.conversions import camera_from_camera_info
+
+        with pytest.raises(ValueError, match=match):
+            camera_from_camera_info(self._info(**kw))
+
+
+class TestCompressed:
+    @pytest.mark.parametrize("ext,colour", [(".png", False), (".png", True), (".jpg", False), (".jpg", True)])
+    def test_png_jpeg_mono_colour(self, ext, colour):
+        import cv2
+        from sensor_msgs.msg import CompressedImage
+
+        from vilib_ros.nodes.conversions import compressed_to_mono8
+
+        grey = (np.add.outer(np.arange(60), np.arange(80)) * 2 % 256).astype(np.uint8)
+        img = cv2.merge([grey, grey // 2, 255 - grey]) if colour else grey
+        ok, buf = cv2.imencode(ext, img)
+        out = compressed_to_mono8(CompressedImage(format=ext[1:], data=buf.tobytes()))
+        ref = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY) if colour else img
+        tol = 0 if ext == ".png" else 12
+        assert out.shape == (60, 80) and out.dtype == np.uint8
+        assert np.abs(out.astype(int) - ref.astype(int)).max() <= tol
+
+    def test_garbage_is_decode_error(self):
+        from sensor_msgs.msg import CompressedImage
+
+        from vilib_ros.nodes.conversions import ImageConversionError, compressed_to_mono8
+
+        with pytest.raises(ImageConversionError) as e:
+            compressed_to_mono8(CompressedImage(format="jpeg", data=b"not an image at all"))
+        assert e.value.reason == "decode_error"
+
+
+class TestDecodeImu:
+    @pytest.mark.parametrize("frame_id", ["", "imu0", "imu", "imu_link"])
+    def test_against_rclpy(self, frame_id):
+        from rclpy.serialization import serialize_message
+
+        from vilib_ros.nodes.cdr import decode_imu
+        from vilib_ros.nodes.conversions import arrays_to_imu
+
+        m = arrays_to_imu(1_403_715_273_000_000_123, [0.1, -0.2, 0.3], [9.7, 0.1, -0.4], frame_id)
+        m.orientation.w, m.angular_velocity_covariance[4], m.linear_acceleration_covariance[8] = 0.5, 7.0, 8.0
+        t, g, a = decode_imu(serialize_message(m))
+        assert t == 1_403_715_273_000_000_123 and g == (0.1, -0.2, 0.3) and a == (9.7, 0.1, -0.4)
+
+    def test_truncated(self):
+        from rclpy.serialization import serialize_message
+
+        from vilib_ros.nodes.cdr import CdrError, decode_imu
+        from vilib_ros.nodes.conversions import arrays_to_imu
+
+        b = serialize_message(arrays_to_imu(5, [0, 0, 0], [0, 0, 9.8]))
+        with pytest.raises(CdrError):
+            decode_imu(b[:-(72 + 8)])     # into the acceleration (its covariance follows: 9 doubles)

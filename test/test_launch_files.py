@@ -173,7 +173,10 @@ class TestRviz:
         assert by_class["rviz_default_plugins/Path"]["Topic"]["Value"] == "/path"
         assert by_class["rviz_default_plugins/Odometry"]["Topic"]["Value"] == "/odometry"
         assert by_class["rviz_default_plugins/MarkerArray"]["Topic"]["Value"] == "/landmarks"
-        assert d["Visualization Manager"]["Global Options"]["Fixed Frame"] == "world"
+        # REP 105: the estimate lives in odom; the tf tree odom -> base_link -> cam0/cam1/imu0 is shown
+        assert d["Visualization Manager"]["Global Options"]["Fixed Frame"] == "odom"
+        tree = by_class["rviz_default_plugins/TF"]["Tree"]
+        assert set(tree["odom"]["base_link"]) == {"cam0", "cam1", "imu0"}
         # the image is published best effort: the display must not ask for reliable
         assert by_class["rviz_default_plugins/Image"]["Topic"]["Reliability Policy"] == "Best Effort"
 
@@ -200,3 +203,79 @@ class TestNodeDocumentation:
         assert callable(mod.main)
         src = Path(mod.__file__).read_text()
         assert 'if __name__ == "__main__":\n    main()' in src
+
+
+class TestOneSourceOfTruth:
+    """Issue 16: each parameter's range, choices and help live once (vilib_ros.nodes.params
+    FRONTEND_PARAMS / BACKEND_PARAMS); everything else is derived from them or checked here.
+    Before, detector.threshold's range was written three times and disagreed."""
+
+    @staticmethod
+    def _norm(text: str) -> str:
+        return " ".join(text.split())
+
+    @pytest.mark.parametrize("node_name,fn", [("frontend_node", "frontend_specs"), ("backend_node", "backend_specs")])
+    def test_docstring_table_is_the_code_table(self, node_name, fn):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        import importlib
+
+        from vilib_ros.nodes.params import format_table
+
+        mod = importlib.import_module(f"vilib_ros.nodes.{node_name}")
+        table = format_table(getattr(mod, fn)())
+        assert self._norm(table) in self._norm(mod.__doc__), \
+            f"{node_name}'s docstring table differs from --print-parameters; paste:\n{table}"
+
+    def test_every_field_has_one_entry(self):
+        import dataclasses
+
+        from vilib_ros.backend.config import BackendConfig
+        from vilib_ros.frontend import FrontendConfig
+        from vilib_ros.nodes.params import BACKEND_PARAMS, FRONTEND_PARAMS
+
+        def names(obj, prefix=""):
+            out = set()
+            for f in dataclasses.fields(obj):
+                v = getattr(obj, f.name)
+                out |= names(v, prefix + f.name + ".") if dataclasses.is_dataclass(v) else {prefix + f.name}
+            return out
+
+        assert names(FrontendConfig()) == set(FRONTEND_PARAMS)
+        assert names(BackendConfig()) == set(BACKEND_PARAMS)
+
+    @pytest.mark.parametrize("which", ["frontend", "backend"])
+    def test_validate_accepts_the_whole_declared_range(self, which):
+        """Every value ROS lets through (range ends, choices) must pass the dataclass's validate():
+        otherwise a parameter set succeeds in ROS and then fails in the node."""
+        import dataclasses
+
+        from vilib_ros.nodes.params import BACKEND_PARAMS, FRONTEND_PARAMS, build_dataclass
+
+        if which == "frontend":
+            from vilib_ros.frontend import FrontendConfig as cls
+            table = FRONTEND_PARAMS
+        else:
+            from vilib_ros.backend.config import BackendConfig as cls
+            table = BACKEND_PARAMS
+        base = cls()
+        # values that only make sense together are checked with their partner at a valid value
+        partners = {"kf_max_interval_s": {"window_s": 600.0, "kf_min_interval_s": 0.001},
+                    "kf_min_interval_s": {"kf_max_interval_s": 10.0, "window_s": 600.0},
+                    "tracker.cpu_backend": {"tracker.mode": "translation"},
+                    "window_s": {"kf_max_interval_s": 0.05, "kf_min_interval_s": 0.01},
+                    "detector.cell_height": {"detector.levels": 1}, "detector.levels": {"detector.cell_height": 64},
+                    "tracker.levels": {"tracker.patch_sizes": [8] * 8}}
+        bad = []
+        for name, meta in table.items():
+            values = list(meta.choices or ())
+            if meta.range is not None:
+                lo, hi = meta.range[0], meta.range[1]
+                values += [lo, hi]
+            for v in values:
+                cfg = build_dataclass(cls, {name: v, **partners.get(name, {})})
+                try:
+                    cfg.validate()
+                except ValueError as exc:
+                    bad.append(f"{name} = {v!r}: {exc}")
+        assert not bad, "inside the declared range/choices but refused by validate():\n" + "\n".join(bad)
+        assert dataclasses.is_dataclass(base)

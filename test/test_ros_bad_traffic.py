@@ -11,7 +11,6 @@ real EuRoC frames (where present).
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np

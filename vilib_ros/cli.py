@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench-backend": ("vilib_ros.bench.backend", "benchmark the VIO backend per keyframe"),
     "bench-vio": ("vilib_ros.bench.vio", "benchmark the whole VIO (frontend + backend) on a synthetic sequence"),
     "bench-accuracy": ("vilib_ros.bench.accuracy", "trajectory accuracy: exact tracks, our tracks and cuVSLAM on one sequence"),
+    "bench-node": ("vilib_ros.bench.node", "benchmark the frontend node over real DDS (latency, overhead, drops)"),
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),
 }
 

@@ -110,15 +110,18 @@ class RateMeter:
 
 
 class Stat:
-    """Running mean / max / last of a value plus the samples since the last ``window()``."""
+    """Running count / mean / max / last of a value, plus the last ``keep`` samples (for
+    percentiles) and the samples since the last ``window()``; memory is bounded."""
 
-    def __init__(self):
+    def __init__(self, keep: int = 4096):
+        import collections
+
         self.n = 0
         self.total = 0.0
         self.max = 0.0
         self.last = 0.0
-        self.samples: list[float] = []
-        self._window: list[float] = []
+        self.samples: collections.deque = collections.deque(maxlen=keep)
+        self._window: collections.deque = collections.deque(maxlen=keep)
 
     def add(self, v: float) -> None:
         v = float(v)
@@ -134,17 +137,19 @@ class Stat:
         return self.total / self.n if self.n else 0.0
 
     def window(self) -> list[float]:
-        w, self._window = self._window, []
+        w = list(self._window)
+        self._window.clear()
         return w
 
     def summary(self) -> dict:
+        """n, mean and max over every sample; median / p95 / p99 over the last ``keep``."""
         import numpy as np
 
-        if not self.samples:
+        if not self.n:
             return {"n": 0}
         a = np.asarray(self.samples)
-        return {"n": int(a.size), "mean": float(a.mean()), "median": float(np.median(a)),
-                "p95": float(np.percentile(a, 95)), "max": float(a.max())}
+        return {"n": int(self.n), "mean": float(self.mean), "median": float(np.median(a)),
+                "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)), "max": float(self.max)}
 
 
 def key_values(d: dict) -> list:

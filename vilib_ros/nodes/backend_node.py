@@ -5,20 +5,39 @@ bundle adjustment in gtsam) when it is importable and ``estimator`` is ``auto``;
 (gtsam missing, or ``estimator: none``) it only records what it receives -- counts in
 ``diagnostics`` and the summary file -- and says so once in the log. A bad message
 (malformed tracks, non-finite IMU, stamps going backwards) or an estimator failure is
-counted and skipped; the node never dies on one.
+counted and skipped; the node never dies on one. A tracks stamp jumping back, or forward by
+more than ``time_jump_threshold_s`` together with the IMU (a looped bag, a restarted driver,
+a clock jump), is a time reset: logged, counted (``time_resets``), the estimator starts again
+from scratch on the new time line (its trajectory so far is kept for the file). A forward
+jump of the tracks alone, over continuous IMU, is a hole in the vision (``tracks_gaps``): the
+IMU bridges it. The IMU has a ring of its own (a jump empties it; gaps counted in
+``imu_gaps``); the estimator is fed from it up to each frame, so both meet on one time line.
+
+Frames follow REP 105: the estimate is the pose of ``base_frame`` (the body = IMU frame) in
+``odom_frame`` (continuous, drifting; a ``map`` frame above it is a localisation system's).
 
 Subscribed
 ----------
-  tracks (sensor_msgs/PointCloud, reliable, depth 100): VINS-Mono layout from frontend_node
-      (stereo channels ``x_right_of_point``/``y_right_of_point`` used when ``stereo``)
+  tracks (sensor_msgs/PointCloud, reliable, depth 100): from frontend_node, either tracks
+      layout (vins_mono, or vins_fusion: camera id 1 = right observations); the right-camera
+      observations are used when ``stereo``
   imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 2000)
 
 Published
 ---------
-  odometry (nav_msgs/Odometry): body pose in ``world_frame`` at frame rate (twist in the body frame)
-  odometry_imu (nav_msgs/Odometry): the same, propagated with the IMU at IMU rate
+  odometry (nav_msgs/Odometry): pose of ``base_frame`` in ``odom_frame`` at frame rate,
+      ``child_frame_id`` = ``base_frame``, twist in ``base_frame``. pose.covariance: the
+      smoother's marginal of the newest keyframe pose, order (x, y, z, rot x, rot y, rot z),
+      perturbations in ``odom_frame``; twist.covariance: the velocity marginal in ``base_frame``
+      (linear part; the angular part is not estimated: 1e3 on its diagonal). Zero before
+      the first keyframe is optimised. See :mod:`vilib_ros.backend.covariance`.
+  odometry_imu (nav_msgs/Odometry): the same pose propagated with the IMU at IMU rate
   path (nav_msgs/Path): the frame-rate poses so far (at most ``path_max_length``)
   landmarks (visualization_msgs/MarkerArray): the landmarks in the window (POINTS), on keyframes
+  /tf (tf2_msgs/TFMessage, with ``publish_tf``): ``odom_frame -> base_frame`` per odometry message
+  /tf_static (tf2_msgs/TFMessage, transient local, with ``publish_tf``): ``base_frame -> cam0``
+      (and ``-> cam1`` in stereo) from ``T_BS``, ``base_frame -> imu_frame_id`` (identity: the
+      body is the IMU)
   diagnostics (diagnostic_msgs/DiagnosticArray): rates, per-frame time, keyframes, resets, skip counts
 
 Parameters
@@ -30,71 +49,86 @@ Node parameters (all read-only):
   right.* (same names, defaults EuRoC cam1): the right camera, used when ``stereo``
   stereo (bool, default false): use the right-camera channels (stereo factors)
   imu_yaml (string, default ''): EuRoC imu0/sensor.yaml for the IMU noise ('' = EuRoC defaults)
-  trajectory_path (string, default ''): write the trajectory (TUM format) here on shutdown
+  trajectory_path (string, default ''): the trajectory (TUM format): appended as poses are
+      published and flushed every ``trajectory_flush_s`` (a killed backend keeps it), rewritten
+      with the smoothed estimate at a clean shutdown
+  trajectory_flush_s (double, default 1.0, range [0, 3600])
   stats_path (string, default ''): write a JSON summary here on shutdown
-  world_frame (string, default 'world'), body_frame (string, default 'body'): frame ids
+  odom_frame (string, default 'odom'), base_frame (string, default 'base_link'): REP 105 frame ids
+  camera_frame_ids (string[], default ['cam0', 'cam1']), imu_frame_id (string, default 'imu0'):
+      child frames of the static transforms
+  publish_tf (bool, default true): publish /tf and /tf_static
   publish_odometry_imu (bool, default true): publish ``odometry_imu``
   path_max_length (integer, default 100000, range [1, 10000000])
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
   imu_wait_s (double, default 0.5, range [0, 60]): longest a frame waits for the IMU to reach its stamp
+  time_jump_threshold_s (double, default 1.0, range [0.001, 3600]): see time resets above
   input_reliability (string, default 'best_effort', one of best_effort|reliable): QoS of the IMU
       subscription (reliable: nothing lost under load; vilib-ros run uses it)
-Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`
-(``python -m vilib_ros.nodes.backend_node --print-parameters`` prints this table from the code):
-  window_s (double, default 2.0, range [0.1, 600.0]): IncrementalFixedLagSmoother lag, seconds
-  mono_window_s (double, default 6.0): mono mode uses max(window_s, mono_window_s): scale needs
-      it
-  mode (string, default 'auto', one of stereo|mono|auto): 'stereo' | 'mono' | 'auto' (stereo if
+Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`; range,
+choices and help live once, in :data:`vilib_ros.nodes.params.BACKEND_PARAMS`. This table is the second
+part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_launch_files checks):
+  window_s (double, default 2.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
+  mono_window_s (double, default 6.0, range [0.1, 600.0], read-only): mono mode uses max(window_s,
+      mono_window_s): scale needs it
+  mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo if
       cam1 is given)
-  kf_min_interval_s (double, default 0.08, range [0.001, 10.0]): BackendConfig.kf_min_interval_s
-  kf_max_interval_s (double, default 0.5, range [0.001, 60.0]): time criterion
-  kf_parallax_px (double, default 12.0, range [0.0, 1000.0]): rotation-compensated median
-      parallax vs last keyframe
-  kf_track_fraction (double, default 0.65, range [0.0, 1.0]): fewer of the last keyframe's
-      tracks survive -> keyframe
-  kf_min_tracks (integer, default 30, range [0, 100000]): fewer tracks -> keyframe
-  zero_velocity_updates (bool, default True): at rest: zero-velocity prior + no-motion pose
-      factor
-  still_parallax_px (double, default 1.5): rest = median parallax below this AND a static IMU
-      window
-  still_velocity_sigma (double, default 0.005): m/s
-  max_landmarks_per_kf (integer, default 40, range [1, 100000]): observations added per keyframe
+  kf_min_interval_s (double, default 0.08, range [0.001, 10.0], read-only): shortest time between keyframes, s
+  kf_max_interval_s (double, default 0.5, range [0.001, 60.0], read-only): longest time between keyframes, s
+  kf_parallax_px (double, default 12.0, range [0.0, 1000.0], read-only): keyframe when the
+      rotation-compensated median parallax to the last keyframe exceeds this, px
+  kf_track_fraction (double, default 0.65, range [0.0, 1.0], read-only): fewer of the last keyframe's tracks
+      survive -> keyframe
+  kf_min_tracks (integer, default 30, range [0, 100000], read-only): keyframe when fewer tracks than this are
+      left
+  zero_velocity_updates (bool, default True, read-only): at rest: zero-velocity prior + no-motion pose factor
+  still_parallax_px (double, default 1.5, range [0.0, 1000.0], read-only): rest = median parallax below this
+      AND a static IMU window
+  still_velocity_sigma (double, default 0.005, range [1e-06, 100.0], read-only): velocity sigma of the
+      zero-velocity prior at rest, m/s
+  max_landmarks_per_kf (integer, default 40, range [1, 100000], read-only): observations added per keyframe
       (longest tracks first)
-  min_depth (double, default 0.3, range [0.0, 1000.0]): BackendConfig.min_depth
-  max_depth (double, default 25.0, range [0.0, 100000.0]): BackendConfig.max_depth
-  min_disparity_px (double, default 1.0, range [0.0, 1000.0]): BackendConfig.min_disparity_px
-  mono_min_parallax_deg (double, default 1.5, range [0.0, 90.0]): triangulation angle before a
-      mono landmark is created
-  pixel_sigma (double, default 1.0, range [1e-06, 100.0]): BackendConfig.pixel_sigma
-  landmark_prior_sigma (double, default 5.0, range [0.0, 1000000.0]): m, weak prior at creation
-      (0 = none)
-  huber_k (double, default 1.345, range [1e-06, 100.0]): in sigmas
-  chi2_stereo (double, default 11.34, range [0.0, 1000000.0]): 99 % of chi2(3)
-  chi2_mono (double, default 9.21, range [0.0, 1000000.0]): 99 % of chi2(2)
-  max_outlier_count (integer, default 3, range [0, 1000000]): rejected observations before a
-      track is blacklisted
-  imu_noise_scale (double, default 1.0, range [1e-06, 1000000.0]): multiplies the noise
-      densities / random walks
-  gravity (double, default 9.81, range [0.0, 100.0]): BackendConfig.gravity
-  init_window_s (double, default 0.5, range [0.0, 60.0]): BackendConfig.init_window_s
-  static_gyro_std (double, default 0.01, range [0.0, 100.0]): rad/s, std of the 10 block means
-      of the init window
-  static_acc_std (double, default 0.15, range [0.0, 100.0]): m/s^2, std of the 10 block means
-  static_gyro_mean (double, default 0.15, range [0.0, 100.0]): rad/s (|mean gyro| at rest = the
+  min_depth (double, default 0.3, range [0.0, 1000.0], read-only): nearest landmark depth accepted, m
+  max_depth (double, default 25.0, range [0.0, 100000.0], read-only): farthest landmark depth accepted, m
+  min_disparity_px (double, default 1.0, range [0.0, 1000.0], read-only): smallest stereo disparity for a
+      landmark, px
+  mono_min_parallax_deg (double, default 1.5, range [0.0, 90.0], read-only): triangulation angle before a mono
+      landmark is created
+  pixel_sigma (double, default 1.0, range [1e-06, 100.0], read-only): reprojection noise sigma, px
+  landmark_prior_sigma (double, default 5.0, range [0.0, 1000000.0], read-only): weak landmark prior at
+      creation, m (0 = none)
+  huber_k (double, default 1.345, range [1e-06, 100.0], read-only): Huber threshold of the visual factors, in
+      sigmas
+  chi2_stereo (double, default 11.34, range [0.0, 1000000.0], read-only): stereo outlier gate (99 % of
+      chi2(3))
+  chi2_mono (double, default 9.21, range [0.0, 1000000.0], read-only): mono outlier gate (99 % of chi2(2))
+  max_outlier_count (integer, default 3, range [0, 1000000], read-only): rejected observations before a track
+      is blacklisted
+  imu_noise_scale (double, default 1.0, range [1e-06, 1000000.0], read-only): multiplies the noise densities /
+      random walks
+  gravity (double, default 9.81, range [0.0, 100.0], read-only): gravity magnitude, m/s^2
+  init_window_s (double, default 0.5, range [0.0, 60.0], read-only): IMU window of the static initialisation,
+      s
+  static_gyro_std (double, default 0.01, range [0.0, 100.0], read-only): rad/s, std of the 10 block means of
+      the init window
+  static_acc_std (double, default 0.15, range [0.0, 100.0], read-only): m/s^2, std of the 10 block means
+  static_gyro_mean (double, default 0.15, range [0.0, 100.0], read-only): rad/s (|mean gyro| at rest = the
       bias)
-  dynamic_init_frames (integer, default 20, range [2, 1000]): stereo: frames for the moving-
-      start alignment
-  mono_init_window_s (double, default 2.0, range [0.0, 600.0]): mono: window for the moving-
-      start alignment
-  relinearize_threshold (double, default 0.05, range [0.0, 10.0]):
-      BackendConfig.relinearize_threshold
-  relinearize_skip (integer, default 1, range [1, 1000]): BackendConfig.relinearize_skip
-  partial_relinearization_check (bool, default False):
-      BackendConfig.partial_relinearization_check
-  extra_updates (integer, default 0, range [0, 100]): extra iSAM2 iterations per keyframe
-  max_speed (double, default 30.0, range [0.0, 10000.0]): m/s
-  max_gyro_bias (double, default 0.3, range [0.0, 100.0]): rad/s
-  max_acc_bias (double, default 2.0, range [0.0, 100.0]): m/s^2
+  dynamic_init_frames (integer, default 20, range [2, 1000], read-only): stereo: frames for the moving-start
+      alignment
+  mono_init_window_s (double, default 2.0, range [0.0, 600.0], read-only): mono: window for the moving-start
+      alignment
+  relinearize_threshold (double, default 0.05, range [0.0, 10.0], read-only): iSAM2 relinearisation threshold
+  relinearize_skip (integer, default 1, range [1, 1000], read-only): iSAM2 relinearises every this many
+      updates
+  partial_relinearization_check (bool, default False, read-only): iSAM2 partial relinearisation check
+  extra_updates (integer, default 0, range [0, 100], read-only): extra iSAM2 iterations per keyframe
+  max_speed (double, default 30.0, range [0.0, 10000.0], read-only): speed above which the estimate counts as
+      diverged (reset), m/s
+  max_gyro_bias (double, default 0.3, range [0.0, 100.0], read-only): gyro bias above which the estimate
+      counts as diverged, rad/s
+  max_acc_bias (double, default 2.0, range [0.0, 100.0], read-only): accelerometer bias above which the
+      estimate counts as diverged, m/s^2
 """
 from __future__ import annotations
 
@@ -111,46 +145,13 @@ from sensor_msgs.msg import Imu, PointCloud
 from visualization_msgs.msg import Marker, MarkerArray
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
-from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, ns_to_stamp, pointcloud_to_trackframe
-from vilib_ros.nodes.params import (ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
+from vilib_ros.nodes._common import (RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
+                                     write_json)
+from vilib_ros.nodes.backend_outputs import TrajectoryLog, odom_transform, odometry_msg, static_transforms
+from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, pointcloud_to_trackframe
+from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump
+from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
-
-BACKEND_RANGES = {
-    "window_s": (0.1, 600.0),
-    "kf_min_interval_s": (0.001, 10.0),
-    "kf_max_interval_s": (0.001, 60.0),
-    "kf_parallax_px": (0.0, 1000.0),
-    "kf_track_fraction": (0.0, 1.0),
-    "kf_min_tracks": (0, 100000),
-    "max_landmarks_per_kf": (1, 100000),
-    "min_depth": (0.0, 1000.0),
-    "max_depth": (0.0, 100000.0),
-    "min_disparity_px": (0.0, 1000.0),
-    "mono_min_parallax_deg": (0.0, 90.0),
-    "pixel_sigma": (1e-6, 100.0),
-    "landmark_prior_sigma": (0.0, 1e6),
-    "static_gyro_std": (0.0, 100.0),
-    "static_acc_std": (0.0, 100.0),
-    "static_gyro_mean": (0.0, 100.0),
-    "mono_init_window_s": (0.0, 600.0),
-    "huber_k": (1e-6, 100.0),
-    "chi2_stereo": (0.0, 1e6),
-    "chi2_mono": (0.0, 1e6),
-    "max_outlier_count": (0, 1000000),
-    "imu_noise_scale": (1e-6, 1e6),
-    "gravity": (0.0, 100.0),
-    "init_window_s": (0.0, 60.0),
-    "dynamic_init_frames": (2, 1000),
-    "relinearize_threshold": (0.0, 10.0),
-    "relinearize_skip": (1, 1000),
-    "extra_updates": (0, 100),
-    "max_speed": (0.0, 1e4),
-    "max_gyro_bias": (0.0, 100.0),
-    "max_acc_bias": (0.0, 100.0),
-}
-BACKEND_CHOICES = {"mode": ("stereo", "mono", "auto")}
-
 
 def _backend_config_class():
     from vilib_ros.backend.config import BackendConfig
@@ -164,7 +165,7 @@ def backend_specs() -> list[ParamSpec]:
     except ImportError:
         return []
     names = [f.name for f in __import__("dataclasses").fields(cls)]
-    return specs_from_dataclass(cls(), "", BACKEND_RANGES, BACKEND_CHOICES, read_only=names)
+    return specs_from_dataclass(cls(), BACKEND_PARAMS, read_only=names)
 
 
 def node_specs() -> list[ParamSpec]:
@@ -175,10 +176,23 @@ def node_specs() -> list[ParamSpec]:
     specs += [
         ParamSpec("stereo", False, "use the right-camera channels of the tracks (stereo factors)", read_only=True),
         ParamSpec("imu_yaml", "", "EuRoC imu0/sensor.yaml for the IMU noise ('' = EuRoC defaults)", read_only=True),
-        ParamSpec("trajectory_path", "", "write the trajectory (TUM format) here on shutdown", read_only=True),
+        ParamSpec("trajectory_path", "", "the trajectory (TUM format): appended as poses are published, flushed "
+                  "every trajectory_flush_s, rewritten with the smoothed estimate at a clean shutdown", read_only=True),
+        ParamSpec("trajectory_flush_s", 1.0, "flush period of the trajectory file, s", range=(0.0, 3600.0),
+                  read_only=True),
         ParamSpec("stats_path", "", "write a JSON summary here on shutdown", read_only=True),
-        ParamSpec("world_frame", "world", "frame id of odometry, path and landmarks", read_only=True),
-        ParamSpec("body_frame", "body", "child frame id of odometry", read_only=True),
+        ParamSpec("odom_frame", "odom", "REP 105 odometry frame: frame id of odometry, path and landmarks",
+                  read_only=True),
+        ParamSpec("base_frame", "base_link", "REP 105 body frame (the IMU): child frame id of odometry",
+                  read_only=True),
+        ParamSpec("camera_frame_ids", ["cam0", "cam1"], "frame ids of the left and right camera (static "
+                  "transforms from T_BS)", read_only=True),
+        ParamSpec("imu_frame_id", "imu0", "frame id of the IMU (static transform: identity, the body is the IMU)",
+                  read_only=True),
+        ParamSpec("publish_tf", True, "publish odom -> base on /tf and the sensor extrinsics on /tf_static",
+                  read_only=True),
+        ParamSpec("time_jump_threshold_s", 1.0, "a stamp jumping back, or forward by more than this, is a time "
+                  "reset: the estimator starts again", range=(0.001, 3600.0), read_only=True),
         ParamSpec("publish_odometry_imu", True, "publish odometry_imu at IMU rate", read_only=True),
         ParamSpec("path_max_length", 100000, "longest published path", range=(1, 10_000_000), read_only=True),
         ParamSpec("diagnostics_period_s", 1.0, "diagnostics publishing period", range=(0.1, 60.0), read_only=True),
@@ -216,12 +230,10 @@ class BackendNode(Node):
         self.cam1 = camera_from_params(self.p, "right.") if self.p["stereo"] else None
         self.estimator = None
         self.mode = "record-only"
+        self.segments: list = []       # (t, p, q) of estimators ended by a time reset
         if self.p["estimator"] == "auto":
             try:
-                from vilib_ros.backend import BackendConfig, VioEstimator
-
-                cfg = build_dataclass(BackendConfig, {s.name: self.p[s.name] for s in self.be_specs})
-                self.estimator = VioEstimator(cfg, self.cam0, self.cam1, _imu_noise_from_yaml(self.p["imu_yaml"]))
+                self.estimator = self._make_estimator()
                 self.mode = f"VioEstimator ({self.estimator.mode})"
             except ImportError as exc:
                 self.get_logger().warning(f"vilib_ros.backend / gtsam not importable ({exc}): recording only, "
@@ -234,76 +246,149 @@ class BackendNode(Node):
         self.pub_path = self.create_publisher(PathMsg, "path", reliable_qos(2))
         self.pub_lm = self.create_publisher(MarkerArray, "landmarks", reliable_qos(2))
         self.pub_diag = self.create_publisher(DiagnosticArray, "diagnostics", reliable_qos(10))
+        self.pub_tf = None
+        if self.p["publish_tf"]:
+            self._start_tf()
         imu_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
         self.create_subscription(Imu, "imu", self._on_imu, imu_qos(2000))
-        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(100))
+        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(100), raw=True)
         # Frames wait here until the IMU has caught up with their stamp (IMU and tracks come on
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
         self.pending: collections.deque = collections.deque()
         self.create_timer(0.02, self._drain)
 
-        self.skips = collections.Counter({k: 0 for k in (
-            "bad_tracks", "tracks_out_of_order", "imu_non_finite", "imu_out_of_order", "estimator_error")})
-        self._warned: set = set()
+        self.skips = SkipLog(("bad_tracks", "tracks_out_of_order", "imu_non_finite", "imu_out_of_order",
+                              "imu_out_of_range", "estimator_error"), self.get_logger().warning)
+        self.time_resets = 0
         self.frames_rx = RateMeter()
         self.imu_rx = RateMeter()
         self.odom_tx = RateMeter()
         self.frame_ms = Stat()
-        self.last_frame_ns: int | None = None
-        self.last_imu_ns: int | None = None
+        threshold = int(self.p["time_jump_threshold_s"] * 1e9)
+        self.frame_clock = TimeJump(threshold)
+        # IMU ring: a time line of its own (a jump empties it); the estimator is fed from it up to
+        # each frame it processes, so frames and IMU meet on the same time line after a reset
+        self.imu = ImuQueue(capacity=16384, gyro_range=1e3, accel_range=1e3, jump_threshold_ns=threshold,
+                            keep_ns=5_000_000_000)
+        self.fed_until: int | None = None   # newest IMU stamp handed to the estimator
+        self._imu_resets = 0                # IMU time resets seen at the last frame
+        self.tracks_gaps = 0                # forward jumps of the tracks bridged by continuous IMU
         self.path = PathMsg()
-        self.path.header.frame_id = self.p["world_frame"]
-        self.received: list[tuple[int, int]] = []   # (stamp, n tracks) per frame, record-only summary
+        self.path.header.frame_id = self.p["odom_frame"]
+        self.covariance = None          # (kf index, (pose, twist)) of the newest keyframe
+        self.traj = TrajectoryLog(self.p["trajectory_path"], self.p["trajectory_flush_s"]) \
+            if self.p["trajectory_path"] and self.estimator is not None else None
         self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
-        self.get_logger().info(f"backend: {self.mode}")
+        self.get_logger().info(f"backend: {self.mode}, frames {self.p['odom_frame']} -> {self.p['base_frame']}"
+                               f"{', tf on' if self.pub_tf is not None else ''}")
 
-    def _skip(self, reason: str, detail: str) -> None:
-        self.skips[reason] += 1
-        if reason not in self._warned:
-            self._warned.add(reason)
-            self.get_logger().warning(f"{detail} -- skipped (counted as '{reason}'; warned once)")
+    def _make_estimator(self):
+        from vilib_ros.backend import BackendConfig, VioEstimator
+
+        cfg = build_dataclass(BackendConfig, {s.name: self.p[s.name] for s in self.be_specs})
+        return VioEstimator(cfg, self.cam0, self.cam1, _imu_noise_from_yaml(self.p["imu_yaml"]))
+
+    def _start_tf(self) -> None:
+        """/tf and /tf_static (tf2_msgs built from its definition where no ROS install has it)."""
+        from vilib_ros.nodes.tf2_msgs_build import Tf2MsgsUnavailable, import_tf2_msgs
+
+        try:
+            self.TFMessage = import_tf2_msgs().TFMessage
+        except Tf2MsgsUnavailable as exc:
+            self.get_logger().error(f"publish_tf is on but tf2_msgs is unavailable: {exc} -- no /tf, no /tf_static")
+            return
+        self.pub_tf = self.create_publisher(self.TFMessage, "/tf", reliable_qos(100))
+        self.pub_tf_static = self.create_publisher(self.TFMessage, "/tf_static", latched_qos())
+        frames = list(self.p["camera_frame_ids"]) + ["cam1"] * 2
+        sensors = {frames[0]: self.cam0.T_BS, self.p["imu_frame_id"]: np.eye(4)}
+        if self.cam1 is not None:
+            sensors[frames[1]] = self.cam1.T_BS
+        stamp = self.get_clock().now().nanoseconds
+        self.pub_tf_static.publish(self.TFMessage(transforms=static_transforms(stamp, self.p["base_frame"], sensors)))
 
     # --- callbacks ---------------------------------------------------------------------
+    def _time_reset(self, t_new: int, t_old: int) -> None:
+        self.time_resets += 1
+        self.get_logger().warning(f"time reset: tracks stamp jumped from {t_old} to {t_new} (more than "
+                                  f"{self.p['time_jump_threshold_s']} s back or forward): estimator restarted")
+        self.pending.clear()
+        self.covariance = None
+        self.fed_until = None
+        if self.estimator is not None:
+            t, p, q = self.estimator.trajectory(True)
+            if len(t):
+                self.segments.append((t, p, q))
+            self.estimator = self._make_estimator()
+
     def _on_imu(self, msg) -> None:
+        """IMU into the node's ring (checks, gaps, time resets); into the estimator when it is on
+        the same time line as the frames (else when a frame is processed, see _feed_imu)."""
         try:
             t, g, a = imu_to_arrays(msg)
         except ImuConversionError as exc:
-            self._skip(exc.reason, f"imu: {exc}")
+            self.skips.skip(exc.reason, "imu", str(exc))
             return
-        if self.last_imu_ns is not None and t <= self.last_imu_ns:
-            self._skip("imu_out_of_order", f"imu: stamp {t} not after {self.last_imu_ns}")
+        resets = self.imu.resets
+        why = self.imu.add(t, g, a)
+        if why:
+            self.skips.skip(why, "imu", f"IMU sample at {t} rejected ({why.replace('_', ' ')}, previous stamp "
+                            f"{self.imu.last_t})")
             return
-        self.last_imu_ns = t
+        if self.imu.resets != resets:
+            self.get_logger().warning(f"IMU time reset: stamp {t} jumped by more than "
+                                      f"{self.p['time_jump_threshold_s']} s")
         self.imu_rx.tick()
         if self.estimator is None:
             return
-        try:
-            self.estimator.add_imu(t, g, a)
-        except Exception as exc:  # noqa: BLE001 - never die on one sample
-            self._skip("estimator_error", f"estimator failed on an IMU sample: {exc!r}")
-            return
+        last = self.frame_clock.last
+        if self.fed_until is not None and last is not None and abs(t - last) < self.frame_clock.threshold_ns:
+            self._feed_imu(t)
         self._drain()
         if self.p["publish_odometry_imu"] and self.pub_odom_imu.get_subscription_count() > 0:
             try:
                 s = self.estimator.propagate(t)
             except Exception as exc:  # noqa: BLE001
-                self._skip("estimator_error", f"IMU propagation failed: {exc!r}")
+                self.skips.skip("estimator_error", "imu", f"IMU propagation failed: {exc!r}")
                 return
             if s is not None:
                 self.pub_odom_imu.publish(self._odometry(s))
+
+    def _feed_imu(self, upto: int) -> None:
+        """Hand the estimator the ring's samples after the last one it got, up to ``upto`` (after a
+        time reset: from 2 s before ``upto``, which the initialisation needs)."""
+        start = self.fed_until if self.fed_until is not None else upto - 2_000_000_000
+        ts, data = self.imu.between(start, upto)
+        for t, d in zip(ts.tolist(), data):
+            try:
+                self.estimator.add_imu(t, d[:3], d[3:])
+            except Exception as exc:  # noqa: BLE001 - never die on one sample
+                self.skips.skip("estimator_error", "imu", f"estimator failed on an IMU sample: {exc!r}")
+        if ts.size:
+            self.fed_until = int(ts[-1])
+        elif self.fed_until is None:
+            self.fed_until = start
 
     def _on_tracks(self, msg) -> None:
         try:
             frame = pointcloud_to_trackframe(msg)
         except Exception as exc:  # noqa: BLE001
-            self._skip("bad_tracks", f"tracks: {exc}")
+            self.skips.skip("bad_tracks", "tracks", str(exc))
             return
-        if self.last_frame_ns is not None and frame.stamp_ns <= self.last_frame_ns:
-            self._skip("tracks_out_of_order", f"tracks: stamp {frame.stamp_ns} not after {self.last_frame_ns}")
+        kind = self.frame_clock.check(frame.stamp_ns)
+        if kind == OUT_OF_ORDER:
+            self.skips.skip("tracks_out_of_order", "tracks", f"stamp {frame.stamp_ns} not after "
+                            f"{self.frame_clock.last}")
             return
-        self.last_frame_ns = frame.stamp_ns
+        if kind == RESET and frame.stamp_ns > self.frame_clock.last and self.imu.resets == self._imu_resets \
+                and self.imu.last_t is not None and self.imu.last_t > self.frame_clock.last:
+            # forward, and the IMU went on without a jump: a hole in the tracks (frontend restarted,
+            # camera dropped out), bridged by the IMU -- not a clock jump
+            self.tracks_gaps += 1
+        elif kind == RESET:
+            self._time_reset(frame.stamp_ns, self.frame_clock.last)
+        self._imu_resets = self.imu.resets
+        self.frame_clock.accept(frame.stamp_ns)
         self.frames_rx.tick()
-        self.received.append((frame.stamp_ns, len(frame)))
         if self.estimator is None:
             return
         if not self.p["stereo"]:
@@ -315,7 +400,8 @@ class BackendNode(Node):
         now = time.monotonic()
         while self.pending:
             t_rx, frame = self.pending[0]
-            imu_ok = self.last_imu_ns is not None and self.last_imu_ns >= frame.stamp_ns
+            last = self.imu.last_t
+            imu_ok = last is not None and frame.stamp_ns <= last < frame.stamp_ns + self.frame_clock.threshold_ns
             if not imu_ok and now - t_rx < self.p["imu_wait_s"]:
                 return
             self.pending.popleft()
@@ -323,17 +409,29 @@ class BackendNode(Node):
 
     def _process_frame(self, frame, publish: bool = True) -> None:
         t0 = time.monotonic()
+        self._feed_imu(frame.stamp_ns)
         try:
             state = self.estimator.add_frame(frame)
         except Exception as exc:  # noqa: BLE001 - the estimator recovers on the next frame
-            self._skip("estimator_error", f"estimator failed on frame {frame.stamp_ns}: {exc!r}")
+            self.skips.skip("estimator_error", "tracks", f"estimator failed on frame {frame.stamp_ns}: {exc!r}")
             return
         self.frame_ms.add((time.monotonic() - t0) * 1e3)
         if state is None or not publish:
             return
-        odom = self._odometry(state)
+        if getattr(state, "is_keyframe", False):
+            from vilib_ros.backend.covariance import odometry_covariance
+
+            cov = odometry_covariance(self.estimator)
+            if cov is not None:
+                self.covariance = cov
+        odom = self._odometry(state, self.covariance)
         self.pub_odom.publish(odom)
         self.odom_tx.tick()
+        if self.traj is not None:
+            self.traj.append(state)
+        if self.pub_tf is not None:
+            self.pub_tf.publish(self.TFMessage(transforms=[odom_transform(state, self.p["odom_frame"],
+                                                                          self.p["base_frame"])]))
         ps = PoseStamped()
         ps.header = odom.header
         ps.pose = odom.pose.pose
@@ -346,24 +444,13 @@ class BackendNode(Node):
             self.pub_lm.publish(self._landmarks(odom.header.stamp))
 
     # --- messages ------------------------------------------------------------------------
-    def _odometry(self, s) -> Odometry:
-        o = Odometry()
-        o.header.stamp = ns_to_stamp(s.stamp_ns)
-        o.header.frame_id = self.p["world_frame"]
-        o.child_frame_id = self.p["body_frame"]
-        p = o.pose.pose.position
-        p.x, p.y, p.z = (float(v) for v in s.p)
-        q = o.pose.pose.orientation
-        q.x, q.y, q.z, q.w = (float(v) for v in s.q_xyzw)
-        v_body = s.R.T @ np.asarray(s.v, dtype=np.float64)
-        t = o.twist.twist.linear
-        t.x, t.y, t.z = (float(v) for v in v_body)
-        return o
+    def _odometry(self, s, covariance=None) -> Odometry:
+        return odometry_msg(s, self.p["odom_frame"], self.p["base_frame"], covariance)
 
     def _landmarks(self, stamp) -> MarkerArray:
         m = Marker()
         m.header.stamp = stamp
-        m.header.frame_id = self.p["world_frame"]
+        m.header.frame_id = self.p["odom_frame"]
         m.ns, m.id, m.type, m.action = "landmarks", 0, Marker.POINTS, Marker.ADD
         m.pose.orientation.w = 1.0
         m.scale.x = m.scale.y = 0.05
@@ -387,10 +474,12 @@ class BackendNode(Node):
         d = {"mode": self.mode, "frames_received": self.frames_rx.count, "imu_received": self.imu_rx.count,
              "odometry_published": self.odom_tx.count, "frame_rate_hz": self.frames_rx.rate(),
              "imu_rate_hz": self.imu_rx.rate(), "odometry_rate_hz": self.odom_tx.rate(),
-             "frame_ms_mean": float(np.mean(w)) if w else 0.0, "frame_ms_max": float(np.max(w)) if w else 0.0}
-        d.update({f"skipped.{k}": v for k, v in sorted(self.skips.items())})
+             "frame_ms_mean": float(np.mean(w)) if w else 0.0, "frame_ms_max": float(np.max(w)) if w else 0.0,
+             "time_resets": self.time_resets, "tracks_gaps": self.tracks_gaps, "imu_time_resets": self.imu.resets, "imu_gaps": self.imu.gaps,
+             "imu_gap_samples": self.imu.gap_samples}
+        d.update({f"skipped.{k}": v for k, v in sorted(self.skips.counts.items())})
         d.update({f"estimator.{k}": v for k, v in sorted(self._estimator_stats().items())})
-        problems = sum(self.skips.values())
+        problems = self.skips.total()
         level = DiagnosticStatus.WARN if (problems or self.estimator is None) else DiagnosticStatus.OK
         level = level[0] if isinstance(level, bytes) else level
         msg = DiagnosticArray()
@@ -402,22 +491,37 @@ class BackendNode(Node):
     def summary(self) -> dict:
         return {"node": self.get_name(), "mode": self.mode, "frames_received": self.frames_rx.count,
                 "imu_received": self.imu_rx.count, "odometry_published": self.odom_tx.count,
-                "skipped": dict(self.skips), "frame_ms": self.frame_ms.summary(),
-                "estimator": self._estimator_stats()}
+                "time_resets": self.time_resets, "tracks_gaps": self.tracks_gaps, "imu_time_resets": self.imu.resets, "imu_gaps": self.imu.gaps,
+                "imu_gap_samples": self.imu.gap_samples, "skipped": dict(self.skips.counts),
+                "frame_ms": self.frame_ms.summary(), "estimator": self._estimator_stats()}
 
     def close(self) -> None:
         while self.pending and self.estimator is not None:
             self._process_frame(self.pending.popleft()[1], publish=False)
-        if self.p["trajectory_path"]:
-            if self.estimator is not None:
-                try:
-                    self.estimator.write_tum(self.p["trajectory_path"])
-                except Exception as exc:  # noqa: BLE001
-                    print(f"backend_node: could not write the trajectory: {exc!r}")
-            else:
-                print("backend_node: record-only mode, no trajectory written")
+        if self.traj is not None:
+            self.traj.close()
+            try:
+                self._write_smoothed(self.p["trajectory_path"])
+            except Exception as exc:  # noqa: BLE001 - the incremental file stays
+                print(f"backend_node: could not write the smoothed trajectory ({exc!r}); the online one stays")
+        elif self.p["trajectory_path"]:
+            print("backend_node: record-only mode, no trajectory written")
         if self.p["stats_path"]:
             write_json(self.p["stats_path"], self.summary())
+
+    def _write_smoothed(self, path) -> None:
+        """Every time line's smoothed trajectory (earlier ones first), written atomically."""
+        from pathlib import Path
+
+        t, p, q = self.estimator.trajectory(True)
+        parts = self.segments + ([(t, p, q)] if len(t) else [])
+        tmp = Path(str(path) + ".tmp")
+        with open(tmp, "w") as f:
+            for ts, ps, qs in parts:
+                for ti, pi, qi in zip(ts, ps, qs):
+                    f.write(f"{ti // 1_000_000_000}.{ti % 1_000_000_000:09d} "
+                            + " ".join(f"{x:.9f}" for x in (*pi, *qi)) + "\n")
+        tmp.replace(path)
 
 
 def main(args=None):

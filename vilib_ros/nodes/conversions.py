@@ -6,13 +6,16 @@
   stable key (``unsupported_encoding``, ``zero_size``, ``step_mismatch``,
   ``data_size``) that the frontend node counts in its diagnostics.
 * :func:`numpy_to_image` - uint8 HxW (mono8) or HxWx3 (bgr8/rgb8) -> ``sensor_msgs/Image``.
-* :func:`trackframe_to_pointcloud` / :func:`pointcloud_to_trackframe` - the VINS-Mono
-  feature-tracker layout: ``points`` are undistorted normalised coordinates (x, y, 1);
-  channels ``id_of_point``, ``u_of_point``, ``v_of_point``, ``velocity_x_of_point``,
-  ``velocity_y_of_point`` (in this order, as VINS-Mono reads them by index), then
-  ``score_of_point``, ``level_of_point``, ``age_of_point`` and, for stereo frames,
+* :class:`TracksEncoder` (serialized bytes, the node's path), :func:`trackframe_to_pointcloud`
+  (a message object) and :func:`pointcloud_to_trackframe` (either back) - the tracks message.
+  ``vins_mono`` layout (VINS-Mono's feature tracker): ``points`` are undistorted normalised
+  coordinates (x, y, 1); channels ``id_of_point``, ``u_of_point``, ``v_of_point``,
+  ``velocity_x_of_point``, ``velocity_y_of_point`` (in this order, as VINS-Mono reads them by
+  index), then ``score_of_point``, ``level_of_point``, ``age_of_point`` and, for stereo frames,
   ``u_right_of_point``, ``v_right_of_point``, ``x_right_of_point``, ``y_right_of_point``
-  (NaN where a track has no right match).
+  (NaN where a track has no right match). ``vins_fusion`` layout: see :data:`FUSION_CHANNELS`.
+* :func:`image_to_mono8` also takes a :class:`vilib_ros.nodes.cdr.RawImage` (raw subscription)
+  and :func:`compressed_to_mono8` a ``sensor_msgs/CompressedImage`` (PNG / JPEG).
 * :func:`imu_to_arrays` - ``sensor_msgs/Imu`` -> (t_ns, gyro(3), acc(3)) with a
   :class:`ImuConversionError` for non-finite values.
 * stamp helpers :func:`stamp_to_ns` / :func:`ns_to_stamp`.
@@ -114,6 +117,74 @@ def image_to_mono8(msg) -> np.ndarray:
     return to_mono8(image_to_numpy(msg), str(msg.encoding))
 
 
+def compressed_to_mono8(msg) -> np.ndarray:
+    """``sensor_msgs/CompressedImage`` (PNG or JPEG, grey or colour, 8 or 16 bit) -> uint8 HxW.
+
+    Colour is converted as cv_bridge does (BGR -> grey), 16-bit PNG scaled to 8 bit; data that
+    does not decode raises :class:`ImageConversionError` (``decode_error``).
+    """
+    import cv2
+
+    fmt = str(getattr(msg, "format", ""))
+    buf = np.frombuffer(msg.data, dtype=np.uint8)
+    if buf.size == 0:
+        raise ImageConversionError("zero_size", "compressed image has no data")
+    img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
+    if img is None or img.size == 0:
+        from vilib_ros.nodes.input_guard import truncate
+
+        raise ImageConversionError("decode_error", f"compressed image (format {truncate(fmt, 40)!r}, "
+                                   f"{buf.size} bytes) does not decode as PNG or JPEG")
+    if img.ndim == 3 and img.shape[2] == 4:
+        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
+    if img.dtype == np.uint16:
+        img = to_mono8(img if img.ndim == 2 else cv2.cvtColor(img, cv2.COLOR_BGR2GRAY), "mono16")
+    elif img.ndim == 3:
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
+    if img.dtype != np.uint8:
+        raise ImageConversionError("unsupported_encoding", f"compressed image decodes to {img.dtype}")
+    return np.ascontiguousarray(img)
+
+
+CAMERA_INFO_MODELS = {"plumb_bob": "radial-tangential", "equidistant": "equidistant"}
+
+
+def camera_from_camera_info(msg, T_BS=None):
+    """``sensor_msgs/CameraInfo`` -> :class:`vilib_ros.camera.CameraModel` (``T_BS`` from the
+    node's parameters: CameraInfo carries no extrinsics).
+
+    ``plumb_bob`` (k1 k2 p1 p2 [k3 = 0]) and ``equidistant`` (k1..k4) are supported; an empty
+    ``D`` means no distortion. Anything else raises ValueError naming the field.
+    """
+    from vilib_ros.camera import CameraModel
+
+    K = np.asarray(msg.k, dtype=np.float64).reshape(-1)
+    D = np.asarray(msg.d, dtype=np.float64).reshape(-1)
+    w, h = int(msg.width), int(msg.height)
+    model = str(msg.distortion_model)
+    if K.size != 9 or not np.all(np.isfinite(K)) or K[0] <= 0 or K[4] <= 0:
+        raise ValueError(f"camera_info: K must hold 9 finite numbers with fx, fy > 0, got {K.tolist()}")
+    if w <= 0 or h <= 0:
+        raise ValueError(f"camera_info: width x height must be positive, got {w}x{h}")
+    if not np.all(np.isfinite(D)):
+        raise ValueError(f"camera_info: D has non-finite values: {D.tolist()}")
+    if D.size == 0 or not np.any(D):
+        ours, coeffs = "none", np.zeros(4)
+    elif model in CAMERA_INFO_MODELS:
+        ours = CAMERA_INFO_MODELS[model]
+        if D.size < 4 or (ours == "radial-tangential" and np.any(D[4:] != 0)) or (ours == "equidistant" and D.size != 4):
+            raise ValueError(f"camera_info: distortion_model {model!r} with D = {D.tolist()} is not supported "
+                             "(plumb_bob: k1 k2 p1 p2 with k3 = 0; equidistant: k1 k2 k3 k4)")
+        coeffs = D[:4]
+    else:
+        from vilib_ros.nodes.input_guard import truncate
+
+        raise ValueError(f"camera_info: distortion_model {truncate(model, 40)!r} is not supported "
+                         f"(one of: {', '.join(CAMERA_INFO_MODELS)})")
+    return CameraModel(w, h, float(K[0]), float(K[4]), float(K[2]), float(K[5]), ours, coeffs,
+                       np.eye(4) if T_BS is None else np.asarray(T_BS, dtype=np.float64).reshape(4, 4))
+
+
 def numpy_to_image(img: np.ndarray, encoding: str | None = None, stamp_ns: int = 0, frame_id: str = ""):
     """uint8 HxW (mono8), uint16 HxW (mono16) or uint8 HxWx3 (bgr8 by default) -> Image."""
     from sensor_msgs.msg import Image
@@ -135,80 +206,149 @@ def numpy_to_image(img: np.ndarray, encoding: str | None = None, stamp_ns: int =
     return msg
 
 
-def _channel(name: str, values: np.ndarray):
-    from sensor_msgs.msg import ChannelFloat32
+TRACKS_LAYOUTS = ("vins_mono", "vins_fusion")
+#: vins_fusion: the channels VINS-Fusion's ``feature_callback`` reads by index (0 id, 1 camera id,
+#: 2-5 u, v, velocity x, y; 6-8 whenever there are more than five channels), one point per
+#: observation, right-camera observations as separate points with camera id 1.
+FUSION_CHANNELS = ("id_of_point", "camera_id", "u_of_point", "v_of_point", "velocity_x_of_point",
+                   "velocity_y_of_point", "score_of_point", "level_of_point", "age_of_point")
 
-    ch = ChannelFloat32()
-    ch.name = name
-    ch.values = np.ascontiguousarray(values, dtype=np.float32)
-    return ch
+
+class TracksEncoder:
+    """TrackFrame -> serialized ``sensor_msgs/PointCloud`` (``bytes`` for ``Publisher.publish``).
+
+    ``vins_mono``: one point per track, channels :data:`VINS_CHANNELS` + :data:`EXTRA_CHANNELS`
+    (+ :data:`STEREO_CHANNELS` for stereo frames, NaN where a track has no right match).
+    ``vins_fusion``: :data:`FUSION_CHANNELS`; every track as a point with camera id 0, then every
+    right-image match as a point with camera id 1 (its right position, right undistorted
+    coordinates, velocity 0, the track's score, level and age).
+    """
+
+    def __init__(self, layout: str = "vins_mono"):
+        from vilib_ros.nodes.cdr import PointCloudEncoder
+
+        if layout not in TRACKS_LAYOUTS:
+            raise ValueError(f"tracks_layout must be one of {TRACKS_LAYOUTS}, got {layout!r}")
+        self.layout = layout
+        self._mono = PointCloudEncoder(VINS_CHANNELS + EXTRA_CHANNELS)
+        self._stereo = PointCloudEncoder(VINS_CHANNELS + EXTRA_CHANNELS + STEREO_CHANNELS)
+        self._fusion = PointCloudEncoder(FUSION_CHANNELS)
+
+    def columns(self, frame: TrackFrame):
+        """(xyz (M, 3), columns (K, M), encoder) of ``frame`` in this layout."""
+        n = len(frame)
+        xyz = np.ones((n, 3), np.float32)
+        xyz[:, :2] = np.asarray(frame.xy).reshape(n, 2)
+        uv = np.asarray(frame.uv).reshape(n, 2)
+        vel = np.asarray(frame.velocity).reshape(n, 2)
+        stereo = frame.uv_right is not None and frame.xy_right is not None
+        if self.layout == "vins_mono":
+            k = 12 if stereo else 8
+            cols = np.empty((k, n), np.float32)
+            cols[0], cols[1], cols[2], cols[3], cols[4] = frame.ids, uv[:, 0], uv[:, 1], vel[:, 0], vel[:, 1]
+            cols[5], cols[6], cols[7] = frame.score, frame.level, frame.age
+            if stereo:
+                cols[8:10] = np.asarray(frame.uv_right).reshape(n, 2).T
+                cols[10:12] = np.asarray(frame.xy_right).reshape(n, 2).T
+            return xyz, cols, (self._stereo if stereo else self._mono)
+        right = np.zeros(0, np.int64)
+        if stereo:
+            xr = np.asarray(frame.xy_right).reshape(n, 2)
+            ur = np.asarray(frame.uv_right).reshape(n, 2)
+            right = np.flatnonzero(np.isfinite(xr).all(axis=1) & np.isfinite(ur).all(axis=1))
+        m = n + right.size
+        xyz_all = np.ones((m, 3), np.float32)
+        xyz_all[:n] = xyz
+        cols = np.zeros((9, m), np.float32)
+        cols[0, :n], cols[2, :n], cols[3, :n], cols[4, :n], cols[5, :n] = (frame.ids, uv[:, 0], uv[:, 1],
+                                                                           vel[:, 0], vel[:, 1])
+        cols[6, :n], cols[7, :n], cols[8, :n] = frame.score, frame.level, frame.age
+        if right.size:
+            xyz_all[n:, :2] = xr[right]
+            cols[0, n:], cols[1, n:] = np.asarray(frame.ids)[right], 1.0
+            cols[2, n:], cols[3, n:] = ur[right, 0], ur[right, 1]
+            cols[6:9, n:] = cols[6:9, right]
+        return xyz_all, cols, self._fusion
+
+    def encode(self, frame: TrackFrame, frame_id: str) -> bytes:
+        xyz, cols, enc = self.columns(frame)
+        return enc.encode(frame.stamp_ns, frame_id, xyz, cols)
 
 
-def trackframe_to_pointcloud(frame: TrackFrame, frame_id: str = "cam0"):
-    """TrackFrame -> sensor_msgs/PointCloud in the VINS-Mono feature-tracker layout."""
-    from geometry_msgs.msg import Point32
+def trackframe_to_pointcloud(frame: TrackFrame, frame_id: str = "cam0", layout: str = "vins_mono"):
+    """TrackFrame -> ``sensor_msgs/PointCloud`` message object (tests and tools; the node
+    publishes :class:`TracksEncoder`'s bytes, this is the same bytes deserialized)."""
+    from rclpy.serialization import deserialize_message
     from sensor_msgs.msg import PointCloud
 
-    msg = PointCloud()
-    msg.header.stamp = ns_to_stamp(frame.stamp_ns)
-    msg.header.frame_id = frame_id
-    n = len(frame)
-    xy = np.asarray(frame.xy, dtype=np.float64).reshape(n, 2)
-    pts = []
-    for x, y in xy.tolist():
-        p = Point32()
-        p.x, p.y, p.z = x, y, 1.0
-        pts.append(p)
-    msg.points = pts
-    uv = np.asarray(frame.uv, dtype=np.float32).reshape(n, 2)
-    vel = np.asarray(frame.velocity, dtype=np.float64).reshape(n, 2)
-    cols = [frame.ids, uv[:, 0], uv[:, 1], vel[:, 0], vel[:, 1], frame.score, frame.level, frame.age]
-    names = VINS_CHANNELS + EXTRA_CHANNELS
-    if frame.uv_right is not None and frame.xy_right is not None:
-        uvr = np.asarray(frame.uv_right, dtype=np.float32).reshape(n, 2)
-        xyr = np.asarray(frame.xy_right, dtype=np.float64).reshape(n, 2)
-        cols += [uvr[:, 0], uvr[:, 1], xyr[:, 0], xyr[:, 1]]
-        names = names + STEREO_CHANNELS
-    msg.channels = [_channel(nm, np.asarray(c).reshape(n)) for nm, c in zip(names, cols)]
-    return msg
+    return deserialize_message(TracksEncoder(layout).encode(frame, frame_id), PointCloud)
+
+
+def _raw_from_message(msg):
+    from vilib_ros.nodes.cdr import RawPointCloud
+
+    n = len(msg.points)
+    xyz = np.array([(p.x, p.y, p.z) for p in msg.points], dtype=np.float32).reshape(n, 3)
+    return RawPointCloud(stamp_to_ns(msg.header.stamp), msg.header.frame_id, xyz,
+                         {c.name: np.asarray(c.values, dtype=np.float32) for c in msg.channels})
 
 
 def pointcloud_to_trackframe(msg) -> TrackFrame:
-    """Tracks message -> TrackFrame (inverse of :func:`trackframe_to_pointcloud`).
+    """Tracks message (a ``PointCloud`` object, or serialized ``bytes`` as a raw subscription
+    gives them) in either layout -> TrackFrame (the inverse of :class:`TracksEncoder`).
 
-    Raises ValueError when a VINS channel is missing or channel lengths disagree.
+    Raises ValueError when a needed channel is missing, channel lengths disagree or a point
+    is not finite.
     """
-    n = len(msg.points)
-    ch = {c.name: np.asarray(c.values, dtype=np.float32) for c in msg.channels}
-    for name in VINS_CHANNELS:
+    from vilib_ros.nodes.cdr import decode_pointcloud
+
+    raw = decode_pointcloud(msg) if isinstance(msg, (bytes, bytearray, memoryview)) else _raw_from_message(msg)
+    ch, xyz = raw.channels, raw.xyz.astype(np.float64)
+    n = xyz.shape[0]
+    fusion = "camera_id" in ch
+    for name in (FUSION_CHANNELS[:6] if fusion else VINS_CHANNELS):
         if name not in ch:
             raise ValueError(f"tracks message lacks channel {name!r}")
     for name, v in ch.items():
         if v.shape[0] != n:
             raise ValueError(f"channel {name!r} has {v.shape[0]} values for {n} points")
-    if n:
-        xyz = np.array([(p.x, p.y, p.z) for p in msg.points], dtype=np.float64)
-    else:
-        xyz = np.zeros((0, 3))
     if n and not np.all(np.isfinite(xyz)):
         raise ValueError("tracks message has non-finite point coordinates")
+    xy = xyz[:, :2] / np.where(xyz[:, 2:3] == 0, 1.0, xyz[:, 2:3])
 
-    def col(name, dtype, default=0):
-        return ch[name].astype(dtype) if name in ch else np.full(n, default, dtype)
+    def col(name, dtype, default=0, rows=slice(None)):
+        return ch[name][rows].astype(dtype) if name in ch else np.full(n, default, dtype)[rows]
 
+    rows = slice(None)
     uv_right = xy_right = None
-    if all(s in ch for s in STEREO_CHANNELS):
+    ids = np.rint(ch["id_of_point"]).astype(np.int64)
+    if fusion:
+        cam = np.rint(ch["camera_id"]).astype(np.int64)
+        left, right = np.flatnonzero(cam == 0), np.flatnonzero(cam == 1)
+        rows = left
+        if right.size:
+            uv_right = np.full((left.size, 2), np.nan, np.float32)
+            xy_right = np.full((left.size, 2), np.nan)
+            if left.size:
+                order = np.argsort(ids[left], kind="stable")
+                sorted_ids = ids[left][order]
+                k = np.clip(np.searchsorted(sorted_ids, ids[right]), 0, left.size - 1)
+                ok = sorted_ids[k] == ids[right]
+                dst, src = order[k[ok]], right[ok]
+                uv_right[dst, 0], uv_right[dst, 1] = ch["u_of_point"][src], ch["v_of_point"][src]
+                xy_right[dst] = xy[src]
+    elif all(s in ch for s in STEREO_CHANNELS):
         uv_right = np.stack([ch["u_right_of_point"], ch["v_right_of_point"]], axis=1).astype(np.float32)
         xy_right = np.stack([ch["x_right_of_point"], ch["y_right_of_point"]], axis=1).astype(np.float64)
     return TrackFrame(
-        stamp_ns=stamp_to_ns(msg.header.stamp),
-        ids=np.rint(ch["id_of_point"]).astype(np.int64),
-        uv=np.stack([ch["u_of_point"], ch["v_of_point"]], axis=1).astype(np.float32),
-        xy=xyz[:, :2] / np.where(xyz[:, 2:3] == 0, 1.0, xyz[:, 2:3]) if n else np.zeros((0, 2)),
-        velocity=np.stack([ch["velocity_x_of_point"], ch["velocity_y_of_point"]], axis=1).astype(np.float64),
-        score=col("score_of_point", np.float32),
-        level=col("level_of_point", np.int32),
-        age=col("age_of_point", np.int32),
+        stamp_ns=raw.stamp_ns,
+        ids=ids[rows],
+        uv=np.stack([ch["u_of_point"][rows], ch["v_of_point"][rows]], axis=1).astype(np.float32),
+        xy=xy[rows],
+        velocity=np.stack([ch["velocity_x_of_point"][rows], ch["velocity_y_of_point"][rows]], axis=1).astype(np.float64),
+        score=col("score_of_point", np.float32, rows=rows),
+        level=col("level_of_point", np.int32, rows=rows),
+        age=col("age_of_point", np.int32, rows=rows),
         uv_right=uv_right,
         xy_right=xy_right,
     )

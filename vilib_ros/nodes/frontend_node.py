@@ -1,45 +1,79 @@
 """frontend_node: GPU (or CPU) feature tracking on camera images -> VINS-style tracks.
 
-Each image is converted with NumPy (mono8, mono16, rgb8, bgr8; row padding in ``step``
-honoured) and passed with the gyro samples since the previous image to
-:class:`vilib_ros.frontend.FeatureTracker` (pyramid, FAST + grid NMS, pyramidal LK;
-CUDA through CuPy, or the NumPy/OpenCV twin with ``device: cpu``). Every accepted image
-produces exactly one ``tracks`` message (possibly empty). Bad input never stops the node:
-it is skipped, counted per reason in ``diagnostics`` and warned about once per
-topic/reason (once per topic/encoding for unsupported encodings).
+Each image is read straight from its serialized message (a raw subscription: the pixels are
+a zero-copy NumPy view; mono8, mono16, rgb8, bgr8, row padding in ``step`` honoured) or
+decoded from a ``sensor_msgs/CompressedImage`` (PNG / JPEG), and passed with the gyro
+samples since the previous image to :class:`vilib_ros.frontend.FeatureTracker` (pyramid,
+FAST + grid NMS, pyramidal LK; CUDA through CuPy, or the NumPy/OpenCV twin with
+``device: cpu``). Before an image is processed the node waits (at most ``imu_wait_s``, only
+while IMU is flowing) for the IMU to reach the image's stamp; a frame processed without it
+is counted (``events.imu_incomplete``). The tracks message is written as serialized CDR from
+the track arrays (no Python object per feature) and published; the debug image is drawn in
+its own thread, only while subscribed and at most ``debug_image_max_rate_hz``.
 
-Skip / drop reasons counted: ``unsupported_encoding``, ``zero_size``, ``step_mismatch``,
-``data_size``, ``size_mismatch`` (image size differs from the calibration),
-``out_of_order`` (stamp not after the previous image's), ``frontend_error``;
-``frame_gap`` counts images missing from the stream (a stamp gap of more than 1.5
-median frame periods; e.g. dropped by a slow link); ``imu_non_finite`` and
-``imu_out_of_order`` count rejected IMU messages; ``stereo_unmatched`` counts left images
-processed without a right image.
+Every accepted image produces exactly one ``tracks`` message (possibly empty). Bad input
+never stops the node: it is skipped, counted per reason in ``diagnostics`` (``skipped.*``)
+and warned about once per topic/reason (once per encoding for unsupported encodings, for at
+most 32 kinds; echoed text truncated).
+
+Skip reasons: ``unsupported_encoding``, ``zero_size``, ``step_mismatch``, ``data_size``,
+``decode_error`` (compressed data that does not decode), ``malformed`` (unreadable message
+or camera_info), ``no_calibration`` (calibration_source camera_info, none received yet),
+``size_mismatch`` (image size differs from the calibration: both named), ``out_of_order``
+(stamp not after the previous image's, by less than ``time_jump_threshold_s``),
+``frontend_error``; ``frame_gap`` counts images missing from the stream (a stamp gap of
+more than 1.5 median frame periods); ``imu_non_finite``, ``imu_out_of_range`` (beyond
+``gyro_range`` / ``accel_range``) and ``imu_out_of_order`` count rejected IMU messages;
+``stereo_unmatched`` counts left images processed without a right image.
+Events (``events.*``, nothing lost): ``time_resets`` (an image stamp jumping back, or forward
+by more than ``time_jump_threshold_s``: a looped bag, a restarted driver, a clock jump; the
+tracks start again, ids keep counting), ``imu_time_resets``, ``imu_gaps`` / ``imu_gap_samples``
+(holes in the IMU stamps longer than 2.5 sample periods, and the samples missing in them),
+``imu_incomplete``, ``empty_frame_id`` (tracks got ``camera_frame_id``),
+``config_applied_live`` / ``tracker_rebuilt`` (parameter changes), ``debug_images``.
 
 Subscribed
 ----------
-  image (sensor_msgs/Image, sensor-data QoS: best effort, depth ``queue_size``): left / mono camera
-  image_right (sensor_msgs/Image, sensor-data QoS): right camera, only when ``stereo`` is true;
-      paired with the left image of the same stamp (left images are processed alone while
-      nobody publishes on image_right)
-  imu (sensor_msgs/Imu, sensor-data QoS, depth 1000): gyro for the tracker's motion prediction;
-      drained before each image is processed, so the gyro up to the image's stamp is used
+  image (sensor_msgs/Image, or sensor_msgs/CompressedImage on image/compressed with
+      ``image_transport: compressed``; sensor-data QoS or reliable (``input_reliability``), depth
+      ``queue_size``): left / mono camera
+  image_right (the same type and QoS): right camera, only when ``stereo`` is true; paired with
+      the left image of the same stamp (left images are processed alone while nobody publishes
+      on image_right)
+  imu (sensor_msgs/Imu, depth 1000): gyro for the tracker's motion prediction; drained before
+      each image is processed, so the gyro up to the image's stamp is used
+  camera_info, camera_info_right (sensor_msgs/CameraInfo): only with ``calibration_source:
+      camera_info``: K, D (plumb_bob or equidistant), width, height of the first message are the
+      calibration (T_BS from the parameters); images before it are skipped (no_calibration)
 
 Published
 ---------
-  tracks (sensor_msgs/PointCloud, reliable, depth 10): VINS-Mono feature-tracker layout:
-      points = undistorted normalised (x, y, 1); channels id_of_point, u_of_point, v_of_point,
-      velocity_x_of_point, velocity_y_of_point, score_of_point, level_of_point, age_of_point
-      (+ u/v/x/y_right_of_point in stereo); header = the image's stamp and frame id
+  tracks (sensor_msgs/PointCloud, reliable, depth 10), header = the image's stamp and frame id
+      (``tracks_frame_id`` overrides it; an empty one becomes ``camera_frame_id``), in the
+      ``tracks_layout``:
+      vins_mono: one point per track, points = undistorted normalised (x, y, 1); channels
+          0 id_of_point, 1 u_of_point, 2 v_of_point, 3 velocity_x_of_point, 4 velocity_y_of_point,
+          5 score_of_point, 6 level_of_point, 7 age_of_point, and in stereo
+          8 u_right_of_point, 9 v_right_of_point, 10 x_right_of_point, 11 y_right_of_point (NaN
+          where a track has no right match)
+      vins_fusion (VINS-Fusion's feature_callback reads channels by index): one point per
+          observation, first every track in the left image (camera id 0), then every right-image
+          match as its own point (camera id 1; points = the right undistorted (x, y, 1)); channels
+          0 id_of_point, 1 camera_id, 2 u_of_point, 3 v_of_point, 4 velocity_x_of_point,
+          5 velocity_y_of_point (0 for right observations), 6 score_of_point, 7 level_of_point,
+          8 age_of_point (6..8 are what VINS-Fusion reads as its ground-truth point whenever there
+          are more than five channels: they keep its reader in range)
   tracks_image (sensor_msgs/Image, bgr8 or mono8, reliable, depth 2): the image with tracks drawn,
-      built and published only while someone subscribes
+      built (in its own thread) only while someone subscribes, at most debug_image_max_rate_hz
   diagnostics (diagnostic_msgs/DiagnosticArray, every ``diagnostics_period_s``): input/output
-      rates, latency (receive -> publish), per-stage times, counts per skip reason
+      rates, latency (receive -> publish), overhead (latency minus process()), per-stage times,
+      counts per skip reason and event
 
 Parameters
 ----------
 Node parameters (read-only unless said otherwise):
   device (string, default 'auto', one of auto|cuda|cpu): where the frontend runs
+  calibration_source (string, default 'parameters', one of parameters|camera_info)
   camera_yaml (string, default ''): EuRoC/Kalibr sensor.yaml for cam0; overrides the
       calibration parameters below when set
   image_width, image_height (integer, default 752 / 480, range [1, 16384]): calibration image size
@@ -50,6 +84,7 @@ Node parameters (read-only unless said otherwise):
   right.camera_yaml, right.image_width, right.image_height, right.intrinsics,
   right.distortion_model, right.distortion_coefficients, right.T_BS: the same for the
       right camera (defaults EuRoC cam1), used when ``stereo`` is true
+  image_transport (string, default 'raw', one of raw|compressed)
   queue_size (integer, default 10, range [1, 1000]): image subscription depth
   input_reliability (string, default 'best_effort', one of best_effort|reliable): QoS of the image
       and IMU subscriptions; best effort (sensor data) matches any publisher, reliable is needed
@@ -57,144 +92,96 @@ Node parameters (read-only unless said otherwise):
       get dropped) and where no frame may be lost (vilib-ros run uses it)
   stereo_timeout_s (double, default 0.2, range [0, 10]): a left image whose right image has not
       arrived after this long is processed alone (counted as stereo_unmatched)
+  imu_wait_s (double, default 0.1, range [0, 10]): longest wait for the IMU to reach an image's stamp
+  time_jump_threshold_s (double, default 1.0, range [0.001, 3600]): see time_resets above
+  gyro_range (double, default 35.0 rad/s), accel_range (double, default 160.0 m/s^2): sensor range
+  tracks_layout (string, default 'vins_mono', one of vins_mono|vins_fusion)
   publish_debug_image (bool, default true, writable): allow ``tracks_image``
   debug_image_encoding (string, default 'bgr8', one of bgr8|mono8, writable)
+  debug_image_max_rate_hz (double, default 10.0, range [0.1, 1000], writable)
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
-  stats_path (string, default ''): write a JSON summary (counts, latency, per-stage times) here on shutdown
+  stats_path (string, default ''): write a JSON summary (counts, latency, overhead, per-stage times,
+      CPU time per frame) here on shutdown
   tracks_frame_id (string, default ''): frame id of ``tracks`` ('' = the image's)
-Frontend parameters (writable except ``stereo``: a change rebuilds the tracker, tracks restart),
-named as the fields of :class:`vilib_ros.frontend.FrontendConfig`, nested dataclasses as prefixes
-(``python -m vilib_ros.nodes.frontend_node --print-parameters`` prints this table from the code):
-  detector.threshold (double, default 10.0, range [1.0, 254.0]): FAST threshold eps (intensity
-      levels)
+  camera_frame_id (string, default 'cam0'): frame id of ``tracks`` when the image's is empty too
+Frontend parameters, named as the fields of :class:`vilib_ros.frontend.FrontendConfig`, nested
+dataclasses as prefixes; range, choices and help live once, in
+:data:`vilib_ros.nodes.params.FRONTEND_PARAMS`. Writable except ``stereo``: a change is checked
+(on-set: the whole FrontendConfig must validate) and then applied (post-set): kernel scalars
+(threshold, iterations, eps, eigenvalue and residual limits, FB / RANSAC thresholds, ...) live,
+anything structural by rebuilding the tracker, whose new tracks take ids after the last one
+handed out (ids are never reused within a run). This table is the second part of
+``python -m vilib_ros.nodes.frontend_node --print-parameters`` (test_launch_files checks):
+  detector.threshold (double, default 10.0, range [1.0, 254.0]): FAST threshold eps (intensity levels; the
+      floor is used)
   detector.arc_length (integer, default 10, range [9, 12]): FAST contiguous arc length N
-  detector.score (string, default 'sad_arc', one of sad_circle|sad_arc|max_threshold): corner
-      score: SAD over the circle, SAD over the arc, or max threshold
+  detector.score (string, default 'sad_arc', one of sad_circle|sad_arc|max_threshold): corner score: SAD over
+      the circle, SAD over the arc, or max threshold
   detector.levels (integer, default 2, range [1, 4]): pyramid levels used for detection
-  detector.cell_width (integer, default 32, range [32, 1024] step 32): NMS cell width in level-0
-      pixels (multiple of 32)
-  detector.cell_height (integer, default 32, range [1, 1024]): NMS cell height in level-0 pixels
-      (multiple of 2^(levels-1))
-  detector.nms_radius (integer, default 1, range [1, 4]): NMS Moore neighbourhood radius n
-      ((2n+1)^2 pixels)
+  detector.cell_width (integer, default 32, range [32, 1024] step 32): NMS cell width in level-0 pixels
+      (multiple of 32)
+  detector.cell_height (integer, default 32, range [1, 1024]): NMS cell height in level-0 pixels (multiple of
+      2^(levels-1))
+  detector.nms_radius (integer, default 1, range [1, 4]): NMS Moore neighbourhood radius n ((2n+1)^2 pixels)
   detector.border (integer, default 8, range [3, 256]): pixels skipped at each level's edge
-  tracker.mode (string, default 'gain_offset', one of translation|offset|gain|gain_offset): LK
-      photometric model: translation, +offset, +gain, +gain+offset
+  tracker.mode (string, default 'gain_offset', one of translation|offset|gain|gain_offset): LK photometric
+      model: translation, +offset, +gain, +gain+offset
   tracker.levels (integer, default 5, range [1, 8]): pyramid levels used for tracking
-  tracker.patch_sizes (integer[], default [16, 16, 16, 8, 8]): LK patch size per level (8 or 16)
+  tracker.patch_sizes (integer_array, default [16, 16, 16, 8, 8]): LK patch size per level (8 or 16)
   tracker.max_iterations (integer, default 30, range [1, 1000]): LK iterations per level
-  tracker.eps (double, default 0.0005, range [1e-12, 1.0]): LK convergence: stop when the
-      squared update is below this (level pixels^2)
-  tracker.min_eigen (double, default 1e-05, range [0.0, 1.0]): reject flat patches: min
-      eigenvalue of the gradient matrix / patch area
-  tracker.max_residual (double, default 0.0, range [0.0, 255.0]): mean |residual| above which a
-      track is dropped (0 = off)
-  tracker.osc_eps (double, default 0.01): OpenCV's 'jumping back and forth': |dq_k + dq_k-1| <
-      osc_eps in x and y (level px)
-  tracker.osc_growth (double, default 1.0): a reversal that does not shrink: dq_k . dq_k-1 < 0
-      and |dq_k|^2 >= osc_growth |dq_k-1|^2
-  tracker.cpu_backend (string, default 'numpy', one of numpy|opencv): CPU LK implementation
-      (opencv: translation mode only)
-  max_features (integer, default 0, range [0, 100000]): target track count (0 = one per detector
-      cell)
-  min_track_fraction (double, default 0.3, range [0.0, 1.0]): redetect when live tracks drop
-      below this fraction of the target
+  tracker.eps (double, default 0.0005, range [1e-12, 1.0]): LK convergence: stop when the squared update is
+      below this (level pixels^2)
+  tracker.min_eigen (double, default 1e-05, range [0.0, 1.0]): reject flat patches: min eigenvalue of the
+      gradient matrix / patch area
+  tracker.max_residual (double, default 0.0, range [0.0, 255.0]): mean |residual| above which a track is
+      dropped (0 = off)
+  tracker.osc_eps (double, default 0.01, range [0.0, 100.0]): OpenCV's 'jumping back and forth': |dq_k +
+      dq_k-1| < osc_eps in x and y (level px; 0 = off)
+  tracker.osc_growth (double, default 1.0, range [0.0, 100.0]): a reversal that does not shrink: dq_k . dq_k-1
+      < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2 (0 = off)
+  tracker.cpu_backend (string, default 'numpy', one of numpy|opencv): CPU LK implementation (opencv:
+      translation mode only)
+  max_features (integer, default 0, range [0, 100000]): target track count (0 = one per detector cell)
+  min_track_fraction (double, default 0.3, range [0.0, 1.0]): redetect when live tracks drop below this
+      fraction of the target
   fb_check (bool, default False): forward-backward consistency check of every track
-  fb_threshold (double, default 0.5, range [1e-06, 1000.0]): forward-backward error limit
-      (pixels)
+  fb_threshold (double, default 0.5, range [1e-06, 1000.0]): forward-backward error limit (pixels)
   ransac (bool, default False): fundamental-matrix RANSAC outlier rejection
-  ransac_threshold (double, default 1.0, range [1e-06, 1000.0]): RANSAC inlier threshold
-      (pixels)
-  ransac_confidence (double, default 0.99, range [0.5, 0.999999]): RANSAC confidence
-  imu_prediction (bool, default True): predict track positions from the gyro (rotation) when IMU
-      is given
-  imu_max_gap_ms (double, default 50.0, range [0.001, 1000000.0]): largest IMU gap bridged by
-      the gyro prediction
-  stereo (bool, default True): subscribe to image_right and track into the right image (stereo);
+  ransac_threshold (double, default 1.0, range [1e-06, 1000.0]): RANSAC inlier threshold (pixels)
+  ransac_confidence (double, default 0.99, range [0.501, 0.999999]): RANSAC confidence
+  imu_prediction (bool, default True): predict track positions from the gyro (rotation) when IMU is given
+  imu_max_gap_ms (double, default 50.0, range [0.001, 1000000.0]): largest IMU gap bridged by the gyro
+      prediction
+  stereo (bool, default True, read-only): subscribe to image_right and track into the right image (stereo);
       without right images the left ones are processed alone
-  stereo_epipolar_threshold (double, default 2.0, range [0.0, 1000.0]): epipolar limit of stereo
-      matches (pixels; 0 = off)
+  stereo_epipolar_threshold (double, default 2.0, range [0.0, 1000.0]): epipolar limit of stereo matches
+      (pixels; 0 = off)
   use_graph (bool, default True): GPU: capture the per-frame kernel sequence in a CUDA graph
 """
 from __future__ import annotations
 
-import collections
-import threading
 import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
-from sensor_msgs.msg import Image, Imu, PointCloud
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import RateMeter, Stat, diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
-from vilib_ros.nodes.conversions import (ImageConversionError, ImuConversionError, draw_tracks,
-                                         image_to_mono8, imu_to_arrays, numpy_to_image, stamp_to_ns,
-                                         trackframe_to_pointcloud)
-from vilib_ros.nodes.params import (ParamSpec, build_dataclass, camera_from_params, camera_specs, check_on_set,
-                                    declare_all, default_right, specs_from_dataclass)
+from vilib_ros.nodes._common import diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
+from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu
+from vilib_ros.nodes.conversions import (TRACKS_LAYOUTS, ImageConversionError, TracksEncoder, camera_from_camera_info,
+                                         compressed_to_mono8, draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
+from vilib_ros.nodes.debug_image import DebugImageWorker
+from vilib_ros.nodes.frontend_stats import FrontendStats
+from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, TimeJump
+from vilib_ros.nodes.params import (FRONTEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs,
+                                    check_on_set, declare_all, default_right, specs_from_dataclass)
+from vilib_ros.nodes.stereo_pairing import StereoPairer
 
-# Ranges and choices of the algorithm parameters (one name for one thing: the dataclass fields).
-FRONTEND_RANGES = {
-    "detector.threshold": (1.0, 254.0),
-    "detector.arc_length": (9, 12),
-    "detector.levels": (1, 4),
-    "detector.cell_width": (32, 1024, 32),
-    "detector.cell_height": (1, 1024),
-    "detector.nms_radius": (1, 4),
-    "detector.border": (3, 256),
-    "max_features": (0, 100000),
-    "min_track_fraction": (0.0, 1.0),
-    "ransac_confidence": (0.5, 0.999999),
-    "imu_max_gap_ms": (0.001, 1e6),
-    "stereo_epipolar_threshold": (0.0, 1000.0),
-    "tracker.levels": (1, 8),
-    "tracker.max_iterations": (1, 1000),
-    "tracker.eps": (1e-12, 1.0),
-    "tracker.min_eigen": (0.0, 1.0),
-    "tracker.max_residual": (0.0, 255.0),
-    "fb_threshold": (1e-6, 1000.0),
-    "ransac_threshold": (1e-6, 1000.0),
-}
-FRONTEND_CHOICES = {
-    "detector.score": ("sad_circle", "sad_arc", "max_threshold"),
-    "tracker.mode": ("translation", "offset", "gain", "gain_offset"),
-    "tracker.cpu_backend": ("numpy", "opencv"),
-}
 # Changing these needs new subscriptions or buffers: fixed at start.
 FRONTEND_READ_ONLY = ("stereo",)
-FRONTEND_DESCRIPTIONS = {
-    "detector.threshold": "FAST threshold eps (intensity levels)",
-    "detector.arc_length": "FAST contiguous arc length N",
-    "detector.score": "corner score: SAD over the circle, SAD over the arc, or max threshold",
-    "detector.levels": "pyramid levels used for detection",
-    "detector.cell_width": "NMS cell width in level-0 pixels (multiple of 32)",
-    "detector.cell_height": "NMS cell height in level-0 pixels (multiple of 2^(levels-1))",
-    "detector.nms_radius": "NMS Moore neighbourhood radius n ((2n+1)^2 pixels)",
-    "detector.border": "pixels skipped at each level's edge",
-    "tracker.mode": "LK photometric model: translation, +offset, +gain, +gain+offset",
-    "tracker.levels": "pyramid levels used for tracking",
-    "tracker.patch_sizes": "LK patch size per level (8 or 16)",
-    "tracker.max_iterations": "LK iterations per level",
-    "tracker.eps": "LK convergence: stop when the squared update is below this (level pixels^2)",
-    "tracker.min_eigen": "reject flat patches: min eigenvalue of the gradient matrix / patch area",
-    "tracker.max_residual": "mean |residual| above which a track is dropped (0 = off)",
-    "tracker.cpu_backend": "CPU LK implementation (opencv: translation mode only)",
-    "min_track_fraction": "redetect when live tracks drop below this fraction of the target",
-    "max_features": "target track count (0 = one per detector cell)",
-    "fb_check": "forward-backward consistency check of every track",
-    "fb_threshold": "forward-backward error limit (pixels)",
-    "ransac": "fundamental-matrix RANSAC outlier rejection",
-    "ransac_threshold": "RANSAC inlier threshold (pixels)",
-    "ransac_confidence": "RANSAC confidence",
-    "imu_prediction": "predict track positions from the gyro (rotation) when IMU is given",
-    "imu_max_gap_ms": "largest IMU gap bridged by the gyro prediction",
-    "stereo": "subscribe to image_right and track into the right image (stereo); without right "
-              "images the left ones are processed alone",
-    "stereo_epipolar_threshold": "epipolar limit of stereo matches (pixels; 0 = off)",
-    "use_graph": "GPU: capture the per-frame kernel sequence in a CUDA graph",
-}
+
 
 def _frontend_classes():
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
@@ -204,35 +191,53 @@ def _frontend_classes():
 
 def frontend_specs() -> list[ParamSpec]:
     _, FrontendConfig = _frontend_classes()
-    return specs_from_dataclass(FrontendConfig(), "", FRONTEND_RANGES, FRONTEND_CHOICES, FRONTEND_DESCRIPTIONS,
-                                read_only=FRONTEND_READ_ONLY)
+    return specs_from_dataclass(FrontendConfig(), FRONTEND_PARAMS, read_only=FRONTEND_READ_ONLY)
 
 
 def node_specs(has_stereo_field: bool) -> list[ParamSpec]:
     specs = [
         ParamSpec("device", "auto", "where the frontend runs", choices=("auto", "cuda", "cpu"), read_only=True),
+        ParamSpec("calibration_source", "parameters", "where the camera calibration comes from: the parameters "
+                  "below (or camera_yaml), or the first camera_info message (T_BS still from the parameters)",
+                  choices=("parameters", "camera_info"), read_only=True),
     ]
     specs += camera_specs("", euroc_cam0(), "left (cam0) camera")
     specs += camera_specs("right.", default_right(), "right (cam1) camera")
     if not has_stereo_field:
         specs.append(ParamSpec("stereo", False, "subscribe to image_right and track stereo", read_only=True))
     specs += [
+        ParamSpec("image_transport", "raw", "raw: sensor_msgs/Image on image (image_right); compressed: "
+                  "sensor_msgs/CompressedImage (PNG / JPEG) on image/compressed (image_right/compressed)",
+                  choices=("raw", "compressed"), read_only=True),
         ParamSpec("queue_size", 10, "image subscription depth", range=(1, 1000), read_only=True),
         ParamSpec("input_reliability", "best_effort",
                   "QoS reliability of the image and IMU subscriptions: best_effort (sensor data) matches every "
                   "publisher; reliable is needed for images larger than Fast DDS's 512 KB shared-memory segment, "
                   "whose best-effort UDP fragments get dropped", choices=("best_effort", "reliable"), read_only=True),
+        ParamSpec("stereo_timeout_s", 0.2, "a left image whose right image has not come after this long is "
+                  "processed alone", range=(0.0, 10.0), read_only=True),
+        ParamSpec("imu_wait_s", 0.1, "longest an image waits for the IMU to reach its stamp before it is "
+                  "processed (then counted as imu_incomplete); only while IMU is flowing", range=(0.0, 10.0),
+                  read_only=True),
+        ParamSpec("time_jump_threshold_s", 1.0, "a stamp jumping back, or forward by more than this, is a time "
+                  "reset (looped bag, restarted driver): logged, counted, tracks start again", range=(0.001, 3600.0),
+                  read_only=True),
+        ParamSpec("gyro_range", 35.0, "IMU samples with |angular velocity| above this in any axis are rejected "
+                  "(rad/s; the sensor's range)", range=(0.01, 1e4), read_only=True),
+        ParamSpec("accel_range", 160.0, "IMU samples with |acceleration| above this in any axis are rejected "
+                  "(m/s^2; the sensor's range)", range=(0.01, 1e5), read_only=True),
+        ParamSpec("tracks_layout", "vins_mono", "channel layout of tracks (see the module docstring)",
+                  choices=TRACKS_LAYOUTS, read_only=True),
         ParamSpec("publish_debug_image", True, "allow the tracks_image debug output"),
         ParamSpec("debug_image_encoding", "bgr8", "encoding of tracks_image", choices=("bgr8", "mono8")),
+        ParamSpec("debug_image_max_rate_hz", 10.0, "tracks_image is drawn (in its own thread) at most this "
+                  "often", range=(0.1, 1000.0)),
         ParamSpec("diagnostics_period_s", 1.0, "diagnostics publishing period", range=(0.1, 60.0), read_only=True),
         ParamSpec("stats_path", "", "write a JSON summary here on shutdown ('' = none)", read_only=True),
         ParamSpec("tracks_frame_id", "", "frame id of tracks ('' = the image's frame id)", read_only=True),
-        ParamSpec("stereo_timeout_s", 0.2, "a left image whose right image has not come after this long is "
-                  "processed alone", range=(0.0, 10.0), read_only=True),
+        ParamSpec("camera_frame_id", "cam0", "frame id of tracks when both tracks_frame_id and the image's "
+                  "frame id are empty", read_only=True),
     ]
-    for s in specs:
-        if s.choices and "one of" not in s.description:
-            s.description += f" (one of: {', '.join(s.choices)})"
     return specs
 
 
@@ -242,181 +247,189 @@ def parameter_table() -> list[ParamSpec]:
     return node_specs(any(s.name == "stereo" for s in fe)) + fe
 
 
-IMAGE_SKIP_REASONS = ("unsupported_encoding", "zero_size", "step_mismatch", "data_size", "size_mismatch",
-                      "out_of_order", "frontend_error")
-
-
 class FrontendNode(Node):
     def __init__(self):
         super().__init__("frontend_node")
         self.FeatureTracker, self.FrontendConfig = _frontend_classes()
         self.fe_specs = frontend_specs()
+        self.fe_names = {s.name for s in self.fe_specs}
         self.specs = node_specs(any(s.name == "stereo" for s in self.fe_specs)) + self.fe_specs
         self.p = declare_all(self, self.specs)
-        self.cam = camera_from_params(self.p)
         self.stereo = bool(self.p.get("stereo", False))
-        self.cam_right = camera_from_params(self.p, "right.") if self.stereo else None
         self.config = self._build_config(self.p)
-        self.tracker = self._make_tracker()
-        self._rebuild = False
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.st = FrontendStats(self.get_logger().warning)
+        self.device = self.p["device"]
+        self.tracker = None
+        self.cam = self.cam_right = None
+        if self.p["calibration_source"] == "parameters":
+            self._set_calibration(camera_from_params(self.p),
+                                  camera_from_params(self.p, "right.") if self.stereo else None)
+        self._check_on_set = check_on_set(self.specs)
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
 
-        self.imu_lock = threading.Lock()
         q = int(self.p["queue_size"])
         in_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
+        self.encoder = TracksEncoder(self.p["tracks_layout"])
         self.pub_tracks = self.create_publisher(PointCloud, "tracks", reliable_qos(10))
         # reliable (depth 2): a bgr8 frame is over Fast DDS's 512 KB shared-memory segment and its
         # best-effort UDP fragments get lost; best-effort subscribers (rviz) still match
         self.pub_debug = self.create_publisher(Image, "tracks_image", reliable_qos(2))
         self.pub_diag = self.create_publisher(DiagnosticArray, "diagnostics", reliable_qos(10))
-        self.create_subscription(Image, "image", self._on_image, in_qos(q))
+        self.debug = DebugImageWorker(self._draw_and_publish, self.p["debug_image_max_rate_hz"])
+        compressed = self.p["image_transport"] == "compressed"
+        kind, suffix = (CompressedImage, "/compressed") if compressed else (Image, "")
+        self.create_subscription(kind, "image" + suffix, lambda m: self._on_image(m, "image"), in_qos(q),
+                                 raw=not compressed)
         self.sub_right = None
         if self.stereo:
-            self.sub_right = self.create_subscription(Image, "image_right", self._on_image_right, in_qos(q))
-            self.create_timer(0.01, self._flush_pending)
-        self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, in_qos(1000))
-
-        self.skips = collections.Counter({r: 0 for r in IMAGE_SKIP_REASONS})
-        self.skips.update({"frame_gap": 0, "imu_non_finite": 0, "imu_out_of_order": 0, "stereo_unmatched": 0})
-        self._warned: set = set()
-        self.rx = RateMeter()
-        self.tx = RateMeter()
-        self.imu_rx = RateMeter()
-        self.latency = Stat()
-        self.process = Stat()
-        self.stage: dict[str, Stat] = collections.defaultdict(Stat)
-        self.last_stamp: int | None = None
-        self.last_imu: int | None = None
-        self.periods: collections.deque = collections.deque(maxlen=20)
-        self.imu: collections.deque = collections.deque(maxlen=4000)
-        self.pending_left = None      # (stamp, img, header frame_id, t_recv)
-        self.right_images: dict[int, np.ndarray] = {}
-        self.last_features = 0
-        self.last_stats: dict = {}
+            self.sub_right = self.create_subscription(kind, "image_right" + suffix,
+                                                      lambda m: self._on_image(m, "image_right"), in_qos(q),
+                                                      raw=not compressed)
+            self.pairs = StereoPairer(self._process, lambda: self.count_publishers(self.sub_right.topic_name) > 0,
+                                      self.p["stereo_timeout_s"], lambda: self.st.skips.count("stereo_unmatched"))
+            self.create_timer(0.01, self.pairs.flush)
+        if self.p["calibration_source"] == "camera_info":
+            self._infos: dict = {}
+            for topic in ("camera_info",) + (("camera_info_right",) if self.stereo else ()):
+                self.create_subscription(CameraInfo, topic, lambda m, t=topic: self._on_camera_info(m, t),
+                                         reliable_qos(1) if self.p["input_reliability"] == "reliable" else sensor_qos(1))
+        self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, in_qos(1000), raw=True)
+        self.imu = ImuQueue(gyro_range=self.p["gyro_range"], accel_range=self.p["accel_range"],
+                            jump_threshold_ns=int(self.p["time_jump_threshold_s"] * 1e9))
+        self.imu_wall = 0.0           # time.monotonic() of the last accepted IMU sample
+        self.clock = TimeJump(int(self.p["time_jump_threshold_s"] * 1e9))
+        self.periods: list = []
         self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
         self.get_logger().info(
-            f"frontend on {self.device} ({self.cam.width}x{self.cam.height}, {self.cam.distortion_model}"
-            f"{', stereo' if self.stereo else ''})")
+            f"frontend on {self.device} ({self._describe()}, tracks layout {self.p['tracks_layout']}, "
+            f"{self.p['image_transport']} images)")
+
+    def _describe(self) -> str:
+        if self.cam is None:
+            return "calibration from the first camera_info message"
+        return (f"{self.cam.width}x{self.cam.height}, {self.cam.distortion_model}"
+                f"{', stereo' if self.stereo else ''}")
 
     # --- configuration -------------------------------------------------------------------
     def _build_config(self, values: dict):
-        cfg = build_dataclass(self.FrontendConfig, {k: v for k, v in values.items()
-                                                    if k in {s.name for s in self.fe_specs}})
-        for obj in (cfg, getattr(cfg, "detector", None), getattr(cfg, "tracker", None)):
-            if obj is not None and hasattr(obj, "validate"):
-                obj.validate()
-        return cfg
+        cfg = build_dataclass(self.FrontendConfig, {k: v for k, v in values.items() if k in self.fe_names})
+        return cfg.validate()      # validates the nested detector / tracker configs too
 
-    def _make_tracker(self):
-        kwargs = {}
+    def _set_calibration(self, cam, cam_right) -> None:
+        self.cam, self.cam_right = cam, cam_right
+        self.tracker = self._make_tracker(0)
+
+    def _make_tracker(self, first_id: int):
+        kwargs = {"first_id": first_id}
         if self.stereo and self.cam_right is not None:
-            T_right_left = np.linalg.inv(self.cam_right.T_BS) @ self.cam.T_BS
-            kwargs = {"camera_right": self.cam_right, "T_right_left": T_right_left}
+            kwargs.update(camera_right=self.cam_right, T_right_left=np.linalg.inv(self.cam_right.T_BS) @ self.cam.T_BS)
         tracker = self.FeatureTracker(self.cam, self.config, device=self.p["device"], **kwargs)
         self.device = getattr(tracker, "device", self.p["device"])
         return tracker
 
-    def _on_set_parameters(self, params):
+    def _on_camera_info(self, msg, topic: str) -> None:
+        if self.tracker is not None or topic in self._infos:
+            return
+        prefix = "right." if topic == "camera_info_right" else ""
+        try:
+            self._infos[topic] = camera_from_camera_info(msg, np.asarray(self.p[prefix + "T_BS"]).reshape(4, 4))
+        except ValueError as exc:
+            self.st.skips.skip("malformed", topic, str(exc))
+            return
+        if len(self._infos) == (2 if self.stereo else 1):
+            self._set_calibration(self._infos["camera_info"], self._infos.get("camera_info_right"))
+            self.get_logger().info(f"calibration from camera_info: {self._describe()}")
+
+    def _validate_parameters(self, params):
+        """on-set: reject values outside the declared choices, or a FrontendConfig that does not validate."""
         from rcl_interfaces.msg import SetParametersResult
 
-        res = check_on_set(self.specs)(params)
-        if not res.successful:
-            return res
-        fe_names = {s.name for s in self.fe_specs}
-        changed = {p.name: p.value for p in params if p.name in fe_names}
-        if changed:
-            values = dict(self.p)
-            values.update({k: (list(v) if isinstance(v, tuple) else v) for k, v in changed.items()})
+        res = self._check_on_set(params)
+        changed = {p.name: (list(p.value) if isinstance(p.value, tuple) else p.value)
+                   for p in params if p.name in self.fe_names}
+        if res.successful and changed:
             try:
-                cfg = self._build_config(values)
+                self._build_config({**self.p, **changed})
             except (ValueError, TypeError) as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
-            self.p = values
-            self.config = cfg
-            self._rebuild = True
+        return res
+
+    def _apply_parameters(self, params) -> None:
+        """post-set: scalars live (FeatureTracker.apply_config), a structural change rebuilds the
+        tracker with ids continuing after the last one handed out."""
         for p in params:
-            if p.name not in fe_names:
-                self.p[p.name] = p.value
-        return SetParametersResult(successful=True)
-
-    # --- helpers -------------------------------------------------------------------------
-    def _skip(self, reason: str, topic: str, detail: str, warn_key=None) -> None:
-        self.skips[reason] += 1
-        key = warn_key or (topic, reason)
-        if key not in self._warned:
-            self._warned.add(key)
-            self.get_logger().warning(f"{topic}: {detail} -- skipped (counted as '{reason}' in diagnostics; "
-                                      "warned once)")
-
-    def _convert(self, msg, topic: str):
-        try:
-            img = image_to_mono8(msg)
-        except ImageConversionError as exc:
-            wk = (topic, exc.reason, str(msg.encoding)) if exc.reason == "unsupported_encoding" else None
-            self._skip(exc.reason, topic, str(exc), wk)
-            return None
-        except Exception as exc:  # noqa: BLE001 - malformed message of any kind
-            self._skip("data_size", topic, f"cannot read image: {exc}")
-            return None
-        return img
-
-    # --- callbacks -----------------------------------------------------------------------
-    def _on_imu(self, msg) -> None:
-        try:
-            t, g, _a = imu_to_arrays(msg)
-        except ImuConversionError as exc:
-            with self.imu_lock:
-                self._skip(exc.reason, "imu", str(exc))
+            self.p[p.name] = list(p.value) if isinstance(p.value, tuple) else p.value
+        if any(p.name == "debug_image_max_rate_hz" for p in params):
+            self.debug.max_rate_hz = float(self.p["debug_image_max_rate_hz"])
+        if not any(p.name in self.fe_names for p in params):
             return
-        with self.imu_lock:
-            if self.last_imu is not None and t <= self.last_imu:
-                self._skip("imu_out_of_order", "imu", f"IMU stamp {t} not after the previous {self.last_imu}")
-                return
-            self.last_imu = t
-            self.imu_rx.tick()
-            self.imu.append((t, g[0], g[1], g[2]))
-
-    def _on_image_right(self, msg) -> None:
-        img = self._convert(msg, "image_right")
-        if img is None:
+        self.config = self._build_config(self.p)
+        if self.tracker is None:
             return
-        t = stamp_to_ns(msg.header.stamp)
-        if self.pending_left is not None and self.pending_left[0] == t:
-            left, self.pending_left = self.pending_left, None
-            self._process(*left, img_right=img)
-            return
-        self.right_images[t] = img
-        while len(self.right_images) > 10:
-            self.right_images.pop(min(self.right_images))
-
-    def _on_image(self, msg) -> None:
-        t_recv = time.monotonic()
-        self.rx.tick()
-        img = self._convert(msg, "image")
-        if img is None:
-            return
-        stamp = stamp_to_ns(msg.header.stamp)
-        if self.stereo:
-            if self.pending_left is not None:  # its right image never came
-                self.skips["stereo_unmatched"] += 1
-                left, self.pending_left = self.pending_left, None
-                self._process(*left)
-            right = self.right_images.pop(stamp, None)
-            if right is None and self.count_publishers(self.sub_right.topic_name) == 0:
-                self._process(stamp, img, msg.header.frame_id, t_recv)  # no right camera: mono
-                return
-            if right is None:
-                self.pending_left = (stamp, img, msg.header.frame_id, t_recv)
-                return
-            self._process(stamp, img, msg.header.frame_id, t_recv, img_right=right)
+        if self.tracker.apply_config(self.config):
+            self.st.events["config_applied_live"] += 1
+            self.get_logger().info("frontend parameters applied live: " + ", ".join(p.name for p in params))
         else:
-            self._process(stamp, img, msg.header.frame_id, t_recv)
+            self.tracker = self._make_tracker(self.tracker.next_id)
+            self.st.events["tracker_rebuilt"] += 1
+            self.get_logger().info("frontend parameters changed structurally: tracker rebuilt, tracks start "
+                                   f"again with ids from {self.tracker.next_id}")
 
-    def _flush_pending(self) -> None:
-        if self.pending_left is not None and time.monotonic() - self.pending_left[3] > self.p["stereo_timeout_s"]:
-            self.skips["stereo_unmatched"] += 1
-            left, self.pending_left = self.pending_left, None
-            self._process(*left)
+    # --- input ---------------------------------------------------------------------------
+    def _convert(self, msg, topic: str):
+        """(stamp, mono8 image, frame_id) of an image message (raw bytes or CompressedImage), or None."""
+        try:
+            if isinstance(msg, bytes):
+                raw = decode_image(msg)
+                return raw.stamp_ns, image_to_mono8(raw), raw.frame_id
+            return stamp_to_ns(msg.header.stamp), compressed_to_mono8(msg), msg.header.frame_id
+        except ImageConversionError as exc:
+            enc = None
+            if exc.reason == "unsupported_encoding" and isinstance(msg, bytes):
+                enc = decode_image(msg).encoding
+            self.st.skips.skip(exc.reason, topic, str(exc), key_detail=enc)
+        except CdrError as exc:
+            self.st.skips.skip("malformed", topic, f"cannot read the image message: {exc}")
+        except Exception as exc:  # noqa: BLE001 - malformed message of any kind
+            self.st.skips.skip("data_size", topic, f"cannot read image: {exc!r}")
+        return None
+
+    def _on_imu(self, msg: bytes) -> None:
+        """A serialized IMU message (raw subscription): decoded without building the message."""
+        try:
+            t, g, a = decode_imu(msg)
+        except CdrError as exc:
+            self.st.skips.skip("malformed", "imu", f"cannot read the IMU message: {exc}")
+            return
+        resets = self.imu.resets
+        why = self.imu.add(t, g, a)
+        if why:
+            self.st.skips.skip(why, "imu", f"IMU sample at {t} rejected ({why.replace('_', ' ')}: gyro {list(g)}, "
+                               f"acc {list(a)}, previous stamp {self.imu.last_t})")
+            return
+        if self.imu.resets != resets:
+            self.st.events["imu_time_resets"] += 1
+            self.get_logger().warning(f"IMU time reset: stamp {t} jumped from the previous one by more than "
+                                      f"{self.p['time_jump_threshold_s']} s (looped bag, restarted driver?)")
+        self.imu_wall = time.monotonic()
+        self.st.imu_rx.tick()
+
+    def _on_image(self, msg, topic: str) -> None:
+        t_recv = time.monotonic()
+        if topic == "image":
+            self.st.rx.tick()
+        got = self._convert(msg, topic)
+        if got is None:
+            return
+        self.st.node_stage["convert"].add((time.monotonic() - t_recv) * 1e3)
+        stamp, img, frame_id = got
+        if topic == "image_right":
+            self.pairs.right(stamp, img, t_recv)
+        elif self.stereo:
+            self.pairs.left(stamp, img, frame_id, t_recv)
+        else:
+            self._process(stamp, img, frame_id, t_recv)
 
     def _take_pending_imu(self) -> None:
         """Run the IMU callback for every IMU message already waiting in the subscription.
@@ -437,101 +450,98 @@ class FrontendNode(Node):
                 return
             self._on_imu(taken[0])
 
-    def _gyro_until(self, stamp: int):
-        t0 = (self.last_stamp if self.last_stamp is not None else stamp - 100_000_000) - 10_000_000
-        with self.imu_lock:
-            rows = [s for s in self.imu if t0 <= s[0] <= stamp]
-            while self.imu and self.imu[0][0] < stamp - 50_000_000:
-                self.imu.popleft()
-        return np.asarray(rows, dtype=np.float64).reshape(-1, 4) if rows else None
-
-    def _process(self, stamp: int, img: np.ndarray, frame_id: str, t_recv: float, img_right=None) -> None:
-        if img.shape != (self.cam.height, self.cam.width):
-            self._skip("size_mismatch", "image",
-                       f"image is {img.shape[1]}x{img.shape[0]}, calibration {self.cam.width}x{self.cam.height}")
-            return
-        if self.last_stamp is not None and stamp <= self.last_stamp:
-            self._skip("out_of_order", "image", f"stamp {stamp} is not after the previous image's {self.last_stamp}")
-            return
-        if self.last_stamp is not None:
-            dt = stamp - self.last_stamp
-            if len(self.periods) >= 3:
-                period = float(np.median(self.periods))
-                if dt > 1.5 * period:
-                    missing = max(1, int(round(dt / period)) - 1)
-                    self.skips["frame_gap"] += missing
-                    self.get_logger().debug(f"stamp gap {dt * 1e-6:.1f} ms: {missing} frame(s) missing")
-                else:
-                    self.periods.append(dt)
-            else:
-                self.periods.append(dt)
-        if self._rebuild:
-            self._rebuild = False
-            self.tracker = self._make_tracker()
-            self.get_logger().info("frontend parameters changed: tracker rebuilt")
+    def _wait_for_imu(self, stamp: int) -> None:
+        """Drain the IMU until it covers ``stamp`` (bounded by imu_wait_s, and only while IMU is
+        flowing); a frame processed without it is counted as imu_incomplete."""
         self._take_pending_imu()
-        gyro = self._gyro_until(stamp)
+        if self.imu.last_t is None:
+            return                      # no IMU (yet): camera-only
+        deadline = time.monotonic() + self.p["imu_wait_s"]
+        while self.imu.last_t < stamp and time.monotonic() < deadline and time.monotonic() - self.imu_wall < 1.0:
+            time.sleep(0.0005)
+            self._take_pending_imu()
+        if self.imu.last_t < stamp:
+            self.st.events["imu_incomplete"] += 1
+
+    def _check_stamp(self, stamp: int) -> bool:
+        kind = self.clock.check(stamp)
+        if kind == OUT_OF_ORDER:
+            self.st.skips.skip("out_of_order", "image", f"stamp {stamp} is not after the previous image's "
+                               f"{self.clock.last}")
+            return False
+        if kind == RESET:
+            self.st.events["time_resets"] += 1
+            self.get_logger().warning(
+                f"time reset: image stamp jumped from {self.clock.last} to {stamp} (more than "
+                f"{self.p['time_jump_threshold_s']} s back or forward): tracks start again")
+            self.tracker.reset()
+            self.periods.clear()
+        elif self.clock.last is not None:
+            dt = stamp - self.clock.last
+            if len(self.periods) >= 3:
+                period = sorted(self.periods)[len(self.periods) // 2]
+                if dt > 1.5 * period:
+                    self.st.skips.count("frame_gap", max(1, int(round(dt / period)) - 1))
+                    return True
+            self.periods = (self.periods + [dt])[-20:]
+        return True
+
+    # --- one frame -------------------------------------------------------------------------
+    def _process(self, stamp: int, img: np.ndarray, frame_id: str, t_recv: float, img_right=None) -> None:
+        if self.tracker is None:
+            self.st.skips.skip("no_calibration", "image", "no camera_info received yet")
+            return
+        if img.shape != (self.cam.height, self.cam.width):
+            self.st.skips.skip("size_mismatch", "image", f"image is {img.shape[1]}x{img.shape[0]}, the "
+                               f"calibration ({self.p['calibration_source']}) is {self.cam.width}x{self.cam.height}")
+            return
+        if not self._check_stamp(stamp):
+            return
+        t_imu = time.monotonic()
+        self._wait_for_imu(stamp)
+        prev = self.clock.last if self.clock.last is not None and self.clock.last < stamp else stamp - 100_000_000
+        gyro = self.imu.gyro_between(prev - 10_000_000, stamp)
         t0 = time.monotonic()
+        self.st.node_stage["imu"].add((t0 - t_imu) * 1e3)
         try:
-            if img_right is not None:
-                frame = self.tracker.process(img, stamp, gyro, image_right=img_right)
-            else:
-                frame = self.tracker.process(img, stamp, gyro)
+            frame = self.tracker.process(img, stamp, gyro, image_right=img_right)
         except ValueError as exc:
-            self._skip("frontend_error", "image", f"frontend rejected the image: {exc}")
+            self.st.skips.skip("frontend_error", "image", f"frontend rejected the image: {exc}")
             return
         except Exception as exc:  # noqa: BLE001 - never die on one frame
-            self.skips["frontend_error"] += 1
+            self.st.skips.count("frontend_error")
             self.get_logger().error(f"frontend failed on stamp {stamp}: {exc!r}", throttle_duration_sec=5.0)
             return
         t1 = time.monotonic()
-        self.last_stamp = stamp
-        msg = trackframe_to_pointcloud(frame, self.p["tracks_frame_id"] or frame_id)
-        self.pub_tracks.publish(msg)
+        self.clock.accept(stamp)
+        out_id = self.p["tracks_frame_id"] or frame_id
+        if not out_id:
+            out_id = self.p["camera_frame_id"]
+            self.st.events["empty_frame_id"] += 1
+        self.pub_tracks.publish(self.encoder.encode(frame, out_id))
         t2 = time.monotonic()
-        self.tx.tick()
-        self.process.add((t1 - t0) * 1e3)
-        self.latency.add((t2 - t_recv) * 1e3)
-        for k, v in frame.timings.items():
-            self.stage[k[:-2] if k.endswith("_s") else k].add(float(v) * 1e3)
-        self.last_features = len(frame)
-        self.last_stats = dict(frame.stats)
-        if self.p["publish_debug_image"] and self.pub_debug.get_subscription_count() > 0:
-            dbg = draw_tracks(img, frame)
-            if self.p["debug_image_encoding"] == "mono8":
-                dbg = dbg.max(axis=2)   # circles stay visible (bright) in grey
-            self.pub_debug.publish(numpy_to_image(dbg, self.p["debug_image_encoding"], stamp,
-                                                  self.p["tracks_frame_id"] or frame_id))
+        self.st.node_stage["publish"].add((t2 - t1) * 1e3)
+        self.st.frame_done(t_recv, t0, t1, t2, frame)
+        if self.p["publish_debug_image"] and self.debug.due() and self.pub_debug.get_subscription_count() > 0:
+            self.debug.offer(img, frame, out_id)
+
+    def _draw_and_publish(self, img, frame, frame_id) -> None:
+        """In the debug-image thread: draw the tracks and publish tracks_image."""
+        dbg = draw_tracks(img, frame)
+        if self.p["debug_image_encoding"] == "mono8":
+            dbg = dbg.max(axis=2)   # circles stay visible (bright) in grey
+        self.pub_debug.publish(numpy_to_image(dbg, self.p["debug_image_encoding"], frame.stamp_ns, frame_id))
+        self.st.events["debug_images"] += 1
 
     # --- diagnostics ---------------------------------------------------------------------
     def diagnostics_values(self) -> dict:
-        lat = self.latency.window()
-        proc = self.process.window()
-        d = {
-            "device": self.device,
-            "images_received": self.rx.count,
-            "tracks_published": self.tx.count,
-            "imu_received": self.imu_rx.count,
-            "input_rate_hz": self.rx.rate(),
-            "output_rate_hz": self.tx.rate(),
-            "imu_rate_hz": self.imu_rx.rate(),
-            "latency_ms_mean": float(np.mean(lat)) if lat else 0.0,
-            "latency_ms_max": float(np.max(lat)) if lat else 0.0,
-            "process_ms_mean": float(np.mean(proc)) if proc else 0.0,
-            "features": self.last_features,
-        }
-        for k, v in sorted(self.skips.items()):
-            d[f"skipped.{k}"] = v
-        for k, st in sorted(self.stage.items()):
-            w = st.window()
-            d[f"time_ms.{k}"] = float(np.mean(w)) if w else 0.0
-        for k, v in sorted(self.last_stats.items()):
-            d[f"frontend.{k}"] = v
+        d = self.st.diagnostics_values(self.device)
+        d["events.imu_gaps"], d["events.imu_gap_samples"] = self.imu.gaps, self.imu.gap_samples
         return d
 
     def _publish_diagnostics(self) -> None:
         d = self.diagnostics_values()
-        problems = sum(v for k, v in self.skips.items())
+        problems = self.st.skips.total()
         level = DiagnosticStatus.OK if problems == 0 else DiagnosticStatus.WARN
         level = level[0] if isinstance(level, bytes) else level
         msg = DiagnosticArray()
@@ -542,16 +552,14 @@ class FrontendNode(Node):
         self.pub_diag.publish(msg)
 
     def summary(self) -> dict:
-        return {
-            "node": self.get_name(), "device": self.device,
-            "images_received": self.rx.count, "tracks_published": self.tx.count, "imu_received": self.imu_rx.count,
-            "skipped": dict(self.skips), "latency_ms": self.latency.summary(), "process_ms": self.process.summary(),
-            "stages_ms": {k: v.summary() for k, v in self.stage.items()}, "frontend_stats": self.last_stats,
-        }
+        s = self.st.summary(self.get_name(), self.device)
+        s["events"].update(imu_gaps=self.imu.gaps, imu_gap_samples=self.imu.gap_samples)
+        return s
 
     def close(self) -> None:
-        if self.stereo and self.pending_left is not None:
-            self.skips["stereo_unmatched"] += 1
+        self.debug.close()
+        if self.stereo and self.pairs.lefts:
+            self.st.skips.count("stereo_unmatched", len(self.pairs.lefts))
         if self.p.get("stats_path"):
             write_json(self.p["stats_path"], self.summary())
 

@@ -80,6 +80,95 @@ class ParamSpec:
         return None
 
 
+# --- the algorithm parameters: range, choices and help of every field, once ---------------------
+@dataclass(frozen=True)
+class Meta:
+    """Range / choices / help of one algorithm parameter (the one place they are written).
+
+    ``range`` is (from, to[, step]) as ROS ``IntegerRange`` / ``FloatingPointRange`` take it; the
+    dataclass's ``validate()`` must accept every value inside it (test_launch_files checks).
+    """
+
+    help: str
+    range: tuple | None = None
+    choices: tuple | None = None
+
+
+# FrontendConfig (vilib_ros.frontend) fields, nested dataclasses as dotted prefixes.
+FRONTEND_PARAMS = {
+    'detector.threshold': Meta('FAST threshold eps (intensity levels; the floor is used)', range=(1.0, 254.0)),
+    'detector.arc_length': Meta('FAST contiguous arc length N', range=(9, 12)),
+    'detector.score': Meta('corner score: SAD over the circle, SAD over the arc, or max threshold', choices=('sad_circle', 'sad_arc', 'max_threshold')),
+    'detector.levels': Meta('pyramid levels used for detection', range=(1, 4)),
+    'detector.cell_width': Meta('NMS cell width in level-0 pixels (multiple of 32)', range=(32, 1024, 32)),
+    'detector.cell_height': Meta('NMS cell height in level-0 pixels (multiple of 2^(levels-1))', range=(1, 1024)),
+    'detector.nms_radius': Meta('NMS Moore neighbourhood radius n ((2n+1)^2 pixels)', range=(1, 4)),
+    'detector.border': Meta("pixels skipped at each level's edge", range=(3, 256)),
+    'tracker.mode': Meta('LK photometric model: translation, +offset, +gain, +gain+offset', choices=('translation', 'offset', 'gain', 'gain_offset')),
+    'tracker.levels': Meta('pyramid levels used for tracking', range=(1, 8)),
+    'tracker.patch_sizes': Meta('LK patch size per level (8 or 16)'),
+    'tracker.max_iterations': Meta('LK iterations per level', range=(1, 1000)),
+    'tracker.eps': Meta('LK convergence: stop when the squared update is below this (level pixels^2)', range=(1e-12, 1.0)),
+    'tracker.min_eigen': Meta('reject flat patches: min eigenvalue of the gradient matrix / patch area', range=(0.0, 1.0)),
+    'tracker.max_residual': Meta('mean |residual| above which a track is dropped (0 = off)', range=(0.0, 255.0)),
+    'tracker.osc_eps': Meta("OpenCV's 'jumping back and forth': |dq_k + dq_k-1| < osc_eps in x and y (level px; 0 = off)", range=(0.0, 100.0)),
+    'tracker.osc_growth': Meta('a reversal that does not shrink: dq_k . dq_k-1 < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2 (0 = off)', range=(0.0, 100.0)),
+    'tracker.cpu_backend': Meta('CPU LK implementation (opencv: translation mode only)', choices=('numpy', 'opencv')),
+    'max_features': Meta('target track count (0 = one per detector cell)', range=(0, 100000)),
+    'min_track_fraction': Meta('redetect when live tracks drop below this fraction of the target', range=(0.0, 1.0)),
+    'fb_check': Meta('forward-backward consistency check of every track'),
+    'fb_threshold': Meta('forward-backward error limit (pixels)', range=(1e-06, 1000.0)),
+    'ransac': Meta('fundamental-matrix RANSAC outlier rejection'),
+    'ransac_threshold': Meta('RANSAC inlier threshold (pixels)', range=(1e-06, 1000.0)),
+    'ransac_confidence': Meta('RANSAC confidence', range=(0.501, 0.999999)),
+    'imu_prediction': Meta('predict track positions from the gyro (rotation) when IMU is given'),
+    'imu_max_gap_ms': Meta('largest IMU gap bridged by the gyro prediction', range=(0.001, 1000000.0)),
+    'stereo': Meta('subscribe to image_right and track into the right image (stereo); without right images the left ones are processed alone'),
+    'stereo_epipolar_threshold': Meta('epipolar limit of stereo matches (pixels; 0 = off)', range=(0.0, 1000.0)),
+    'use_graph': Meta('GPU: capture the per-frame kernel sequence in a CUDA graph'),
+}
+# BackendConfig (vilib_ros.backend.config) fields.
+BACKEND_PARAMS = {
+    'window_s': Meta('IncrementalFixedLagSmoother lag, seconds', range=(0.1, 600.0)),
+    'mono_window_s': Meta('mono mode uses max(window_s, mono_window_s): scale needs it', range=(0.1, 600.0)),
+    'mode': Meta("'stereo' | 'mono' | 'auto' (stereo if cam1 is given)", choices=('stereo', 'mono', 'auto')),
+    'kf_min_interval_s': Meta('shortest time between keyframes, s', range=(0.001, 10.0)),
+    'kf_max_interval_s': Meta('longest time between keyframes, s', range=(0.001, 60.0)),
+    'kf_parallax_px': Meta('keyframe when the rotation-compensated median parallax to the last keyframe exceeds this, px', range=(0.0, 1000.0)),
+    'kf_track_fraction': Meta("fewer of the last keyframe's tracks survive -> keyframe", range=(0.0, 1.0)),
+    'kf_min_tracks': Meta('keyframe when fewer tracks than this are left', range=(0, 100000)),
+    'zero_velocity_updates': Meta('at rest: zero-velocity prior + no-motion pose factor'),
+    'still_parallax_px': Meta('rest = median parallax below this AND a static IMU window', range=(0.0, 1000.0)),
+    'still_velocity_sigma': Meta('velocity sigma of the zero-velocity prior at rest, m/s', range=(1e-06, 100.0)),
+    'max_landmarks_per_kf': Meta('observations added per keyframe (longest tracks first)', range=(1, 100000)),
+    'min_depth': Meta('nearest landmark depth accepted, m', range=(0.0, 1000.0)),
+    'max_depth': Meta('farthest landmark depth accepted, m', range=(0.0, 100000.0)),
+    'min_disparity_px': Meta('smallest stereo disparity for a landmark, px', range=(0.0, 1000.0)),
+    'mono_min_parallax_deg': Meta('triangulation angle before a mono landmark is created', range=(0.0, 90.0)),
+    'pixel_sigma': Meta('reprojection noise sigma, px', range=(1e-06, 100.0)),
+    'landmark_prior_sigma': Meta('weak landmark prior at creation, m (0 = none)', range=(0.0, 1000000.0)),
+    'huber_k': Meta('Huber threshold of the visual factors, in sigmas', range=(1e-06, 100.0)),
+    'chi2_stereo': Meta('stereo outlier gate (99 % of chi2(3))', range=(0.0, 1000000.0)),
+    'chi2_mono': Meta('mono outlier gate (99 % of chi2(2))', range=(0.0, 1000000.0)),
+    'max_outlier_count': Meta('rejected observations before a track is blacklisted', range=(0, 1000000)),
+    'imu_noise_scale': Meta('multiplies the noise densities / random walks', range=(1e-06, 1000000.0)),
+    'gravity': Meta('gravity magnitude, m/s^2', range=(0.0, 100.0)),
+    'init_window_s': Meta('IMU window of the static initialisation, s', range=(0.0, 60.0)),
+    'static_gyro_std': Meta('rad/s, std of the 10 block means of the init window', range=(0.0, 100.0)),
+    'static_acc_std': Meta('m/s^2, std of the 10 block means', range=(0.0, 100.0)),
+    'static_gyro_mean': Meta('rad/s (|mean gyro| at rest = the bias)', range=(0.0, 100.0)),
+    'dynamic_init_frames': Meta('stereo: frames for the moving-start alignment', range=(2, 1000)),
+    'mono_init_window_s': Meta('mono: window for the moving-start alignment', range=(0.0, 600.0)),
+    'relinearize_threshold': Meta('iSAM2 relinearisation threshold', range=(0.0, 10.0)),
+    'relinearize_skip': Meta('iSAM2 relinearises every this many updates', range=(1, 1000)),
+    'partial_relinearization_check': Meta('iSAM2 partial relinearisation check'),
+    'extra_updates': Meta('extra iSAM2 iterations per keyframe', range=(0, 100)),
+    'max_speed': Meta('speed above which the estimate counts as diverged (reset), m/s', range=(0.0, 10000.0)),
+    'max_gyro_bias': Meta('gyro bias above which the estimate counts as diverged, rad/s', range=(0.0, 100.0)),
+    'max_acc_bias': Meta('accelerometer bias above which the estimate counts as diverged, m/s^2', range=(0.0, 100.0)),
+}
+
+
 def _field_default(f: dataclasses.Field):
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -88,31 +177,14 @@ def _field_default(f: dataclasses.Field):
     return dataclasses.MISSING
 
 
-def _source_comments(cls) -> dict:
-    """{field: its trailing ``# comment``} from the dataclass source (used as descriptions)."""
-    import inspect
-    import re
-
-    try:
-        src = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return {}
-    out = {}
-    for m in re.finditer(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+)$", src, re.M):
-        out.setdefault(m.group(1), m.group(2).strip())
-    return out
-
-
-def specs_from_dataclass(obj, prefix: str = "", ranges: dict | None = None, choices: dict | None = None,
-                         descriptions: dict | None = None, read_only: Sequence[str] = (),
+def specs_from_dataclass(obj, table: dict, prefix: str = "", read_only: Sequence[str] = (),
                          skip: Sequence[str] = ()) -> list[ParamSpec]:
     """One ParamSpec per (nested) dataclass field of the instance ``obj``.
 
-    ``ranges`` / ``choices`` / ``descriptions`` are keyed by the full dotted name; a field's
-    ``metadata['help']`` (if the dataclass gives one) is the description otherwise.
-    Fields whose default is None or not a ROS-representable value are skipped.
+    Range, choices and help come from ``table`` (``{dotted name: Meta}``, e.g.
+    :data:`FRONTEND_PARAMS`); a field missing there is an error, so a new field cannot reach
+    ROS undocumented. Fields whose default is None or not a ROS-representable value are skipped.
     """
-    ranges, choices, descriptions = ranges or {}, choices or {}, descriptions or {}
     out: list[ParamSpec] = []
     for f in dataclasses.fields(obj):
         if f.name.startswith("_"):
@@ -122,7 +194,7 @@ def specs_from_dataclass(obj, prefix: str = "", ranges: dict | None = None, choi
             continue
         value = getattr(obj, f.name)
         if dataclasses.is_dataclass(value):
-            out += specs_from_dataclass(value, name + ".", ranges, choices, descriptions, read_only, skip)
+            out += specs_from_dataclass(value, table, name + ".", read_only, skip)
             continue
         if value is None:
             continue
@@ -130,15 +202,15 @@ def specs_from_dataclass(obj, prefix: str = "", ranges: dict | None = None, choi
             value = value.tolist()
         if isinstance(value, tuple):
             value = list(value)
-        desc = (descriptions.get(name) or f.metadata.get("help") or _source_comments(type(obj)).get(f.name)
-                or f"{type(obj).__name__}.{f.name}")
-        spec = ParamSpec(name, value, desc, ranges.get(name), choices.get(name), name in read_only)
+        if name not in table:
+            raise KeyError(f"{type(obj).__name__}.{f.name}: no entry {name!r} in the parameter table "
+                           "(vilib_ros/nodes/params.py)")
+        meta = table[name]
+        spec = ParamSpec(name, value, meta.help, meta.range, meta.choices, name in read_only)
         try:
             spec.ros_type_name()
         except TypeError:
             continue
-        if spec.choices:
-            spec.description += f" (one of: {', '.join(spec.choices)})"
         out.append(spec)
     return out
 
@@ -232,8 +304,11 @@ def check_on_set(specs: list[ParamSpec]):
     return callback
 
 
-def format_table(specs: list[ParamSpec]) -> str:
-    """The Parameters section of a node docstring (name, type, default, range, description)."""
+def format_table(specs: list[ParamSpec], width: int = 110) -> str:
+    """The Parameters section of a node docstring (name, type, default, range, description),
+    wrapped at ``width`` columns; the node docstrings hold this text (test_launch_files checks)."""
+    import textwrap
+
     lines = []
     for s in specs:
         extra = []
@@ -244,8 +319,10 @@ def format_table(specs: list[ParamSpec]) -> str:
             extra.append("one of " + "|".join(s.choices))
         if s.read_only:
             extra.append("read-only")
-        lines.append(f"  {s.name} ({s.ros_type_name()}, default {s.ros_default()!r}"
-                     + (", " + ", ".join(extra) if extra else "") + f"): {s.description}")
+        text = (f"{s.name} ({s.ros_type_name()}, default {s.ros_default()!r}"
+                + (", " + ", ".join(extra) if extra else "") + f"): {s.description}")
+        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="      ",
+                               break_on_hyphens=False)
     return "\n".join(lines)
 
 

@@ -1,0 +1,42 @@
+"""``vilib-ros bench-node`` end to end on a tiny configuration (real processes, real DDS).
+
+Not a speed test (speed is what the benchmark reports): it checks that the benchmark runs,
+that every frame it sends at backpressure comes back as tracks, and that node_bench.json
+carries the keys issue 11 names, with device and date.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+DOMAIN = 232          # the last valid id (Fast DDS ports), apart from the other modules
+
+
+def test_bench_node_small(euroc_path, tmp_path):
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    from vilib_ros.nodes.processes import ros_env
+
+    env = ros_env(DOMAIN)
+    env["VILIB_ROS_EUROC"] = str(euroc_path)
+    r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-node", "--device", "cpu", "--rates", "bp",
+                        "--modes", "mono", "--frames", "12", "--burst", "40", "--out", str(tmp_path),
+                        "--domain-id", str(DOMAIN)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = json.loads((tmp_path / "node_bench.json").read_text())
+    for key in ("device", "date", "overhead_p50_ms", "stereo_overhead_p50_ms", "mono_sustained_fps",
+                "stereo_sustained_fps", "latency_p99_ms_at_200hz", "replay_fps"):
+        assert key in d, key
+    assert d["device"] == "cpu"
+    c = d["configs"]["mono_bp"]
+    assert c["sent"] == c["received"] == c["frames_in"] == 12 and c["dropped"] == 0
+    assert c["overhead_p50_ms"] > 0 and c["latency_p50_ms"] > 0 and c["cpu_ms_per_frame"] > 0
+    assert d["mono_sustained_fps"] > 0
+    for qos in ("reliable", "best_effort"):
+        b = d["burst"][qos]
+        assert b["sent"] == 40 and b["received"] + b["dropped"] == 40 and b["rss_end_kb"] > 0
+    assert "| mono_bp | 12 |" in (tmp_path / "node_bench.md").read_text()

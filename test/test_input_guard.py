@@ -1,0 +1,155 @@
+"""Input checks of the nodes (vilib_ros.nodes.input_guard), no ROS graph.
+
+References are written out by hand: which stamps are resets, which samples are gaps, what
+the log may hold.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vilib_ros.nodes.input_guard import IN_ORDER, OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump, truncate
+
+S = 1_000_000_000
+
+
+class TestSkipLog:
+    def test_counts_and_warns_once_per_key(self):
+        log = []
+        sl = SkipLog(("a", "b"), log.append)
+        for _ in range(3):
+            sl.skip("a", "image", "first")
+        sl.skip("b", "image", "second")
+        sl.skip("a", "imu", "third")
+        assert sl.counts == {"a": 4, "b": 1}
+        assert len(log) == 3 and "counted as 'a'" in log[0]
+
+    def test_undeclared_reason_is_an_error(self):
+        with pytest.raises(KeyError):
+            SkipLog(("a",), print).count("nope")
+
+    def test_hostile_details_bounded(self):
+        """Issue 17 item 6: 300 distinct 100 KB encoding strings grew the log by 30 MB and the node by
+        49 MB. Now at most max_keys warnings, each truncated, and the key set stays bounded."""
+        log = []
+        sl = SkipLog(("unsupported_encoding",), log.append, max_keys=32)
+        for i in range(300):
+            enc = f"{i:05d}" + "x" * 100_000
+            sl.skip("unsupported_encoding", "image", f"unsupported image encoding {enc!r}", key_detail=enc)
+        assert sl.counts["unsupported_encoding"] == 300
+        assert len(log) == 33                                # 32 kinds + one "suppressed" line
+        assert sum(len(x) for x in log) < 33 * 700
+        assert len(sl._warned) == 32
+        assert all(len(k[2]) < 200 for k in sl._warned)
+
+    def test_truncate(self):
+        assert truncate("abc", 10) == "abc"
+        t = truncate("y" * 1000, 10)
+        assert t.startswith("y" * 10) and "990 more characters" in t
+
+
+class TestTimeJump:
+    @pytest.mark.parametrize("t,kind", [(S + 1, IN_ORDER), (S, OUT_OF_ORDER), (S - S // 2, OUT_OF_ORDER),
+                                        (S - 2 * S, RESET), (S + 2 * S, RESET), (S + S, IN_ORDER)])
+    def test_classes(self, t, kind):
+        j = TimeJump(S)
+        j.accept(S)
+        assert j.check(t) == kind
+
+    def test_first_stamp_in_order(self):
+        assert TimeJump(S).check(-5) == IN_ORDER
+
+
+class TestImuQueue:
+    def _feed(self, q, stamps, g=(0.01, 0.02, 0.03), a=(0.0, 0.0, 9.8)):
+        return [q.add(int(t), g, a) for t in stamps]
+
+    def test_range_non_finite_order(self):
+        """Issue 17 item 4: absurd but finite gyro values (1e30) were used by the prediction."""
+        q = ImuQueue(gyro_range=35.0, accel_range=160.0)
+        assert self._feed(q, [S]) == [""]
+        assert q.add(S + 5_000_000, (1e30, 0, 0), (0, 0, 9.8)) == "imu_out_of_range"
+        assert q.add(S + 5_000_000, (0, 0, 0), (0, 200.0, 9.8)) == "imu_out_of_range"
+        assert q.add(S + 5_000_000, (np.nan, 0, 0), (0, 0, 9.8)) == "imu_non_finite"
+        assert q.add(S - 5_000_000, (0, 0, 0), (0, 0, 9.8)) == "imu_out_of_order"
+        rows = q.gyro_between(0, 2 * S)
+        assert rows.shape == (1, 4) and rows[0, 0] == S
+
+    def test_gaps_counted(self):
+        """Issue 17 item 5: holes in the IMU stream were not counted anywhere."""
+        q = ImuQueue()
+        stamps = list(S + np.arange(20) * 5_000_000)
+        stamps += list(stamps[-1] + 100_000_000 + np.arange(20) * 5_000_000)   # a 100 ms hole
+        assert all(r == "" for r in self._feed(q, stamps))
+        assert q.gaps == 1 and q.gap_samples == 19
+
+    def test_time_reset_empties(self):
+        q = ImuQueue(jump_threshold_ns=S)
+        self._feed(q, S * 100 + np.arange(10) * 5_000_000)
+        self._feed(q, S + np.arange(10) * 5_000_000)          # a replay started again
+        assert q.resets == 1
+        rows = q.gyro_between(0, 10 * S)
+        assert rows.shape == (10, 4) and rows[0, 0] == S
+
+    def test_gyro_between_bounds(self):
+        q = ImuQueue()
+        stamps = S + np.arange(100) * 5_000_000
+        for k, t in enumerate(stamps):
+            q.add(int(t), (k, 0, 0), (0, 0, 9.8))
+        rows = q.gyro_between(int(stamps[10]), int(stamps[20]))
+        np.testing.assert_array_equal(rows[:, 0], stamps[10:21])
+        np.testing.assert_array_equal(rows[:, 1], np.arange(10, 21))
+
+    def test_ring_bounded(self):
+        q = ImuQueue(capacity=64)
+        self._feed(q, S + np.arange(1000) * 5_000_000)
+        assert q._n <= 64
+        rows = q.gyro_between(0, 10 * S)
+        assert rows[-1, 0] == S + 999 * 5_000_000
+
+
+class TestStereoPairer:
+    """Pairing by stamp (vilib_ros.nodes.stereo_pairing). Guards the bug where a right stream one
+    message behind the left one paired no frame at all (one left image could wait, the next
+    left image pushed it out unmatched)."""
+
+    def _pairer(self, has_right=True, timeout=10.0):
+        from vilib_ros.nodes.stereo_pairing import StereoPairer
+
+        out, unmatched = [], []
+        p = StereoPairer(lambda s, img, fid, t, img_right=None: out.append((s, img_right)), lambda: has_right,
+                         timeout, lambda: unmatched.append(1))
+        return p, out, unmatched
+
+    def test_right_one_behind(self):
+        p, out, un = self._pairer()
+        p.left(1, "L1", "", 0.0)
+        for k in range(2, 20):
+            p.left(k, f"L{k}", "", 0.0)       # the right stream lags one message
+            p.right(k - 1, f"R{k - 1}", 0.0)
+        assert out == [(k, f"R{k}") for k in range(1, 19)] and not un
+
+    def test_right_first_and_in_order(self):
+        p, out, un = self._pairer()
+        p.right(1, "R1", 0.0)
+        p.left(1, "L1", "", 0.0)
+        p.left(2, "L2", "", 0.0)
+        p.left(3, "L3", "", 0.0)
+        p.right(3, "R3", 0.0)                  # the right stream passed 2: it will not come
+        assert out == [(1, "R1"), (2, None), (3, "R3")] and un == [1]
+
+    def test_no_right_camera(self):
+        p, out, un = self._pairer(has_right=False)
+        p.left(1, "L1", "", 0.0)
+        assert out == [(1, None)] and not un
+
+    def test_bounded_and_timeout(self):
+        p, out, un = self._pairer(timeout=0.0)
+        for k in range(15):
+            p.left(k, "L", "", 0.0)
+        assert len(p.lefts) == 10 and [s for s, _ in out] == list(range(5))
+        p.flush()
+        assert not p.lefts and len(out) == 15 and len(un) == 15
+        for k in range(100, 130):
+            p.right(k, "R", 0.0)
+        assert len(p.rights) == 10

@@ -1,0 +1,384 @@
+"""``vilib-ros bench-node``: the frontend node over real DDS on localhost.
+
+Three processes: a publisher (its own process) sends the real EuRoC frames (mono, or stereo
+pairs from cam0 + cam1 where the folder has cam1, else cam0 twice) with 10 IMU samples per
+frame, at a fixed frame rate (``--rates``, default 20, 200, 1000 Hz) and as fast as
+backpressure allows (``bp``: the next frame goes out when the previous one's tracks came
+back); the frontend node (``python -m vilib_ros.nodes.frontend_node``, reliable input) in its
+own process, restarted for every configuration; and this process, which records when each
+tracks message arrives. The publisher writes every frame's send time (``CLOCK_MONOTONIC``,
+shared by the processes of one machine).
+
+Per configuration: sustained frames/s (tracks received / time from the first send to the
+last tracks), frames sent / received by the node / tracks out (drops), latency from send to
+tracks received (p50 / p99), the node's own receive -> publish time minus ``process()``
+(overhead, p50 / p99, from its stats file), ``process()`` p50, and the node's CPU time per
+frame. The floor: the same images from the same publisher to a bare subscriber (no node),
+latency p50 / p99 at each rate. The burst case (``--burst N``, default 20,000; 0 = off): N
+mono images as fast as the publisher can, reliable and best effort: frames in / out /
+dropped and the node's RSS at start and end.
+
+Writes ``node_bench.json`` and ``node_bench.md`` into ``--out`` with device and date;
+``replay_fps`` (``vilib-ros run``, stereo, backend on) is left null for the lead to fill in.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+IMU_PER_FRAME = 10
+PERIOD_NS = 50_000_000
+T0_NS = 1_500_000_000_000_000_000
+
+
+def configure_parser(p) -> None:
+    p.add_argument("--data", default=None, help="EuRoC ASL folder (default: $VILIB_ROS_EUROC, ../shared/data/"
+                   "euroc_v101_head, .data/euroc_v101_head)")
+    p.add_argument("--out", default="bench/results", help="folder for node_bench.json / .md")
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="frontend device")
+    p.add_argument("--rates", default="20,200,1000,bp", help="frame rates (Hz) and/or 'bp' (backpressure)")
+    p.add_argument("--modes", default="mono,stereo", help="mono and/or stereo")
+    p.add_argument("--frames", type=int, default=380, help="frames per configuration (the 95 frames looped)")
+    p.add_argument("--burst", type=int, default=20000, help="images in the burst case (0 = skip it)")
+    p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: from the pid)")
+
+
+def _find_data(arg) -> Path:
+    cands = [arg, os.environ.get("VILIB_ROS_EUROC"), Path.cwd().parent / "shared" / "data" / "euroc_v101_head",
+             Path.cwd() / ".data" / "euroc_v101_head"]
+    for c in cands:
+        if c and (Path(c) / "mav0" / "cam0" / "data.csv").is_file():
+            return Path(c)
+    raise SystemExit("vilib-ros bench-node: error: no EuRoC folder (give --data, or set VILIB_ROS_EUROC)")
+
+
+def _pct(a, q):
+    return float(np.percentile(a, q)) if len(a) else None
+
+
+# ------------------------------------------------------------------------------------- publisher
+def publisher_main(spec_path: str) -> int:
+    """The publisher process: ``python -m vilib_ros.bench.node --publisher SPEC.json``."""
+    import cv2
+    import rclpy
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import Image, Imu, PointCloud
+
+    from vilib_ros.nodes._common import reliable_qos, sensor_qos
+    from vilib_ros.nodes.cdr import decode_pointcloud
+    from vilib_ros.nodes.conversions import arrays_to_imu, numpy_to_image
+
+    spec = json.loads(Path(spec_path).read_text())
+    rclpy.init()
+    node = rclpy.create_node("bench_publisher")
+    qos = reliable_qos if spec["reliability"] == "reliable" else sensor_qos
+    pub_l = node.create_publisher(Image, spec["image_topic"], qos(100))
+    pub_r = node.create_publisher(Image, "image_right", qos(100)) if spec["stereo"] else None
+    pub_imu = node.create_publisher(Imu, "imu", qos(1000)) if spec["imu"] else None
+    got = {"last": -1}
+    if spec["rate"] == "bp":
+        node.create_subscription(PointCloud, "tracks", lambda b: got.__setitem__("last", decode_pointcloud(b).stamp_ns),
+                                 reliable_qos(100), raw=True)
+
+    def load(cam):
+        files = sorted((Path(spec["data"]) / "mav0" / cam / "data").glob("*.png"))
+        return [cv2.imread(str(f), cv2.IMREAD_GRAYSCALE) for f in files]
+
+    left = load("cam0")
+    right = (load("cam1") or left) if spec["stereo"] else []
+    # serialized once; the stamp (bytes 4..12 of the CDR) is patched per send
+    ser_l = [bytearray(serialize_message(numpy_to_image(im, "mono8", 0, "cam0"))) for im in left]
+    ser_r = [bytearray(serialize_message(numpy_to_image(im, "mono8", 0, "cam1"))) for im in right]
+    imu_proto = bytearray(serialize_message(arrays_to_imu(0, [0.01, -0.02, 0.005], [9.8, 0.1, -0.2], "imu0")))
+    need = {spec["image_topic"]: 1} if not spec["imu"] else {spec["image_topic"]: 1, "imu": 1}
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not all(node.count_subscribers(t) >= n for t, n in need.items()):
+        rclpy.spin_once(node, timeout_sec=0.05)
+    if spec["rate"] == "bp":
+        while time.monotonic() < end and node.count_publishers("tracks") < 1:
+            rclpy.spin_once(node, timeout_sec=0.05)
+    t_end = time.monotonic() + 1.0
+    while time.monotonic() < t_end:
+        rclpy.spin_once(node, timeout_sec=0.05)
+
+    def stamped(buf, t_ns):
+        b = bytearray(buf)
+        b[4:12] = int(t_ns // 1_000_000_000).to_bytes(4, "little", signed=True) + \
+            int(t_ns % 1_000_000_000).to_bytes(4, "little")
+        return bytes(b)
+
+    sends = []
+    n = int(spec["frames"])
+    period = 0.0 if spec["rate"] in ("bp", "max") else 1.0 / float(spec["rate"])
+    t_start = time.monotonic()
+    for k in range(n):
+        stamp = T0_NS + (k + 1) * PERIOD_NS
+        if spec["rate"] == "bp" and k:
+            prev = T0_NS + k * PERIOD_NS
+            deadline = time.monotonic() + 10.0
+            while got["last"] < prev and time.monotonic() < deadline:
+                rclpy.spin_once(node, timeout_sec=0.001)
+        elif period:
+            delay = t_start + k * period - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        if pub_imu is not None:
+            for j in range(IMU_PER_FRAME):
+                pub_imu.publish(stamped(imu_proto, stamp - PERIOD_NS + (j + 1) * (PERIOD_NS // IMU_PER_FRAME)))
+        i = k % len(ser_l)
+        msg_l = stamped(ser_l[i], stamp)
+        msg_r = stamped(ser_r[i % len(ser_r)], stamp) if pub_r is not None else None
+        if msg_r is not None:
+            pub_r.publish(msg_r)
+        t_send = time.monotonic()
+        pub_l.publish(msg_l)   # the left image last: latency counts from the later image of the pair
+        sends.append((stamp, t_send))
+    Path(spec["sends"]).write_text(json.dumps(sends))
+    t_end = time.monotonic() + 2.0
+    while time.monotonic() < t_end:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    node.destroy_node()
+    rclpy.try_shutdown()
+    return 0
+
+
+# ------------------------------------------------------------------------------------- driver
+class _Run:
+    """One configuration: start the node (optional), the publisher; record arrivals."""
+
+    def __init__(self, client, env, tmp: Path, data: Path, device: str):
+        self.client, self.env, self.tmp, self.data, self.device = client, env, tmp, data, device
+
+    def node(self, name: str, stereo: bool, reliability: str):
+        from vilib_ros.nodes.processes import NodeProcess, node_argv
+
+        cam = self.data / "mav0"
+        params = {"camera_yaml": str(cam / "cam0" / "sensor.yaml"), "device": self.device, "stereo": stereo,
+                  "input_reliability": reliability, "queue_size": 100, "stats_path": str(self.tmp / f"{name}.json"),
+                  "publish_debug_image": False, "stereo_timeout_s": 1.0}
+        if stereo and (cam / "cam1" / "sensor.yaml").is_file():
+            params["right.camera_yaml"] = str(cam / "cam1" / "sensor.yaml")
+        return NodeProcess("frontend_node", node_argv("frontend_node", params=params), self.env,
+                           self.tmp / f"{name}.log")
+
+    def publish(self, name: str, topic_in: str, topic_out: str, rate, frames: int, stereo: bool,
+                imu: bool, reliability: str = "reliable", node=None, timeout: float = 600.0,
+                rss_pid: int | None = None) -> dict:
+        from vilib_ros.nodes.cdr import decode_image, decode_pointcloud
+        from vilib_ros.nodes.processes import NodeProcess
+        from sensor_msgs.msg import Image, PointCloud
+
+        from vilib_ros.nodes._common import reliable_qos, sensor_qos
+
+        arrivals: dict[int, float] = {}
+        qos = reliable_qos if reliability == "reliable" else sensor_qos
+        if topic_out == "tracks":
+            cb = lambda b: arrivals.setdefault(decode_pointcloud(b).stamp_ns, time.monotonic())  # noqa: E731
+            sub = self.client.node.create_subscription(PointCloud, topic_out, cb, reliable_qos(1000), raw=True)
+        else:
+            cb = lambda b: arrivals.setdefault(decode_image(b).stamp_ns, time.monotonic())  # noqa: E731
+            sub = self.client.node.create_subscription(Image, topic_out, cb, qos(1000), raw=True)
+        if node is not None:
+            ok = self.client.spin_until(lambda: self.client.node.count_publishers(topic_out) >= 1 or not node.alive, 90)
+            if not ok or not node.alive:
+                raise RuntimeError(f"frontend node did not come up:\n{node.tail()}")
+        spec = {"data": str(self.data), "image_topic": topic_in, "stereo": stereo, "imu": imu, "rate": rate,
+                "frames": frames, "reliability": reliability, "sends": str(self.tmp / f"{name}_sends.json")}
+        (self.tmp / f"{name}_spec.json").write_text(json.dumps(spec))
+        pub = NodeProcess("bench_publisher", [sys.executable, "-m", "vilib_ros.bench.node", "--publisher",
+                                              str(self.tmp / f"{name}_spec.json")], self.env,
+                          self.tmp / f"{name}_publisher.log")
+        t_limit = time.monotonic() + timeout
+        rss, t_rss = [], 0.0      # (tracks received so far, RSS kB) every 0.5 s
+        while pub.alive and time.monotonic() < t_limit:
+            self.client.executor.spin_once(timeout_sec=0.01)
+            if rss_pid is not None and time.monotonic() - t_rss > 0.5:
+                t_rss = time.monotonic()
+                rss.append((len(arrivals), _rss_kb(rss_pid)))
+        pub.stop()
+        # the last tracks may still be in flight
+        last_n, still = -1, time.monotonic()
+        while time.monotonic() - still < 2.0 and time.monotonic() < t_limit:
+            self.client.executor.spin_once(timeout_sec=0.05)
+            if len(arrivals) != last_n:
+                last_n, still = len(arrivals), time.monotonic()
+        self.client.node.destroy_subscription(sub)
+        sends = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else []
+        lat = [(arrivals[s] - t) * 1e3 for s, t in sends if s in arrivals]
+        span = (max(arrivals.values()) - sends[0][1]) if arrivals and sends else 0.0
+        if rss_pid is not None:
+            rss.append((len(arrivals), _rss_kb(rss_pid)))
+        return {"rss_kb": rss, "sent": len(sends), "received": len(arrivals), "dropped": len(sends) - len(lat),
+                "sustained_fps": len(arrivals) / span if span > 0 else 0.0,
+                "latency_p50_ms": _pct(lat, 50), "latency_p99_ms": _pct(lat, 99),
+                "publisher_log_tail": pub.tail(5) if not sends else ""}
+
+
+def _rss_kb(pid: int) -> int | None:
+    try:
+        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def run_command(args) -> int:
+    from vilib_ros.nodes.processes import GraphClient, ros_env
+
+    data = _find_data(args.data)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    domain = args.domain_id if args.domain_id is not None else 220 + os.getpid() % 12
+    env = ros_env(domain)
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    rates = [r.strip() for r in args.rates.split(",") if r.strip()]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    results: dict = {"configs": {}, "floor": {}, "burst": {}}
+    client = GraphClient(domain, "bench_node_driver")
+    device_used = args.device
+    try:
+        with tempfile.TemporaryDirectory() as tmpd:
+            run = _Run(client, env, Path(tmpd), data, args.device)
+            for rate in [r for r in rates if r != "bp"]:
+                name = f"floor_{rate}"
+                print(f"bench-node: floor, bare publisher -> subscriber at {rate} Hz", file=sys.stderr)
+                results["floor"][rate] = run.publish(name, "bench_floor_image", "bench_floor_image", rate,
+                                                     args.frames, False, False)
+            for mode in modes:
+                for rate in rates:
+                    name = f"{mode}_{rate}"
+                    print(f"bench-node: {mode} at {'backpressure' if rate == 'bp' else rate + ' Hz'}", file=sys.stderr)
+                    node = run.node(name, mode == "stereo", "reliable")
+                    try:
+                        r = run.publish(name, "image", "tracks", rate, args.frames, mode == "stereo", True, node=node)
+                    finally:
+                        node.stop()
+                    st = json.loads((Path(tmpd) / f"{name}.json").read_text()) if (Path(tmpd) / f"{name}.json").is_file() else {}
+                    device_used = st.get("device", device_used)
+                    r.update(frames_in=st.get("images_received"), tracks_out=st.get("tracks_published"),
+                             overhead_p50_ms=st.get("overhead_ms", {}).get("median"),
+                             overhead_p99_ms=st.get("overhead_ms", {}).get("p99"),
+                             process_p50_ms=st.get("process_ms", {}).get("median"),
+                             node_latency_p50_ms=st.get("latency_ms", {}).get("median"),
+                             cpu_ms_per_frame=st.get("cpu_ms_per_frame"),
+                             imu_incomplete=st.get("events", {}).get("imu_incomplete"),
+                             node_stages_p50_ms={k: v.get("median") for k, v in st.get("node_stages_ms", {}).items()},
+                             skipped={k: v for k, v in st.get("skipped", {}).items() if v})
+                    results["configs"][name] = r
+                    print(f"  {r['received']}/{r['sent']} tracks, {r['sustained_fps']:.1f} frames/s, latency p50 "
+                          f"{r['latency_p50_ms']}, overhead p50 {r['overhead_p50_ms']} ms", file=sys.stderr)
+            for rel in (("reliable", "best_effort") if args.burst > 0 else ()):
+                name = f"burst_{rel}"
+                print(f"bench-node: burst of {args.burst} images, {rel}", file=sys.stderr)
+                node = run.node(name, False, rel)
+                try:
+                    client.spin_until(lambda: client.node.count_publishers("tracks") >= 1, 90)
+                    client.spin_for(2.0)
+                    r = run.publish(name, "image", "tracks", "max", args.burst, False, False, reliability=rel,
+                                    node=node, rss_pid=node.pid)
+                finally:
+                    node.stop()
+                st = json.loads((Path(tmpd) / f"{name}.json").read_text()) if (Path(tmpd) / f"{name}.json").is_file() else {}
+                # RSS after warm-up (once 10 % of the tracks came back: pyramids, OpenCV and
+                # DDS buffers allocated) and at the end; every sample is kept in rss_kb
+                samples = [(n, v) for n, v in r["rss_kb"] if v]
+                warm = [v for n, v in samples if n >= 0.1 * max(1, r["received"])]
+                r.update(frames_in=st.get("images_received"), tracks_out=st.get("tracks_published"),
+                         rss_start_kb=warm[0] if warm else None, rss_end_kb=samples[-1][1] if samples else None,
+                         rss_max_kb=max(v for _, v in samples) if samples else None)
+                results["burst"][rel] = r
+    finally:
+        client.close()
+    return _write(results, out, args, data, device_used)
+
+
+def _machine(device: str) -> str:
+    cpu = platform.processor() or "?"
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    desc = f"{cpu}, {os.cpu_count()} cores, load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())}"
+    if device == "cuda":
+        try:
+            from vilib_ros._cuda import device_name
+
+            desc += f", GPU {device_name()}"
+        except Exception:  # noqa: BLE001
+            pass
+    return desc
+
+
+def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
+    cfg = results["configs"]
+
+    def get(name, key):
+        return cfg.get(name, {}).get(key)
+
+    summary = {
+        "device": device, "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": _machine(device), "python": platform.python_version(),
+        "data": f"{data.name}: real EuRoC V1_01 frames (752x480), looped to {args.frames} per configuration, "
+                f"{IMU_PER_FRAME} IMU samples per frame",
+        "overhead_p50_ms": get("mono_20", "overhead_p50_ms") or get("mono_bp", "overhead_p50_ms"),
+        "stereo_overhead_p50_ms": get("stereo_20", "overhead_p50_ms") or get("stereo_bp", "overhead_p50_ms"),
+        "mono_sustained_fps": max([c["sustained_fps"] for n, c in cfg.items() if n.startswith("mono")
+                                   and c["dropped"] == 0] or [0.0]),
+        "stereo_sustained_fps": max([c["sustained_fps"] for n, c in cfg.items() if n.startswith("stereo")
+                                     and c["dropped"] == 0] or [0.0]),
+        "latency_p99_ms_at_200hz": get("mono_200", "latency_p99_ms"),
+        "replay_fps": None,
+        "replay_fps_note": "vilib-ros run (stereo, backend on) on the generated 30 s sequence: filled in by the lead",
+    }
+    summary.update(results)
+    (out / "node_bench.json").write_text(json.dumps(summary, indent=2))
+    lines = ["# Frontend node over real DDS (`vilib-ros bench-node`)", "",
+             f"{summary['date']}, {summary['machine']}, device {device}, Python {summary['python']}; {summary['data']}.",
+             "Reliable QoS; latency = publisher send -> tracks received (CLOCK_MONOTONIC across processes);",
+             "overhead = the node's receive -> publish minus `process()`; floor = the same images, bare publisher -> "
+             "subscriber, same run.", "",
+             "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | floor p50 / p99 ms "
+             "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms | CPU ms/frame |",
+             "|---" * 12 + "|"]
+
+    def f(v, d=2):
+        return "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
+
+    def stages(c):
+        st = c.get("node_stages_p50_ms") or {}
+        return " / ".join(f(st.get(k), 3) for k in ("convert", "imu", "publish"))
+
+    for name, c in cfg.items():
+        fl = results["floor"].get(name.split("_", 1)[1], {})
+        lines.append(f"| {name} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | "
+                     f"{f(c['sustained_fps'], 1)} | {f(c['latency_p50_ms'])} / {f(c['latency_p99_ms'])} | "
+                     f"{f(fl.get('latency_p50_ms'))} / {f(fl.get('latency_p99_ms'))} | {f(c.get('overhead_p50_ms'))} / "
+                     f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {f(c.get('process_p50_ms'))} | "
+                     f"{f(c.get('cpu_ms_per_frame'))} |")
+    if results["burst"]:
+        lines += ["", "Burst (mono images as fast as the publisher sends them):", "",
+                  "| QoS | sent | node in | tracks out | dropped | RSS after warm-up / end / max MB |", "|---|---|---|---|---|---|"]
+        for rel, c in results["burst"].items():
+            rss = "-" if not c.get("rss_start_kb") else (f"{c['rss_start_kb'] / 1024:.1f} / {c['rss_end_kb'] / 1024:.1f}"
+                                                         f" / {c['rss_max_kb'] / 1024:.1f}")
+            lines.append(f"| {rel} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | {rss} |")
+    (out / "node_bench.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--publisher":
+        sys.exit(publisher_main(sys.argv[2]))
+    raise SystemExit("usage: vilib-ros bench-node (this module's own entry is the publisher process)")
