@@ -267,7 +267,7 @@ def evaluate_run(out: Path, ds) -> dict:
 def run_one(ds_path, args, out: Path, name: str) -> dict:
     from types import SimpleNamespace
 
-    from vilib_ros.datasets.asl import open_dataset
+    from vilib_ros.datasets import open_dataset
     from vilib_ros.pipeline import write_outputs
 
     t_start = time.monotonic()

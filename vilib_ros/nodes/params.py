@@ -329,7 +329,7 @@ def format_table(specs: list[ParamSpec], width: int = 110) -> str:
 # --- camera calibration parameters (shared by frontend_node and backend_node) ---
 def default_right() -> CameraModel:
     try:
-        from vilib_ros.datasets.asl import euroc_cam1
+        from vilib_ros.camera import euroc_cam1
 
         return euroc_cam1()
     except Exception:  # noqa: BLE001 - dataset module missing: mirror cam0
