@@ -8,8 +8,7 @@ import pytest
 from vilib_ros.frontend.detector import SCORES, CpuFastDetector, DetectorConfig, make_detector, nms_suppress_cpu
 from vilib_ros.frontend.pyramid import build_pyramid_cpu
 
-# Every class needs a CUDA device except the configuration checks of TestBadInput, which
-# fail before any GPU work and so run everywhere.
+pytestmark = pytest.mark.gpu
 
 W, H = 752, 480
 
@@ -52,7 +51,6 @@ def assert_cells_equal(got, ref):
         np.testing.assert_array_equal(getattr(got, f), getattr(ref, f), err_msg=f)
 
 
-@pytest.mark.gpu
 class TestScoreMapsExact:
     @pytest.mark.parametrize("n", [9, 10, 11, 12])
     @pytest.mark.parametrize("score", SCORES)
@@ -77,7 +75,6 @@ class TestScoreMapsExact:
             np.testing.assert_array_equal(g, r)
 
 
-@pytest.mark.gpu
 class TestPyramidInDetector:
     def test_pyramid_identical(self, euroc_frames):
         cfg = DetectorConfig(levels=4, cell_height=32)
@@ -89,7 +86,6 @@ class TestPyramidInDetector:
                 np.testing.assert_array_equal(g, r)
 
 
-@pytest.mark.gpu
 class TestCellsEqualCpu:
     @pytest.mark.parametrize("score", SCORES)
     @pytest.mark.parametrize("nms_radius", [1, 2, 3, 4])
@@ -178,7 +174,6 @@ class TestCellsEqualCpu:
             assert_cells_equal(gpu.detect(buf), cpu.detect(euroc_frames[10 * i]))
 
 
-@pytest.mark.gpu
 class TestBaselineNms:
     @pytest.mark.parametrize("nms_radius", [1, 2, 3, 4])
     def test_baseline_equals_combined(self, euroc_frames, nms_radius):
@@ -195,7 +190,6 @@ class TestBaselineNms:
             assert_cells_equal(base, cpu.detect(img))
 
 
-@pytest.mark.gpu
 class TestOccupancy:
     def test_occupied_cells_empty(self, euroc_frames):
         cfg = DetectorConfig()
@@ -238,7 +232,6 @@ class TestOccupancy:
 
 
 class TestBadInput:
-    @pytest.mark.gpu
     @pytest.mark.parametrize("bad,what", [(np.zeros((H, W), np.float32), "uint8"),
                                           (np.zeros((H, W, 3), np.uint8), "2D"),
                                           (np.zeros((H // 2, W // 2), np.uint8), "shape"),
@@ -256,7 +249,6 @@ class TestBadInput:
         with pytest.raises(ValueError, match="occupancy"):
             gpu.detect(np.zeros((H, W), np.uint8), occupancy=np.zeros((2, 2), bool))
 
-    @pytest.mark.gpu
     def test_make_detector_picks_gpu(self):
         from vilib_ros.frontend.detector_gpu import GpuFastDetector
 

@@ -68,13 +68,13 @@ Node parameters (all read-only):
 Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`; range,
 choices and help live once, in :data:`vilib_ros.nodes.params.BACKEND_PARAMS`. This table is the second
 part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_launch_files checks):
-  window_s (double, default 2.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
+  window_s (double, default 1.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
   mono_window_s (double, default 6.0, range [0.1, 600.0], read-only): mono mode uses max(window_s,
       mono_window_s): scale needs it
   mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo if
       cam1 is given)
   kf_min_interval_s (double, default 0.08, range [0.001, 10.0], read-only): shortest time between keyframes, s
-  kf_max_interval_s (double, default 0.5, range [0.001, 60.0], read-only): longest time between keyframes, s
+  kf_max_interval_s (double, default 0.4, range [0.001, 60.0], read-only): longest time between keyframes, s
   kf_parallax_px (double, default 12.0, range [0.0, 1000.0], read-only): keyframe when the
       rotation-compensated median parallax to the last keyframe exceeds this, px
   kf_track_fraction (double, default 0.65, range [0.0, 1.0], read-only): fewer of the last keyframe's tracks
@@ -86,7 +86,7 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       AND a static IMU window
   still_velocity_sigma (double, default 0.005, range [1e-06, 100.0], read-only): velocity sigma of the
       zero-velocity prior at rest, m/s
-  max_landmarks_per_kf (integer, default 40, range [1, 100000], read-only): observations added per keyframe
+  max_landmarks_per_kf (integer, default 60, range [1, 100000], read-only): observations added per keyframe
       (longest tracks first)
   min_depth (double, default 0.3, range [0.0, 1000.0], read-only): nearest landmark depth accepted, m
   max_depth (double, default 25.0, range [0.0, 100000.0], read-only): farthest landmark depth accepted, m
@@ -102,11 +102,28 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
   chi2_stereo (double, default 11.34, range [0.0, 1000000.0], read-only): stereo outlier gate (99 % of
       chi2(3))
   chi2_mono (double, default 9.21, range [0.0, 1000000.0], read-only): mono outlier gate (99 % of chi2(2))
-  max_outlier_count (integer, default 3, range [0, 1000000], read-only): rejected observations before a track
+  max_outlier_count (integer, default 10, range [0, 1000000], read-only): rejected observations before a track
       is blacklisted
-  imu_noise_scale (double, default 1.0, range [1e-06, 1000000.0], read-only): multiplies the noise densities /
-      random walks
+  retriangulate_outliers (bool, default True, read-only): a rejected observation ends its landmark; the track
+      starts a new one
+  landmark_max_span_s (double, default 0.0, range [0.0, 600.0], read-only): a landmark older than this is
+      ended and its track starts a new one (0 = never), s
+  imu_noise_measured (bool, default True, read-only): measure the IMU white-noise density from the stream
+  imu_noise_scale (double, default 1.0, range [1e-06, 1000000.0], read-only): fixed IMU white-noise multiplier
+      where imu_noise_measured is false
+  imu_noise_window_s (double, default 1.0, range [0.05, 60.0], read-only): IMU samples the measured noise
+      scale looks at, s
+  imu_noise_scale_max (double, default 100.0, range [1.0, 1000000.0], read-only): bound of the measured IMU
+      noise scale
+  imu_walk_scale (double, default 5.0, range [1e-06, 1000000.0], read-only): multiplies the IMU bias random
+      walks
   gravity (double, default 9.81, range [0.0, 100.0], read-only): gravity magnitude, m/s^2
+  imu_max_gap_s (double, default 0.1, range [0.001, 10.0], read-only): a longer hole between IMU samples is
+      never integrated across, s
+  imu_max_gyro (double, default 35.0, range [0.1, 1000.0], read-only): IMU samples with a larger angular rate
+      are rejected (sensor range), rad/s
+  imu_max_acc (double, default 160.0, range [1.0, 10000.0], read-only): IMU samples with a larger acceleration
+      are rejected (sensor range), m/s^2
   init_window_s (double, default 0.5, range [0.0, 60.0], read-only): IMU window of the static initialisation,
       s
   static_gyro_std (double, default 0.01, range [0.0, 100.0], read-only): rad/s, std of the 10 block means of
@@ -118,7 +135,7 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       alignment
   mono_init_window_s (double, default 2.0, range [0.0, 600.0], read-only): mono: window for the moving-start
       alignment
-  relinearize_threshold (double, default 0.05, range [0.0, 10.0], read-only): iSAM2 relinearisation threshold
+  relinearize_threshold (double, default 0.01, range [0.0, 10.0], read-only): iSAM2 relinearisation threshold
   relinearize_skip (integer, default 1, range [1, 1000], read-only): iSAM2 relinearises every this many
       updates
   partial_relinearization_check (bool, default False, read-only): iSAM2 partial relinearisation check

@@ -151,7 +151,7 @@ BACKEND_PARAMS = {
     'chi2_stereo': Meta('stereo outlier gate (99 % of chi2(3))', range=(0.0, 1000000.0)),
     'chi2_mono': Meta('mono outlier gate (99 % of chi2(2))', range=(0.0, 1000000.0)),
     'max_outlier_count': Meta('rejected observations before a track is blacklisted', range=(0, 1000000)),
-    'imu_noise_scale': Meta('multiplies the noise densities / random walks', range=(1e-06, 1000000.0)),
+    'imu_noise_scale': Meta('fixed IMU white-noise multiplier where imu_noise_measured is false', range=(1e-06, 1000000.0)),
     'gravity': Meta('gravity magnitude, m/s^2', range=(0.0, 100.0)),
     'init_window_s': Meta('IMU window of the static initialisation, s', range=(0.0, 60.0)),
     'static_gyro_std': Meta('rad/s, std of the 10 block means of the init window', range=(0.0, 100.0)),
@@ -166,6 +166,18 @@ BACKEND_PARAMS = {
     'max_speed': Meta('speed above which the estimate counts as diverged (reset), m/s', range=(0.0, 10000.0)),
     'max_gyro_bias': Meta('gyro bias above which the estimate counts as diverged, rad/s', range=(0.0, 100.0)),
     'max_acc_bias': Meta('accelerometer bias above which the estimate counts as diverged, m/s^2', range=(0.0, 100.0)),
+    'retriangulate_outliers': Meta('a rejected observation ends its landmark; the track starts a new one'),
+    'landmark_max_span_s': Meta('a landmark older than this is ended and its track starts a new one (0 = never), s',
+                                range=(0.0, 600.0)),
+    'imu_noise_measured': Meta('measure the IMU white-noise density from the stream'),
+    'imu_noise_window_s': Meta('IMU samples the measured noise scale looks at, s', range=(0.05, 60.0)),
+    'imu_noise_scale_max': Meta('bound of the measured IMU noise scale', range=(1.0, 1000000.0)),
+    'imu_walk_scale': Meta('multiplies the IMU bias random walks', range=(1e-06, 1000000.0)),
+    'imu_max_gap_s': Meta('a longer hole between IMU samples is never integrated across, s', range=(0.001, 10.0)),
+    'imu_max_gyro': Meta('IMU samples with a larger angular rate are rejected (sensor range), rad/s',
+                         range=(0.1, 1000.0)),
+    'imu_max_acc': Meta('IMU samples with a larger acceleration are rejected (sensor range), m/s^2',
+                        range=(1.0, 10000.0)),
 }
 
 
