@@ -25,6 +25,9 @@ rc=0
 if [[ $what == tests || $what == all ]]; then
   python3 -m pytest -m gpu -q -p no:cacheprovider test 2>&1 | tee "$OUT/gpu_tests.log"
   rc=${PIPESTATUS[0]}
+  # the GPU and CPU frontends on the same frames: the agreement figures into the log
+  python3 -m pytest -q -s -p no:cacheprovider test/test_frontend.py -k GpuMatchesCpu 2>&1 \
+    | grep -E "GPU vs CPU|passed|failed" | tee -a "$OUT/gpu_tests.log"
 fi
 if [[ $what == bench || $what == all ]]; then
   python3 -m vilib_ros bench --out "$OUT" 2>&1 | tee "$LOGDIR/bench_detector.log" || rc=1

@@ -62,6 +62,8 @@ def configure_parser(p) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--per-frame", type=int, default=2000,
                    help="frames per measurement of the per-frame table (process() from pageable frames); 0 = skip")
+    p.add_argument("--per-frame-only", action="store_true",
+                   help="only the per-frame table: frontend_per_frame.json and frontend_per_frame.md in --out")
 
 
 def load_frames(path) -> list[np.ndarray]:
@@ -519,6 +521,17 @@ def run_command(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(args.device)
     frames = load_frames(args.frames_dir)
+    if getattr(args, "per_frame_only", False):
+        if device != "cuda":
+            print("vilib-ros bench-tracker --per-frame-only: the per-frame table needs a CUDA device")
+            return 2
+        from vilib_ros.bench.frontend import bench_per_frame, markdown
+
+        pf = bench_per_frame(frames, max(100, args.per_frame))
+        (out / "frontend_per_frame.json").write_text(json.dumps(pf, indent=2, default=str))
+        (out / "frontend_per_frame.md").write_text(markdown(pf))
+        print(markdown(pf))
+        return 0
     counts = [int(c) for c in str(args.features).split(",") if c]
     res = {"device_name": device_name() if device == "cuda" else platform.processor() or "cpu",
            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
