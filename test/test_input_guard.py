@@ -153,3 +153,15 @@ class TestStereoPairer:
         for k in range(100, 130):
             p.right(k, "R", 0.0)
         assert len(p.rights) == 10
+
+
+class TestImuHoles:
+    def test_three_second_hole_counted(self):
+        """Issue 17 item 4: a 3 s hole in the IMU was bridged silently. Beyond the time-jump threshold
+        it also empties the ring (no gyro prediction across it), and is counted as a gap."""
+        q = ImuQueue(jump_threshold_ns=S)
+        for k in range(40):
+            q.add(S + k * 5_000_000, (0, 0, 0), (0, 0, 9.8))
+        q.add(S + 39 * 5_000_000 + 3 * S, (0, 0, 0), (0, 0, 9.8))
+        assert q.gaps == 1 and q.gap_samples == 599 and q.resets == 1
+        assert q.gyro_between(0, 10 * S).shape == (1, 4)

@@ -1,7 +1,8 @@
 """Time jumps and hostile input into frontend_node and backend_node over real DDS (issue 17).
 
 The test process publishes, to a frontend and a backend (real processes): 300 images with
-distinct 100 KB encoding strings (item 6); 30 real frames with their IMU; one frame and one
+distinct 100 KB encoding strings (item 6); 30 real frames with their IMU, one gyro sample of
+1e30 rad/s among it (item 4); one frame and one
 IMU sample stamped a year ahead; the next 30 frames; then the replay started again from its
 first stamp (``ros2 bag play --loop``, a restarted driver) for 40 frames (item 2).
 
@@ -86,7 +87,10 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
                 pub_img.publish(numpy_to_image(euroc_frames[k], "mono8", t + offset, "cam0"))
                 client.spin_for(0.05)
 
-        send(range(0, 30))
+        send(range(0, 10))
+        # an absurd but finite gyro sample (issue 17 item 4: it was used by the prediction)
+        pub_imu.publish(arrays_to_imu(stamps[10] - 2_500_000, [1e30, 0.0, 0.0], acc[0]))
+        send(range(10, 30), imu_from=stamps[9])
         # one frame and one IMU sample a year ahead
         pub_imu.publish(arrays_to_imu(stamps[30] + YEAR - 1_000_000, gyro[0], acc[0]))
         pub_img.publish(numpy_to_image(euroc_frames[30], "mono8", stamps[30] + YEAR, "cam0"))
@@ -132,6 +136,18 @@ class TestHostileEncodings:
         sk = session["fe_stats"]["skipped"]
         # (an encoding longer than any real one is a malformed message: counted under that reason)
         assert sk["unsupported_encoding"] + sk["malformed"] == 300, sk
+
+
+class TestAbsurdImu:
+    def test_rejected_and_counted(self, session):
+        """Issue 17 item 4: a finite 1e30 gyro sample was used by the frontend's prediction."""
+        assert session["fe_stats"]["skipped"]["imu_out_of_range"] == 1
+        assert session["be_stats"]["skipped"]["imu_out_of_range"] == 1
+        first = session["tracks"][:30]
+        assert all(len(m.points) > 50 for m in first)
+        kept = [len(np.intersect1d(a.channels[0].values, b.channels[0].values)) / len(a.points)
+                for a, b in zip(first[9:12], first[10:13])]
+        assert min(kept) > 0.9          # the frames around it kept their tracks
 
 
 class TestTimeJumps:

@@ -104,7 +104,8 @@ class ImuQueue:
     ``|acc| > accel_range`` m/s^2 in any axis), ``imu_out_of_order``. A time reset (a jump
     beyond ``jump_threshold_ns``) empties the ring and is counted in ``resets``; gaps longer
     than ``gap_factor`` x the median sample period are counted in ``gaps`` (and
-    ``gap_samples``: the samples missing in them).
+    ``gap_samples``: the samples missing in them); a jump forward beyond the threshold counts
+    in both.
     """
 
     def __init__(self, capacity: int = 8192, gyro_range: float = 35.0, accel_range: float = 160.0,
@@ -147,6 +148,9 @@ class ImuQueue:
             if kind == OUT_OF_ORDER:
                 return "imu_out_of_order"
             if kind == RESET:
+                if t > self.jump.last and self._period:      # forward: a hole in the stream as well
+                    self.gaps += 1
+                    self.gap_samples += max(1, int(round((t - self.jump.last) / self._period)) - 1)
                 self.resets += 1
                 self._n = 0
                 self._np = 0
