@@ -185,3 +185,27 @@ class TestFeatureTrackerCompiled:
         for key in ("tracks_new", "tracks_lost", "detection_runs", "tracked_total"):
             assert sa[key] == sb[key], key
         assert np.mean([len(f.ids) for f in fa]) > 150 and sa["detection_runs"] >= 1
+
+
+class TestReadOnlyFrames:
+    def test_read_only_frames_track_like_writable_ones(self, generated_frames):
+        """Regression: a read-only frame (the frontend node views a ROS message's bytes without a
+        copy) made the compiled LK fail with a numba typing error on every frame after the first
+        (a tuple of read-only and writable levels cannot be indexed in nopython mode)."""
+        _numba()
+        from vilib_ros.camera import euroc_cam0
+        from vilib_ros.frontend import FeatureTracker
+
+        runs = []
+        for read_only in (False, True):
+            ft = FeatureTracker(euroc_cam0(), device="cpu")
+            out = []
+            for k, img in enumerate(generated_frames):
+                img = img.copy()
+                img.flags.writeable = not read_only
+                out.append(ft.process(img, STAMP0 + k * DT))
+            runs.append(out)
+        for a, b in zip(*runs):
+            np.testing.assert_array_equal(a.ids, b.ids)
+            np.testing.assert_array_equal(a.uv, b.uv)
+        assert len(runs[1][-1].ids) > 50 and runs[1][-1].age.max() == len(generated_frames) - 1

@@ -38,7 +38,12 @@ class NumbaFastDetector(CpuFastDetector):
         self._out = (np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.float32),
                      np.empty(n, np.int32))
         self._occ = np.zeros(n, np.uint8)
-        self.detect(np.zeros((self.height, self.width), np.uint8))   # JIT load / compile now, not on frame 1
+        # JIT load / compile now, not on frame 1: for writable frames and for read-only ones (a ROS
+        # message's bytes viewed without a copy), which numba types separately
+        blank = np.zeros((self.height, self.width), np.uint8)
+        self.detect(blank)
+        blank.flags.writeable = False
+        self.detect(blank)
 
     # -- stages on the internal buffers
     def _build(self, image) -> list[np.ndarray]:

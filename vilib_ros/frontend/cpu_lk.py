@@ -334,7 +334,16 @@ def _pyramid(img_or_pyr, levels: int, what: str) -> list[np.ndarray]:
     return build_pyramid_compiled(np.ascontiguousarray(img_or_pyr), levels)
 
 
-_DUMMY_LEVEL = np.zeros((1, 1), np.uint8)
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: the levels handed to ``lk_track`` are all read-only, so its tuples have
+    one type whether a level is a caller's read-only buffer (a ROS message's bytes, viewed
+    without a copy) or an array of ours; a mixed tuple cannot be indexed in nopython mode."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+_DUMMY_LEVEL = _readonly(np.zeros((1, 1), np.uint8))
 
 
 class NumbaLKTracker(CpuLKTracker):
@@ -369,7 +378,7 @@ class NumbaLKTracker(CpuLKTracker):
             want = (self.height >> k, self.width >> k)
             if lv.dtype != np.uint8 or lv.ndim != 2 or lv.shape != want:
                 raise ValueError(f"{what} pyramid level {k} is {lv.dtype} {lv.shape}, expected uint8 {want}")
-        return tuple(levels) + (_DUMMY_LEVEL,) * (MAX_LEVELS - L)
+        return tuple(_readonly(lv) for lv in levels) + (_DUMMY_LEVEL,) * (MAX_LEVELS - L)
 
     def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
         """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists)."""
