@@ -154,7 +154,10 @@ class TestLatencyRecorded:
         lat = [(r["recv_mono_ns"] - img_rx[r["stamp_ns"]]) * 1e-6 for r in recs if r["topic"] == "tracks"]
         n = replay["n_images"]
         assert len(lat) == n
-        assert all(np.isfinite(lat)) and min(lat) > 0
+        # finite, not positive: the image and its tracks reach the recorder on two topics, in no
+        # guaranteed order (a fast frontend's tracks can overtake the image's own delivery, seen
+        # under load); the frontend's own receive -> publish latency below is positive
+        assert all(np.isfinite(lat))
         s = replay["stats"]["latency_ms"]
         assert s["n"] == n and 0 < s["median"] <= s["p95"] <= s["max"]
         print(f"end-to-end latency (image received by the recorder -> its tracks received), ms: "
