@@ -411,7 +411,7 @@ def run_sequence(name: str, args, cache: Path, tmp: Path, peer) -> dict:
             res["rows"].append(row)
     if not args.no_peer:
         res["rows"] += cuvslam_rows(*peer, ds_path, gt_tum, tmp, args.peer_gpu)
-    if args.changes:
+    if args.changes and name in args.changes.split(","):
         inputs = [("exact tracks 0.5 px", ex[0.5])] + ([(f"our tracks ({args.device})", ours)] if ours else [])
         for what, ov in CHANGES:
             ch = {"change": what}
@@ -540,7 +540,8 @@ def configure_parser(p) -> None:
     p.add_argument("--no-peer", action="store_true", help="skip (c), cuVSLAM")
     p.add_argument("--peer-python", default=None, help="Python with dim_odom installed (the peers extra)")
     p.add_argument("--peer-gpu", action="store_true", help="cuVSLAM's GPU tracker instead of its CPU tracker")
-    p.add_argument("--changes", action="store_true", help="also run the table of backend changes (CHANGES)")
+    p.add_argument("--changes", nargs="?", const="v101", default="",
+                   help="also run the table of backend changes (CHANGES) on these sequences (default v101)")
 
 
 def run_command(args) -> int:
