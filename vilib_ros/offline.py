@@ -32,6 +32,18 @@ import numpy as np
 NO_IMU = "no IMU: the backend cannot estimate; tracks only"
 
 
+def owned(fr):
+    """A TrackFrame that owns its arrays: on the GPU path the frontend hands out views of reused
+    result slots, and a frame kept (or queued: a multiprocessing queue pickles it later, in its
+    feeder thread) must not see later frames' data."""
+    import dataclasses
+
+    if hasattr(fr, "copy"):
+        return fr.copy()
+    return dataclasses.replace(fr, **{f.name: getattr(fr, f.name).copy() for f in dataclasses.fields(fr)
+                                      if isinstance(getattr(fr, f.name), np.ndarray)})
+
+
 # ---------------------------------------------------------------------------------------------
 # the backend process
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +183,7 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
                 be.put(("imu", ist[j0:j], idata[j0:j]))
             gyro = np.column_stack([ist[max(0, j0 - 1):j], idata[max(0, j0 - 1):j, :3]]) if has_imu else None
             a = time.perf_counter()
-            fr = ft.process(left, t, gyro=gyro, image_right=right)
+            fr = owned(ft.process(left, t, gyro=gyro, image_right=right))
             fe_s.append(time.perf_counter() - a)
             tracks.append(fr)
             if be is not None:

@@ -162,6 +162,7 @@ def exact_tracks(seq, sigma: float, cache: Path):
 def our_tracks(ds, device: str, cache: Path, stereo: bool = True) -> tuple[list, list]:
     """(b): FeatureTracker on the dataset's images -> (TrackFrames, frontend seconds per frame)."""
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
+    from vilib_ros.offline import owned
 
     fc = FrontendConfig()
     p = cache / f"ours_{ds.name}_{_key(str(ds.root), device, repr(fc), stereo)}.pkl"
@@ -187,7 +188,7 @@ def our_tracks(ds, device: str, cache: Path, stereo: bool = True) -> tuple[list,
             left = ds.load_image(0, k)
             right = ds.load_image(1, k) if stereo else None
             a = time.perf_counter()
-            frames.append(ft.process(left, t, gyro=gyro, image_right=right))
+            frames.append(owned(ft.process(left, t, gyro=gyro, image_right=right)))
             secs.append(time.perf_counter() - a)
             if time.perf_counter() - t_last > 30:
                 t_last = time.perf_counter()
