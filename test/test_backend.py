@@ -226,7 +226,7 @@ class TestInitialisation:
 
 
 def _gt_from_sim(sim):
-    from vilib_ros.datasets.asl import Groundtruth
+    from vilib_ros.datasets import Groundtruth
 
     t, p, q = sim.groundtruth()
     return Groundtruth(t, p, q)
@@ -531,7 +531,7 @@ class TestRealEurocStaticStart:
         Static initialisation; gravity direction vs the ground-truth attitude; position drift while
         at rest; the trajectory evaluates against the real ground truth through `vilib-ros eval`."""
         frontend = pytest.importorskip("vilib_ros.frontend")
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
         from vilib_ros.evaluation import evaluate
 
         ds = open_dataset(euroc_path)

@@ -49,9 +49,10 @@ def short_sequence(tmp_path_factory):
 
 
 def _read_tum(path):
-    from vilib_ros.pipeline import read_tum
+    from vilib_ros.datasets import read_tum
 
-    return read_tum(path)
+    g = read_tum(path)
+    return g.t_ns, g.p, g.q_xyzw
 
 
 def _ate(p, g):
@@ -74,7 +75,7 @@ class TestOfflineRun:
         for f in ("trajectory_tum.txt", "odometry_tum.txt"):
             t, p, _ = _read_tum(out / f)
             assert len(t) == n
-            from vilib_ros.datasets.asl import open_dataset
+            from vilib_ros.datasets import open_dataset
 
             gt = open_dataset(short_sequence).groundtruth
             g, _, ok = gt.interpolate(t)
@@ -98,7 +99,7 @@ class TestOfflineRun:
         tb, pb, _ = _read_tum(b / "trajectory_tum.txt")
         np.testing.assert_array_equal(ta, tb)
         d = np.linalg.norm(pa - pb, axis=1)
-        from vilib_ros.datasets.asl import open_dataset
+        from vilib_ros.datasets import open_dataset
 
         g, _, _ = open_dataset(short_sequence).groundtruth.interpolate(ta)
         print(f"\n[offline vs ROS] max position difference {1e3 * d.max():.3f} mm; ATE offline "

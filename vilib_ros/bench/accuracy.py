@@ -357,7 +357,7 @@ def gt_tum_of(ds, tmp: Path) -> Path:
 
 
 def run_sequence(name: str, args, cache: Path, tmp: Path, peer) -> dict:
-    from vilib_ros.datasets.asl import open_dataset
+    from vilib_ros.datasets import open_dataset
     from vilib_ros.synthetic import SyntheticSequence
 
     res = {"name": name, "rows": [], "changes": []}

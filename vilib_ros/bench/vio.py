@@ -60,7 +60,7 @@ def run_command(args) -> int:
     from vilib_ros._cuda import device_name, resolve_device
     from vilib_ros.bench.accuracy import rendered
     from vilib_ros.bench.backend import _load, _machine
-    from vilib_ros.datasets.asl import open_dataset
+    from vilib_ros.datasets import open_dataset
     from vilib_ros.synthetic import SequenceConfig
 
     device = resolve_device(args.device)

@@ -155,7 +155,7 @@ class SyntheticSequence:
 
     def _init_recorded(self, cfg: SequenceConfig) -> None:
         """Recorded motion: trajectory spline, frame stamps, a room around the trajectory, real IMU."""
-        from ..datasets.asl import read_tum
+        from ..datasets import read_tum
         from .recorded import RecordedTrajectory, read_recorded_imu
 
         gt = read_tum(cfg.recorded_groundtruth)
