@@ -49,9 +49,10 @@ def short_sequence(tmp_path_factory):
 
 
 def _read_tum(path):
-    from vilib_ros.pipeline import read_tum
+    from vilib_ros.datasets import read_tum
 
-    return read_tum(path)
+    g = read_tum(path)
+    return g.t_ns, g.p, g.q_xyzw
 
 
 def _ate(p, g):

@@ -32,6 +32,18 @@ import numpy as np
 NO_IMU = "no IMU: the backend cannot estimate; tracks only"
 
 
+def owned(fr):
+    """A TrackFrame that owns its arrays: on the GPU path the frontend hands out views of reused
+    result slots, and a frame kept (or queued: a multiprocessing queue pickles it later, in its
+    feeder thread) must not see later frames' data."""
+    import dataclasses
+
+    if hasattr(fr, "copy"):
+        return fr.copy()
+    return dataclasses.replace(fr, **{f.name: getattr(fr, f.name).copy() for f in dataclasses.fields(fr)
+                                      if isinstance(getattr(fr, f.name), np.ndarray)})
+
+
 # ---------------------------------------------------------------------------------------------
 # the backend process
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +183,7 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
                 be.put(("imu", ist[j0:j], idata[j0:j]))
             gyro = np.column_stack([ist[max(0, j0 - 1):j], idata[max(0, j0 - 1):j, :3]]) if has_imu else None
             a = time.perf_counter()
-            fr = ft.process(left, t, gyro=gyro, image_right=right)
+            fr = owned(ft.process(left, t, gyro=gyro, image_right=right))
             fe_s.append(time.perf_counter() - a)
             tracks.append(fr)
             if be is not None:
@@ -195,7 +207,8 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
         pool.shutdown(wait=False)
     wall = time.perf_counter() - t0
     return {"tracks": tracks, "frontend_s": fe_s, "backend": res, "wall_s": wall, "frontend_wall_s": t_fe,
-            "frames": n, "stereo": stereo, "has_imu": has_imu, "device": getattr(ft, "device", device)}
+            "frames": n, "stereo": stereo, "has_imu": has_imu, "device": getattr(ft, "device", device),
+            "imu_sent": int(np.searchsorted(ist, int(stamps[n - 1]) + int(1e9), side="right")) if n and has_imu else 0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,8 +223,8 @@ def _stat(x_ms) -> dict:
 
 
 def write_run_files(out: Path, r: dict) -> None:
-    """recorded.jsonl, frontend_stats.json, backend_stats.json, trajectory_tum.txt, odometry_tum.txt."""
-    from vilib_ros.pipeline import write_tum
+    """recorded.jsonl, player/frontend/backend_stats.json, trajectory_tum.txt, odometry_tum.txt."""
+    from vilib_ros.datasets import Groundtruth
 
     be = r["backend"]
     with open(out / "recorded.jsonl", "w") as f:
@@ -225,6 +238,7 @@ def write_run_files(out: Path, r: dict) -> None:
             for i, (ti, pi, qi) in enumerate(zip(t, p, q)):
                 f.write(json.dumps({"topic": "odometry", "count": i + 1, "stamp_ns": int(ti), "p": pi.tolist(),
                                     "q_xyzw": qi.tolist()}) + "\n")
+    (out / "player_stats.json").write_text(json.dumps({"images": [r["frames"]], "imu": r["imu_sent"]}))
     fe = {"device": r["device"], "tracks_published": len(r["tracks"]), "images_received": r["frames"],
           "process_ms": _stat(1e3 * np.asarray(r["frontend_s"])), "skipped": {},
           "stages_ms": {"process() (offline)": _stat(1e3 * np.asarray(r["frontend_s"]))}}
@@ -232,6 +246,7 @@ def write_run_files(out: Path, r: dict) -> None:
     bs = {"mode": (f"VioEstimator ({be['mode']})" if be is not None else
                    ("not run" if r["has_imu"] else NO_IMU)),
           "frames_received": len(r["tracks"]) if be is not None else 0,
+          "imu_received": r["imu_sent"] if be is not None else None,
           "odometry_published": len(be["causal"][0]) if be is not None else 0,
           "estimator": be["stats"] if be is not None else {},
           "frame_ms": _stat(1e3 * np.asarray(be["frame_s"])) if be is not None else {"n": 0}}
@@ -239,7 +254,7 @@ def write_run_files(out: Path, r: dict) -> None:
     for name, key in (("trajectory_tum.txt", "smoothed"), ("odometry_tum.txt", "causal")):
         (out / name).unlink(missing_ok=True)
         if be is not None and len(be[key][0]):
-            write_tum(out / name, *be[key])
+            Groundtruth(*(np.asarray(a) for a in be[key])).write_tum(out / name)
 
 
 def evaluate_run(out: Path, ds) -> dict:
@@ -264,11 +279,18 @@ def evaluate_run(out: Path, ds) -> dict:
     return ev
 
 
+def _write_report(out: Path, ds, n_images: int, wa, stereo: bool, t_prep: float, wall_s: float, name: str) -> dict:
+    """The ROS path's report writer (:func:`vilib_ros.pipeline_report.write_outputs`), from the
+    files write_run_files left."""
+    from vilib_ros.pipeline_report import write_outputs
+
+    return write_outputs(out, ds, wa, stereo, {"prepare": t_prep, "replay": wall_s}, "none (offline, no ROS)", name)
+
+
 def run_one(ds_path, args, out: Path, name: str) -> dict:
     from types import SimpleNamespace
 
     from vilib_ros.datasets import open_dataset
-    from vilib_ros.pipeline import write_outputs
 
     t_start = time.monotonic()
     ds = open_dataset(ds_path)
@@ -293,8 +315,8 @@ def run_one(ds_path, args, out: Path, name: str) -> dict:
     finally:
         bar.close()
     write_run_files(out, r)
-    wa = SimpleNamespace(dataset=str(ds_path), rate=0.0, no_video=args.no_video)
-    summary = write_outputs(out, ds, n_images, wa, stereo, t_prep, r["wall_s"], "none (offline, no ROS)", name)
+    wa = SimpleNamespace(dataset=str(ds_path), rate=0.0, no_video=args.no_video, max_frames=args.max_frames, loops=1)
+    summary = _write_report(out, ds, n_images, wa, stereo, t_prep, r["wall_s"], name)
     ev = evaluate_run(out, ds)
     be = r["backend"]
     fps = r["frames"] / r["wall_s"] if r["wall_s"] > 0 else 0.0
@@ -328,7 +350,8 @@ def run_one(ds_path, args, out: Path, name: str) -> dict:
     timing.update({"offline": {"frames_per_s": fps, "wall_s": r["wall_s"], "frontend_busy_s": sum(r["frontend_s"]),
                                "backend_busy_s": be["busy_s"] if be is not None else None,
                                "keyframe_ms": _stat(kf)}})
-    (out / "timing.json").write_text(json.dumps(timing | {"wall_s": summary["wall_s"]}, indent=2))
+    (out / "timing.json").write_text(json.dumps(
+        timing | {"wall_s": summary.get("wall_s") or {"prepare": t_prep, "replay": r["wall_s"]}}, indent=2))
     print(f"vilib-ros run --offline: {name}: {len(r['tracks'])}/{n_images} frames tracked, {fps:.1f} frames/s; "
           f"outputs in {out}", file=sys.stderr)
     return {"name": name, "frames": r["frames"], "frames_per_s": fps, "stereo": stereo, "has_imu": has_imu,

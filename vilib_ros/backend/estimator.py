@@ -8,7 +8,10 @@ L(n) in world coordinates with ``GenericStereoFactor3D`` (stereo, normalised cal
 Huber costs. An ``IncrementalFixedLagSmoother`` keeps ``window_s`` seconds (mono:
 ``mono_window_s`` when larger: the metric scale needs a longer window). The IMU is
 preintegrated between keyframes with gtsam's noise model from the dataset's imu0 sensor.yaml
-values (``imu_noise``), each accelerometer sample rotated to the middle of its integration step.
+values (``imu_noise``), each accelerometer sample rotated to the middle of its integration step;
+the white-noise densities are scaled per keyframe interval by what the last
+``imu_noise_window_s`` of samples show (``imu_noise_measured``: a vibrating multicopter IMU is
+20-60x noisier than its datasheet) and the bias random walks by ``imu_walk_scale``.
 
 Keyframes: a frame becomes a keyframe when ``kf_max_interval_s`` has passed, when fewer than
 ``kf_min_tracks`` tracks or fewer than ``kf_track_fraction`` of the last keyframe's tracks
@@ -36,8 +39,13 @@ first 5 s: 38 cm in 4.7 s without, 2.5 cm with).
 
 Outliers: before a factor is added, its whitened residual at the predicted pose is gated
 against chi2 (99 %), with the threshold scaled up by the median residual of the keyframe
-(so that an IMU prediction error does not reject every track). A track rejected
-``max_outlier_count`` times is blacklisted. Factors are never removed from the smoother (removing
+(so that an IMU prediction error does not reject every track). A rejected observation ends its
+landmark (``retriangulate_outliers``): the track, whose frame-to-frame error has drifted away
+from where it was triangulated, starts a new landmark from this keyframe; a track rejected
+``max_outlier_count`` times is blacklisted. Optionally (``landmark_max_span_s``) landmarks are
+ended by age. A keyframe without any visual observation is a tracking loss: counted
+(``tracking_lost``) and warned once; the IMU carries the state until tracks return, without a
+jump. Factors are never removed from the smoother (removing
 factors while it marginalises is a known gtsam failure, borglab/gtsam#2479).
 
 Failure handling: any exception from the smoother (IndeterminantLinearSystemException and

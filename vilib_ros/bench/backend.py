@@ -114,7 +114,12 @@ def markdown(res: dict) -> str:
          f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, gtsam {m['gtsam']}; "
          f"load average at start {res['load_start']}, at end {res['load_end']} "
          "(other processes shared the 2 cores while this ran).", "",
-         f"Data: {res['data']}", "",
+         f"Data: {res['data']}", ""]
+    if res["load_start"] and res["load_start"][0] > (m["cores"] or 1):
+        L += [f"**This run shared the machine (load average {res['load_start'][0]:.1f} on {m['cores']} cores): every "
+              "time below is inflated by the sharing; the ATEs are not affected. Rerun `vilib-ros bench-backend` on "
+              "a quiet machine for the timing.**", ""]
+    L += [
          "| run | keyframes | keyframe median [ms] | p90 [ms] | gtsam median [ms] | python median [ms] | "
          "gtsam share | non-keyframe median [ms] | resets | ATE smoothed [m] | ATE causal (SE3) [m] |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]
