@@ -24,7 +24,21 @@ REPO = Path(__file__).resolve().parents[1]
 DOMAIN_SEED = int(os.environ.get("VILIB_ROS_DOMAIN_SEED", os.getpid()))
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-os.environ.setdefault("ROS_DOMAIN_ID", str(40 + DOMAIN_SEED % 60))
+#: Each module that starts nodes has a slot; its domain id is ros_domain(slot). Ids stay in
+#: 1..225 (Fast DDS maps ids above 232 to no ports) and two test runs with seeds that differ
+#: modulo DOMAIN_SEEDS never share an id.
+DOMAIN_SLOTS = ("default", "ros_player", "ros_frontend", "ros_bad_traffic", "ros_restart", "pipeline",
+                "process_lifetime", "process_lifetime_2", "offline", "ros_conventions", "ros_time_reset",
+                "ros_params", "broken_datasets", "determinism", "bench_node")
+DOMAIN_SEEDS = 15
+
+
+def ros_domain(slot: str) -> int:
+    """The ROS domain id of a test module (``slot`` from :data:`DOMAIN_SLOTS`) in this run."""
+    return 1 + (DOMAIN_SEED % DOMAIN_SEEDS) * len(DOMAIN_SLOTS) + DOMAIN_SLOTS.index(slot)
+
+
+os.environ.setdefault("ROS_DOMAIN_ID", str(ros_domain("default")))
 os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
 os.environ.setdefault("VILIB_ROS_CHECK_LAUNCHES", "1")
 

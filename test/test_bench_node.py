@@ -14,7 +14,9 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DOMAIN = 232          # the last valid id (Fast DDS ports), apart from the other modules
+from conftest import ros_domain  # noqa: E402
+
+DOMAIN = ros_domain("bench_node")
 
 
 def test_bench_node_small(euroc_path, tmp_path):

@@ -28,9 +28,9 @@ from vilib_ros.nodes.processes import popen
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import ros_domain  # noqa: E402
 
-DOMAIN = 220 + DOMAIN_SEED % 10   # 220..229: apart from the other modules' ids
+DOMAIN = ros_domain("broken_datasets")
 REPO = Path(__file__).resolve().parents[1]
 N = 8
 

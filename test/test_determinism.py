@@ -24,9 +24,9 @@ from vilib_ros.nodes.processes import popen
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import ros_domain  # noqa: E402
 
-DOMAIN = 230 + DOMAIN_SEED % 10   # 230..239
+DOMAIN = ros_domain("determinism")
 REPO = Path(__file__).resolve().parents[1]
 RUNS = 10
 

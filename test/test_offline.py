@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DOMAIN_SEED
+from conftest import ros_domain  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 1
+DOMAIN = ros_domain("offline")
 
 
 def _env():

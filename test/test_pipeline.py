@@ -21,9 +21,9 @@ from vilib_ros.nodes.processes import popen
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED, live_pids  # noqa: E402
+from conftest import live_pids, ros_domain  # noqa: E402
 
-DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 3
+DOMAIN = ros_domain("pipeline")
 REPO = Path(__file__).resolve().parents[1]
 
 

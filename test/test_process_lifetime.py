@@ -19,9 +19,9 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED, live_pids  # noqa: E402
+from conftest import live_pids, ros_domain  # noqa: E402
 
-DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 3   # shares test_pipeline's domain: the modules run one after the other
+DOMAIN = ros_domain("process_lifetime")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -74,7 +74,7 @@ class TestKillNineTheParent:
         script = f"""
 import sys, time
 from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
-env = ros_env({DOMAIN + 1})
+env = ros_env({ros_domain("process_lifetime_2")})
 for node in ("recorder_node", "frontend_node"):
     NodeProcess(node, node_argv(node, params={{"output": {marker!r} + "/rec.jsonl"}} if node == "recorder_node"
                                 else {{"device": "cpu", "stats_path": {marker!r} + "/fe.json"}}), env,

@@ -18,9 +18,9 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED, dataset_frames  # noqa: E402
+from conftest import dataset_frames, ros_domain  # noqa: E402
 
-DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 1
+DOMAIN = ros_domain("ros_bad_traffic")
 T0 = 1_403_715_273_262_142_976
 DT = 50_000_000
 

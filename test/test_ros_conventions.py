@@ -22,10 +22,10 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import ros_domain  # noqa: E402
 from euroc_stream import image_stamps, imu_rows, publish_imu_until  # noqa: E402
 
-DOMAIN = 100 + (DOMAIN_SEED % 10) * 2       # 100..119: apart from the other modules
+DOMAIN = ros_domain("ros_conventions")
 FRONTENDS = ("fe_yaml", "fe_info", "fe_comp", "fe_fusion")
 
 

@@ -9,16 +9,15 @@ frame is recorded, the IMU reaches the frontend, and diagnostics report a clean 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED, dataset_frames, dataset_stamps  # noqa: E402
+from conftest import dataset_frames, dataset_stamps, ros_domain  # noqa: E402
 
-DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 0
+DOMAIN = ros_domain("ros_frontend")
 
 
 @pytest.fixture(scope="module")

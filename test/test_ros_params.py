@@ -18,10 +18,10 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import ros_domain  # noqa: E402
 from euroc_stream import image_stamps, imu_rows, publish_imu_until  # noqa: E402
 
-DOMAIN = 220 + (DOMAIN_SEED % 12)     # 220..231: apart from the other modules
+DOMAIN = ros_domain("ros_params")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ exit with ``exit_when_done``.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 
 import numpy as np
@@ -14,9 +13,9 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED  # noqa: E402
+from conftest import ros_domain  # noqa: E402
 
-DOMAIN = 20 + (DOMAIN_SEED % 20)   # 20..39: apart from conftest's 40..99 and the other modules' 120..219
+DOMAIN = ros_domain("ros_player")
 
 
 @pytest.fixture(scope="module")

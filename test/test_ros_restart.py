@@ -8,15 +8,14 @@ follow, and the backend goes on receiving them.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import DOMAIN_SEED, dataset_stamps  # noqa: E402
+from conftest import dataset_stamps, ros_domain  # noqa: E402
 
-DOMAIN = 120 + (DOMAIN_SEED % 25) * 4 + 2
+DOMAIN = ros_domain("ros_restart")
 
 
 @pytest.fixture(scope="module")
