@@ -134,11 +134,14 @@ def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
         calib["right.camera_yaml"] = str(out / "cam1.yaml")
     params = {
         "frontend_node": {"ros__parameters": dict(calib, device=args.device, queue_size=100, stereo_timeout_s=1.0,
-                                                  # our own player: reliable, so no image is lost
-                                                  input_reliability="reliable",
+                                                  # our own player: reliable, so no image is lost, and
+                                                  # the IMU up to each image is on its way: wait for it
+                                                  # however loaded the machine (the same run gives the
+                                                  # same tracks every time)
+                                                  input_reliability="reliable", imu_wait_s=5.0,
                                                   stats_path=str(out / "frontend_stats.json"))},
         "backend_node": {"ros__parameters": dict(calib, estimator="none" if args.no_backend else "auto",
-                                                 input_reliability="reliable",
+                                                 input_reliability="reliable", imu_wait_s=10.0,
                                                  imu_yaml=str(out / "imu0.yaml"),
                                                  trajectory_path=str(out / "trajectory_tum.txt"),
                                                  stats_path=str(out / "backend_stats.json"))},

@@ -297,7 +297,6 @@ class FrontendNode(Node):
         self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, in_qos(1000), raw=True)
         self.imu = ImuQueue(gyro_range=self.p["gyro_range"], accel_range=self.p["accel_range"],
                             jump_threshold_ns=int(self.p["time_jump_threshold_s"] * 1e9))
-        self.imu_wall = 0.0           # time.monotonic() of the last accepted IMU sample
         self.clock = TimeJump(int(self.p["time_jump_threshold_s"] * 1e9))
         self.periods: list = []
         self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
@@ -412,7 +411,6 @@ class FrontendNode(Node):
             self.st.events["imu_time_resets"] += 1
             self.get_logger().warning(f"IMU time reset: stamp {t} jumped from the previous one by more than "
                                       f"{self.p['time_jump_threshold_s']} s (looped bag, restarted driver?)")
-        self.imu_wall = time.monotonic()
         self.st.imu_rx.tick()
 
     def _on_image(self, msg, topic: str) -> None:
@@ -451,13 +449,25 @@ class FrontendNode(Node):
             self._on_imu(taken[0])
 
     def _wait_for_imu(self, stamp: int) -> None:
-        """Drain the IMU until it covers ``stamp`` (bounded by imu_wait_s, and only while IMU is
-        flowing); a frame processed without it is counted as imu_incomplete."""
+        """Drain the IMU until it covers ``stamp`` (bounded by imu_wait_s, and only while the IMU
+        is less than 1 s of sensor time behind the image: an IMU that stopped is not waited for);
+        a frame processed without it is counted as imu_incomplete. The test is on stamps, not on
+        when the last sample arrived: a replay that waits for this node's tracks before sending
+        the next IMU samples and image pauses the IMU for as long as a frame takes here."""
         self._take_pending_imu()
-        if self.imu.last_t is None:
-            return                      # no IMU (yet): camera-only
         deadline = time.monotonic() + self.p["imu_wait_s"]
-        while self.imu.last_t < stamp and time.monotonic() < deadline and time.monotonic() - self.imu_wall < 1.0:
+        if self.imu.last_t is None:
+            if self.count_publishers(self.sub_imu.topic_name) == 0:
+                return                  # nobody publishes IMU: camera-only
+            # IMU is published but none has arrived yet (start-up: its first samples can be later
+            # than the first images): wait for it as for any other frame
+            while self.imu.last_t is None and time.monotonic() < deadline:
+                time.sleep(0.0005)
+                self._take_pending_imu()
+            if self.imu.last_t is None:
+                self.st.events["imu_incomplete"] += 1
+                return
+        while self.imu.last_t < stamp and time.monotonic() < deadline and stamp - self.imu.last_t < 1_000_000_000:
             time.sleep(0.0005)
             self._take_pending_imu()
         if self.imu.last_t < stamp:
