@@ -57,10 +57,10 @@ class RecordedTrajectory:
 
 def read_recorded_imu(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """(stamps_ns (M,), data (M,6) [wx wy wz ax ay az]) from an ASL ``imu0`` folder or its data.csv."""
-    from ..datasets.asl import _monotonic_mask, read_csv_stamped
+    from ..datasets.common import monotonic_mask, read_csv_stamped
 
     p = Path(path)
     csv = p / "data.csv" if p.is_dir() else p
     t, d = read_csv_stamped(csv, 6)
-    keep = _monotonic_mask(t)
+    keep = monotonic_mask(t)
     return t[keep], d[keep]
