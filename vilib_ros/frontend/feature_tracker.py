@@ -6,8 +6,10 @@
 1. pyramid of the new frame;
 2. LK tracking (:mod:`vilib_ros.frontend.tracker`) of every live track from the previous frame, started at
    the IMU-predicted position (rotation-only homography, :mod:`vilib_ros.frontend.imu_prediction`) or at
-   the old position; optional forward-backward check and RANSAC (fundamental matrix on
-   undistorted points);
+   the old position, against the previous frame's patch (``tracker.template: previous``) or the track's
+   reference template from its detection frame with an affine warp (``reference`` / ``tracker.warp:
+   affine``, :mod:`vilib_ros.frontend.templates`; CPU path only so far); optional forward-backward check
+   and RANSAC (fundamental matrix on undistorted points);
 3. the track table (:mod:`vilib_ros.frontend.track_table`) keeps the tracked ones; when live tracks
    fall below ``min_track_fraction`` of the target (the number of detector cells, or ``max_features``),
    FAST detection in the cells without a live track gives new tracks;
@@ -81,7 +83,7 @@ class FrontendConfig:
 LIVE_FIELDS = frozenset({
     "detector.threshold", "tracker.max_iterations", "tracker.eps", "tracker.min_eigen", "tracker.max_residual",
     "fb_threshold", "ransac_threshold", "ransac_confidence", "min_track_fraction", "imu_prediction",
-    "imu_max_gap_ms", "stereo_epipolar_threshold"})
+    "imu_max_gap_ms", "stereo_epipolar_threshold", "tracker.template_refresh_residual", "tracker.template_max_age"})
 HOST_COUNTERS = ("frames", "skipped_empty", "skipped_nonmonotonic", "imu_predicted", "imu_nan", "imu_gaps", "resets",
                  "graph_launches")
 
@@ -137,7 +139,15 @@ class FeatureTracker:
             T_right_left = np.asarray(T_right_left, np.float64).reshape(4, 4)
         self.T_right_left = T_right_left
         c = self.config
+        cpu_only = (c.tracker.template, c.tracker.warp) != ("previous", "translation")
+        msg = (f"tracker.template={c.tracker.template!r} with tracker.warp={c.tracker.warp!r} runs on the CPU path "
+               "only so far; use device='cpu', or template 'previous' and warp 'translation' on the GPU")
+        if cpu_only and device == "cuda":
+            raise ValueError(msg)
         dev = resolve_device(device)
+        if cpu_only and dev == "cuda":
+            log.warning("%s: using the CPU path", msg)
+            dev = "cpu"
         self._gyro = GyroPredictor(camera, int(c.imu_max_gap_ms * 1e6))
         self.stats_host = {k: 0 for k in HOST_COUNTERS}
         self._queue: collections.deque = collections.deque()
