@@ -1,20 +1,29 @@
-"""Reference templates: each track is tracked against the patch of the frame where it was
-detected (``tracker.template: reference``), not against the previous frame.
+"""Reference templates and the affine warp: each track is tracked against the patch of the
+frame where it was detected (``tracker.template: reference``), with the patch's deformation since
+then estimated (``tracker.warp: affine``).
 
-Frame-to-frame tracking (``tracker.template: previous``, the default) takes each frame's LK
-template from the previous frame at the previous result, so the sub-pixel error of every step
-stays in the next template: a track's position error is a random walk that grows with its age.
-With a reference template the error of frame k does not enter frame k + 1 (the previous result
-is only LK's starting point, with the IMU rotation prediction on top), so it stays bounded while
-the patch still looks like the template. This is what the paper's own code does
-(uzh-rpg/vilib ``FeatureTrackerGPU``, ``klt_template_is_first_observation = true``: the
-reference patch and its inverse Hessian are computed once per track, in ``update_tracks``).
+Frame to frame (``template: previous``, ``warp: translation``, today's default) each frame's LK
+template is the previous frame's patch at the previous result, so every step's sub-pixel error
+stays in the next template and a track's error is a random walk over its age. That is the
+smaller part, though: LK from the detection frame's template straight into frame k, started at
+the exact position, is as far off after 20-40 frames (median 0.33 / 0.50 px on V1_01 motion)
+as frame-to-frame tracking (0.40 / 0.59 px), because a translation cannot follow the patch's
+deformation (perspective, rotation, scale), and the best translation of a deformed patch is
+not where its centre went. With an affine warp A (x_image = x + A u for the template offset u)
+against the reference template the error stays at the one-step level (0.06-0.08 px median up to
+age 40), since the template's error no longer accumulates and its deformation is modelled
+(``bench/results/tracks_quality.md``). A reference template without the warp gains little.
 
-Where the patch no longer looks like the template (scale, rotation, perspective over a long
-track), two choices (measured in ``bench/results/tracks_quality.md``): the track ends
-(``tracker.max_residual``: LK's mean |residual| above it is DIVERGED), or the template is
-taken again at the tracked position (``tracker.template_refresh_residual``, or every
-``tracker.template_max_age`` frames).
+The paper's own code tracks against the first observation (uzh-rpg/vilib
+``FeatureTrackerGPU``, ``klt_template_is_first_observation = true``: the reference patch and its
+inverse Hessian computed once per track, in ``update_tracks``), translation and affine
+illumination only.
+
+Where the patch no longer looks like its template, the track ends (LK diverges, or
+``tracker.max_residual``), or the template is taken again at the tracked position
+(``tracker.template_refresh_residual``, or every ``tracker.template_max_age`` frames; the warp
+and illumination restart at identity). ``template: previous`` with ``warp: affine`` is the
+reference tracker with its templates taken again every frame.
 
 Storage (:class:`TemplateBank`), fixed-size slots as on the GPU:
 
@@ -24,54 +33,65 @@ Storage (:class:`TemplateBank`), fixed-size slots as on the GPU:
   PATCH_AREA = 18 * 18 = 324). The inner P x P samples are the template values; the ring gives
   the central-difference gradients, exactly the values ``lk.cu`` computes from the template
   image today (same bilinear fraction for every sample), so LK on a stored template of the
-  previous frame equals today's LK bit for bit.
+  previous frame equals today's LK.
 * ``valid``: uint8 (S, levels): 1 where the patch and its ring fit in the level (else the level
-  is skipped, level 0 then ends the track as LEFT_IMAGE, as today).
+  is skipped; at level 0 the track ends as LEFT_IMAGE, as today).
 * per track in the table (moved when the table compacts, the bank rows stay put: an
   indirection, as vilib's ``d_indir_data``): ``tslot`` (bank row), ``gain`` / ``offset`` (the
-  last frame's illumination relative to the template: LK's start, since it accumulates along a
-  track), ``tmpl_age`` (frames since the template was taken), ``residual`` (the last LK mean
+  last frame's illumination relative to the template), ``affine`` (a11 a12 a21 a22, the last
+  frame's warp): LK's start in the next frame, since both accumulate along a track;
+  ``tmpl_age`` (frames since the template was taken), ``residual`` (the last LK mean
   |residual|, 0..255).
 
-The Hessian is not stored: with the "approximated simultaneous" gain it depends on the gain at
-each level's start, H(g) = [[g^2 Sxx, g^2 Sxy, g Sxt, g Sx], [., g^2 Syy, g Syt, g Sy],
-[., ., Stt, St], [., ., ., P^2]]; the CPU recomputes the sums from the stored patch per frame
-(a pass over the patch, about one LK iteration).
+LK against a stored template (:func:`track_templates_cpu`): translation warp, the iteration of
+``track_cpu``; affine warp (:func:`_track_affine`): parameters [d11, d12, d21, d22, dtx, dty,
+(dalpha), (dbeta)], inverse compositional (the Hessian of U = [g gx ux, g gx uy, g gy ux,
+g gy uy, g gx, g gy, (T), (1)] once per level, the warp composed with the inverse step), each
+level first a translation phase (the sub-block of [dtx, dty, (dalpha), (dbeta)], A held), then
+on 16 x 16 levels an affine phase (8 x 8 patches: A held). The Hessian is not stored: with the
+"approximated simultaneous" gain it depends on the gain at each level's start; the CPU rebuilds
+it from the stored patch per frame (32 patch sums, one pass).
 
 What the GPU port needs (``kernels/lk.cu``, ``kernels/frontend.cu``, ``gpu_frame.py``,
-``gpu_pipeline.py``; not done here, the GPU pipeline refuses ``template: reference``):
+``gpu_pipeline.py``; not done: the GPU pipeline refuses anything but ``template: previous``,
+``warp: translation``):
 
 1. Buffers in the device track table: ``tpl_patch`` float32 [S][levels][324] (S = capacity;
-   ~6.5 KB per track with 5 levels: 2.2 MB for 345 tracks), ``tpl_valid`` uint8 [S][levels],
-   and per slot ``tslot`` int32, ``gain`` float32, ``offset`` float32, ``tmpl_age`` int32,
-   ``residual`` float32, compacted by ``table_update`` with the other columns (``tslot`` moves,
-   the bank rows do not). Optionally the 9 g-free Hessian sums per level (Sxx, Sxy, Syy, Sxt,
-   Syt, Stt, Sx, Sy, St; float32 [S][levels][9] + lmin): then the kernel builds H(g) and
-   inverts it per level without a pass over the patch.
-2. An ``lk_extract`` kernel (one warp per new / refreshed track, lane l filling samples l,
+   6.5 KB per track with 5 levels: 2.2 MB for 345 tracks), ``tpl_valid`` uint8 [S][levels],
+   and per slot ``tslot`` int32, ``gain``, ``offset``, ``affine`` float32[4], ``tmpl_age``
+   int32, ``residual`` float32, compacted by ``table_update`` with the other columns (``tslot``
+   moves, the bank rows do not). Optionally the g-free Hessian sums per level (32 for the affine
+   warp, 9 for translation), so that a level's H(g) is assembled without a pass over the patch.
+2. An ``lk_extract`` kernel (one warp per new or refreshed track, lane l filling samples l,
    l + 32, ... of each level's (P + 2)^2 patch, as :func:`vilib_ros.frontend.cpu_lk.lk_extract`),
-   launched inside the frame's graph after ``new_tracks`` on the slots just added and after
-   ``table_update`` on the slots whose template is refreshed; free bank rows: the rows not
-   named by ``tslot[0..count)`` (a bitmap scan in ``new_tracks``, or a free list).
+   in the frame's graph after ``new_tracks`` on the slots just added and after
+   ``table_update`` on the slots whose template is due; free bank rows: the rows not named by
+   ``tslot[0..count)`` (a bitmap scan in ``new_tracks``, or a free list).
 3. ``track_level`` reading the template values and gradients from ``tpl_patch[tslot]`` (lane l
-   owns column l % P and rows l / P + k * 32 / P, as now, reading the stored sample and its 4
+   owns column l % P and rows l / P + k * 32 / P, as now: the stored sample and its 4
    neighbours instead of 5 bilinear samples of the template image) instead of the previous
-   pyramid, with ``alpha`` / ``beta`` starting from the slot's ``gain - 1`` / ``offset / 255``;
-   the previous frame's pyramid stays needed only for the forward-backward check and nothing
-   else (stereo tracks left -> right in the same frame).
-4. ``table_update`` writing ``gain``, ``offset``, ``residual``, ``tmpl_age + 1``, and flagging
-   the refreshes (``residual > template_refresh_residual`` or ``tmpl_age >= template_max_age``)
-   for ``lk_extract``; the counter ``templates_refreshed``.
-The oracle is :func:`vilib_ros.frontend.tracker.track_templates_cpu` /
-:func:`~vilib_ros.frontend.tracker.extract_templates_cpu`, the compiled twin
-:class:`vilib_ros.frontend.cpu_lk.NumbaLKTracker` (``track_templates`` / ``extract_templates``).
+   pyramid, with ``alpha`` / ``beta`` starting from the slot's ``gain - 1`` / ``offset / 255``.
+   For the affine warp: each lane samples the image at x + A u with its own bilinear weights
+   (the fraction is no longer shared by the patch), accumulates the 8-vector U r (butterfly
+   over 8 values instead of 4), H is 8 x 8 (Cholesky in registers as ``invert<N>``, plus the
+   4 x 4 translation sub-block), and the phase switch and the composition with the inverse step
+   are per-warp scalars. The previous frame's pyramid stays needed only for the forward-backward
+   check (stereo tracks left -> right in the same frame).
+4. ``table_update`` writing ``gain``, ``offset``, ``affine``, ``residual``, ``tmpl_age + 1``, and
+   flagging refreshes (``residual > template_refresh_residual`` or ``tmpl_age >=
+   template_max_age``, every track for ``template: previous``) for ``lk_extract``; the counter
+   ``templates_refreshed``.
+
+The oracle is :func:`track_templates_cpu` / :func:`extract_templates_cpu`, the compiled twin
+:class:`vilib_ros.frontend.cpu_lk.NumbaLKTracker` (``track_templates`` / ``extract_templates``,
+bit-identical to the oracle on the tests' pairs).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from vilib_ros.frontend.tracker import (_MODE_INFO, PATCH_AREA, TrackerConfig, TrackResult, TrackStatus, _as_pyramid,
-                                        _bilinear, _fits, _track)
+                                        _bilinear, _fits, _track, finish, level0_status)
 
 #: the smallest / largest determinant of an affine warp (area ratio) before the track counts as diverged
 AFFINE_DET_RANGE = (0.25, 4.0)
@@ -320,29 +340,14 @@ def _track_affine(template, ip, pred, A0, cfg: TrackerConfig, active, alpha0, be
                 live[li[conv]] = False
             code[idx[live]] = 1
         if lvl == 0:
-            status[run & (code == 0)] = TrackStatus.TRACKED
-            status[run & (code == 1)] = TrackStatus.NOT_CONVERGED
-            status[run & (code == 3)] = TrackStatus.LEFT_IMAGE
-            status[run & ((code == 4) | (code == 2))] = TrackStatus.DIVERGED
+            level0_status(status, run, code)
         else:
             x = 2.0 * x + 0.5
             y = 2.0 * y + 0.5
 
     detA = A[:, 0, 0] * A[:, 1, 1] - A[:, 0, 1] * A[:, 1, 0]
-    bad = run & ~(np.isfinite(x) & np.isfinite(y) & np.isfinite(alpha) & np.isfinite(beta) & np.isfinite(detA)
-                  & (1 + alpha > 0.2) & (1 + alpha < 5.0) & (detA > AFFINE_DET_RANGE[0]) & (detA < AFFINE_DET_RANGE[1]))
-    status[bad] = TrackStatus.DIVERGED
-    if cfg.max_residual > 0:
-        ok_st = (status == TrackStatus.TRACKED) | (status == TrackStatus.NOT_CONVERGED)
-        status[run & ok_st & (residual > cfg.max_residual)] = TrackStatus.DIVERGED
-    pos = np.stack([x, y], 1).astype(np.float32)
-    pos[~act] = pred[~act]
-    status[~act] = TrackStatus.INACTIVE
-    gain = (1.0 + alpha).astype(np.float32)
-    gain[~act] = 1.0
-    off = (beta * 255.0).astype(np.float32)
-    off[~act] = 0.0
-    residual[~act] = 0.0
-    aff = A.reshape(n, 4).astype(np.float32)
-    aff[~act] = A0.reshape(n, 4)[~act]
-    return TrackResult(pos, status, residual.astype(np.float32), gain, off, iters, affine=aff)
+    bad = ~(np.isfinite(detA) & (detA > AFFINE_DET_RANGE[0]) & (detA < AFFINE_DET_RANGE[1]))
+    res = finish(cfg, pred, act, run, x, y, alpha, beta, residual, status, iters, bad)
+    res.affine = A.reshape(n, 4).astype(np.float32)
+    res.affine[~act] = A0.reshape(n, 4)[~act]
+    return res

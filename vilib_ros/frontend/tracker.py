@@ -319,17 +319,27 @@ def _track(template, ip, pred, finite_tmpl, cfg: TrackerConfig, active, alpha0, 
                 live[li[conv]] = False
             code[idx[live]] = 1  # LVL_MAXITER
         if lvl == 0:
-            m = run
-            status[m & (code == 0)] = TrackStatus.TRACKED
-            status[m & (code == 1)] = TrackStatus.NOT_CONVERGED
-            status[m & (code == 3)] = TrackStatus.LEFT_IMAGE
-            status[m & ((code == 4) | (code == 2))] = TrackStatus.DIVERGED
+            level0_status(status, run, code)
         else:
             x = 2.0 * x + 0.5
             y = 2.0 * y + 0.5
+    return finish(cfg, pred, act, run, x, y, alpha, beta, residual, status, iters)
 
+
+def level0_status(status, run, code) -> None:
+    """The features' statuses from their level-0 codes (converged / max. iterations / left /
+    singular or skipped)."""
+    status[run & (code == 0)] = TrackStatus.TRACKED
+    status[run & (code == 1)] = TrackStatus.NOT_CONVERGED
+    status[run & (code == 3)] = TrackStatus.LEFT_IMAGE
+    status[run & ((code == 4) | (code == 2))] = TrackStatus.DIVERGED
+
+
+def finish(cfg: TrackerConfig, pred, act, run, x, y, alpha, beta, residual, status, iters, bad=None) -> TrackResult:
+    """The final checks (non-finite state, gain outside (0.2, 5), ``bad``, residual above
+    ``max_residual``: DIVERGED; inactive: INACTIVE at the prediction) and the TrackResult."""
     bad = run & ~(np.isfinite(x) & np.isfinite(y) & np.isfinite(alpha) & np.isfinite(beta)
-                  & (1 + alpha > 0.2) & (1 + alpha < 5.0))
+                  & (1 + alpha > 0.2) & (1 + alpha < 5.0)) | (run & bad if bad is not None else False)
     status[bad] = TrackStatus.DIVERGED
     if cfg.max_residual > 0:
         ok_st = (status == TrackStatus.TRACKED) | (status == TrackStatus.NOT_CONVERGED)
