@@ -91,9 +91,6 @@ class TrackFrame:
     # Stereo (optional): right-image position of each track, NaN where not matched.
     uv_right: np.ndarray | None = None   # float32 (N, 2)
     xy_right: np.ndarray | None = None   # float64 (N, 2)
-    # Per-track LK quality (optional; CPU path): mean |I - (gain T + offset)| over the level-0
-    # patch after the last LK (0..255 units; 0 for new tracks); T is the track's template.
-    residual: np.ndarray | None = None   # float32 (N,)
     # Per-stage wall / GPU times of this frame, seconds.
     timings: dict[str, float] = field(default_factory=dict)
     # Counters since start (skipped frames, lost tracks, redetections, ...).

@@ -188,7 +188,7 @@ def our_tracks(ds, device: str, cache: Path, stereo: bool = True, fc=None) -> tu
             left = ds.load_image(0, k)
             right = ds.load_image(1, k) if stereo else None
             a = time.perf_counter()
-            frames.append(ft.process(left, t, gyro=gyro, image_right=right).copy())
+            frames.append(ft.process(left, t, gyro=gyro, image_right=right))
             secs.append(time.perf_counter() - a)
             if time.perf_counter() - t_last > 30:
                 t_last = time.perf_counter()

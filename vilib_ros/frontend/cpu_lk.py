@@ -282,40 +282,57 @@ def _solve_level(I, P, st, gslot, oslot, npar, max_iterations, eps, min_eigen, o
     return code
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FM, inline="always")
+def _warped_sample(I, x, y, a11, a12, a21, a22, ux, uy):
+    """Bilinear sample (0..1) of I at x + A u."""
+    X = x + a11 * ux + a12 * uy
+    Y = y + a21 * ux + a22 * uy
+    fx = math.floor(X)
+    fy = math.floor(Y)
+    ax = X - fx
+    ay = Y - fy
+    x0 = int(fx)
+    y0 = int(fy)
+    return ((1 - ay) * ((1 - ax) * np.float64(I[y0, x0]) + ax * np.float64(I[y0, x0 + 1]))
+            + ay * ((1 - ax) * np.float64(I[y0 + 1, x0]) + ax * np.float64(I[y0 + 1, x0 + 1]))) / 255.0
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FM)
-def _affine_sums(I, P, x, y, a11, a12, a21, a22, ga, beta, g, tv, gx, gy, bv):
+def _affine_sums(I, P, x, y, a11, a12, a21, a22, ga, beta, g, tv, gx, gy, bv, full):
     """bv[0:8] = sum U r (U = [g gx ux, g gx uy, g gy ux, g gy uy, g gx, g gy, T, 1]) of
-    r = I(x + A u) - ga T - beta over the patch (u: offsets from the centre); returns sum |r|."""
+    r = I(x + A u) - ga T - beta over the patch (u: offsets from the centre; ``full`` False: the
+    translation phase, bv[0:4] not computed); returns sum |r|."""
     half = 0.5 * (P - 1)
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = sa = 0.0
     for r in range(P):
         uy = r - half
         bxr = 0.0
         byr = 0.0
-        for c in range(P):
-            ux = c - half
-            X = x + a11 * ux + a12 * uy
-            Y = y + a21 * ux + a22 * uy
-            fx = math.floor(X)
-            fy = math.floor(Y)
-            ax = X - fx
-            ay = Y - fy
-            x0 = int(fx)
-            y0 = int(fy)
-            iv = ((1 - ay) * ((1 - ax) * np.float64(I[y0, x0]) + ax * np.float64(I[y0, x0 + 1]))
-                  + ay * ((1 - ax) * np.float64(I[y0 + 1, x0]) + ax * np.float64(I[y0 + 1, x0 + 1]))) / 255.0
-            k = r * P + c
-            t = tv[k]
-            res = iv - ga * t - beta
-            a = gx[k] * res
-            b = gy[k] * res
-            s0 += a * ux
-            s2 += b * ux
-            bxr += a
-            byr += b
-            s6 += t * res
-            s7 += res
-            sa += abs(res)
+        if full:
+            for c in range(P):
+                ux = c - half
+                k = r * P + c
+                t = tv[k]
+                res = _warped_sample(I, x, y, a11, a12, a21, a22, ux, uy) - ga * t - beta
+                a = gx[k] * res
+                b = gy[k] * res
+                s0 += a * ux
+                s2 += b * ux
+                bxr += a
+                byr += b
+                s6 += t * res
+                s7 += res
+                sa += abs(res)
+        else:
+            for c in range(P):
+                k = r * P + c
+                t = tv[k]
+                res = _warped_sample(I, x, y, a11, a12, a21, a22, c - half, uy) - ga * t - beta
+                bxr += gx[k] * res
+                byr += gy[k] * res
+                s6 += t * res
+                s7 += res
+                sa += abs(res)
         s1 += bxr * uy
         s3 += byr * uy
         s4 += bxr
@@ -461,7 +478,7 @@ def _solve_level_affine(I, P, st, gslot, oslot, npar, max_iterations, eps, min_e
             x, y, a11, a12, a21, a22 = xs, ys, s11, s12, s21, s22
             code = _LVL_LEFT
             break
-        sa = _affine_sums(I, P, x, y, a11, a12, a21, a22, 1.0 + alpha, beta, g, tv, gx, gy, b8)
+        sa = _affine_sums(I, P, x, y, a11, a12, a21, a22, 1.0 + alpha, beta, g, tv, gx, gy, b8, phase == 1)
         for i in range(6):
             bv[i] = b8[i]
         if gslot >= 0:

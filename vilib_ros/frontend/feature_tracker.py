@@ -50,7 +50,7 @@ class FrontendConfig:
     min_track_fraction: float = 0.3    # redetect when live tracks < fraction * target
     fb_check: bool = False             # forward-backward check
     fb_threshold: float = 0.5          # px
-    ransac: bool = False               # fundamental-matrix RANSAC on undistorted points
+    ransac: bool = True                # fundamental-matrix RANSAC on undistorted points (on: bench/results/tracks_quality.md)
     ransac_threshold: float = 1.0      # px (converted with fx)
     ransac_confidence: float = 0.99
     imu_prediction: bool = True        # use gyro samples when given

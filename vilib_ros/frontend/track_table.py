@@ -210,8 +210,7 @@ class TrackTable:
         n = self.count
         fr = TrackFrame(stamp_ns=int(stamp_ns), ids=self.ids[:n].copy(), uv=self.uv[:n].copy(),
                         xy=self.xy[:n].copy(), velocity=self.vel[:n].copy(), score=self.score[:n].copy(),
-                        level=self.level[:n].copy(), age=self.age[:n].copy(), residual=self.residual[:n].copy(),
-                        timings=dict(timings or {}),
+                        level=self.level[:n].copy(), age=self.age[:n].copy(), timings=dict(timings or {}),
                         stats=FrameStats(COUNTER_INDEX, self.counters.copy(), host_stats))
         if uv_right is not None:
             fr.uv_right = np.asarray(uv_right, np.float32)[:n]

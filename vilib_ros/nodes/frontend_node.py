@@ -154,7 +154,7 @@ handed out (ids are never reused within a run). This table is the second part of
       fraction of the target
   fb_check (bool, default False): forward-backward consistency check of every track
   fb_threshold (double, default 0.5, range [1e-06, 1000.0]): forward-backward error limit (pixels)
-  ransac (bool, default False): fundamental-matrix RANSAC outlier rejection
+  ransac (bool, default True): fundamental-matrix RANSAC outlier rejection
   ransac_threshold (double, default 1.0, range [1e-06, 1000.0]): RANSAC inlier threshold (pixels)
   ransac_confidence (double, default 0.99, range [0.501, 0.999999]): RANSAC confidence
   imu_prediction (bool, default True): predict track positions from the gyro (rotation) when IMU is given
