@@ -12,6 +12,7 @@ import pytest
 
 from vilib_ros import synthetic as syn
 from vilib_ros.frontend import FeatureTracker, FrontendConfig
+from vilib_ros.frontend.feature_tracker import cpu_only_reason
 from vilib_ros.frontend.pyramid import build_pyramid_cpu
 from vilib_ros.frontend.templates import TemplateBank, extract_templates_cpu, stored_level, track_templates_cpu
 from vilib_ros.frontend.track_table import TrackTable
@@ -181,10 +182,15 @@ class TestFeatureTrackerReference:
         tab = ft.pipeline.table
         assert np.all(tab.tmpl_age[:tab.count] < 5)
 
-    def test_gpu_refused_with_a_clear_message(self):
+    @pytest.mark.parametrize("tc", [REF, TrackerConfig(template="reference"), TrackerConfig(warp="affine")])
+    def test_gpu_refused_with_a_clear_message(self, tc):
+        """device='cuda' refuses the CPU-only modes (no CUDA device needed to see it); 'auto'
+        takes the CPU path (on a GPU machine with a logged warning)."""
+        cam = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.2)).camera(0)
         with pytest.raises(ValueError, match="runs on the CPU path only so far"):
-            FeatureTracker(syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.2)).camera(0),
-                           FrontendConfig(tracker=REF), device="cuda")
+            FeatureTracker(cam, FrontendConfig(tracker=tc), device="cuda")
+        assert cpu_only_reason(FrontendConfig(tracker=tc)) and cpu_only_reason(FrontendConfig()) is None
+        assert FeatureTracker(cam, FrontendConfig(tracker=tc), device="auto").device == "cpu"
 
     def test_reset_and_bank_size(self, rendered):
         seq, frames = rendered

@@ -392,9 +392,10 @@ def run_sequence(name: str, args, cache: Path, tmp: Path, peer) -> dict:
                    + f", room {' x '.join(f'{v:.1f}' for v in seq.room_size)} m")
     imu_t, imu_d = ds.imu_stamps, ds.imu_data
     if getattr(args, "tracks_variants", ""):
-        from vilib_ros.bench.tracks import parse_variants, run_variants
+        from vilib_ros.bench.tracks import deformation_floor, parse_variants, run_variants
 
         res["tracks_variants"] = run_variants(seq, ds, parse_variants(args.tracks_variants), args, cache, tmp, gt_tum)
+        res["deformation_floor"] = deformation_floor(seq, ds)
     if getattr(args, "tracks_only", False):
         return res
     ex = {}

@@ -56,18 +56,21 @@ AGES = (1, 5, 10, 20, 30, 40)
 
 FINDINGS = """## What the table shows (2026-11-24, this machine, v101 and synthetic60)
 
-- **The drift is mostly the patch's deformation, not the random walk.** LK from the detection frame's template
-  straight into frame k, started at the exact position, is off by 0.33 px (median) at age 20 and 0.50 px at age 40
-  on V1_01 motion, about as much as frame-to-frame tracking (0.40 / 0.59 px): a translation cannot follow a patch
-  that perspective, rotation and scale deform, and the best translation of a deformed patch is not where its centre
-  went. So a reference template alone (`ref`) gains nothing (ATE 9.5 / 2.0 cm against 8.7 / 1.6 cm frame to
-  frame). With an affine warp against the reference template (`ref-affine`) the error stays at the one-step level
-  up to age 40 (median 0.05-0.07 px, p90 0.14-0.32 px, tracks off by > 2 px 0-2 % against 17-18 %).
+- **The drift is the random walk and the patch's deformation, the deformation half of it or more.** LK (level 0)
+  from the detection frame's template straight into frame k, started at the exact position, is off by 0.26 /
+  0.33 px (median, ages 20 / 40, v101; synthetic60 0.42 / 0.63 px) with a translation and by 0.06-0.08 px with an
+  affine warp (the last table of each sequence); frame-to-frame tracking is off by 0.43 / 0.65 px (synthetic60
+  0.49 / 0.63 px). A translation cannot follow a patch that
+  perspective, rotation and scale deform, and the best translation of a deformed patch is not where its centre
+  went; a deformed template also locks onto wrong places more often. So a reference template alone (`ref`) gains
+  nothing (ATE 9.5 / 2.0 cm against 8.7 / 1.6 cm frame to frame). With an affine warp against the reference
+  template (`ref-affine`) the error stays at the one-step level up to age 40 (median 0.05-0.07 px, p90 0.14-0.32
+  px, tracks off by > 2 px 0-2 % against 17-18 %).
 - **Outlier rejection:** RANSAC pays everywhere (frame to frame: v101 stereo 8.70 -> 2.73 cm, mono 7.34 -> 5.38 cm;
   synthetic60 1.64 -> 1.56 / 2.82 -> 2.00 cm) for ~20 us per frame, and is now on by default. The forward-backward
   check is mixed frame to frame (v101 stereo 2.73 -> 5.11 cm, synthetic60 mono 2.00 -> 3.01 cm, ~1.4 ms per frame)
   and stays off by default; with reference templates it pays on v101 (1.10 -> 0.85 cm) and is neutral on
-  synthetic60 (0.45 -> 0.39 cm stereo, 1.40 -> 1.54 cm mono). A 1 px forward-backward threshold keeps tracks longer
+  synthetic60 (0.43 -> 0.39 cm stereo, 1.42 -> 1.54 cm mono). A 1 px forward-backward threshold keeps tracks longer
   but is worse on both sequences.
 - **Best configuration** (`tracker.template: reference`, `tracker.warp: affine`, `fb_check: true`, `ransac: true`,
   CPU path): causal stereo ATE 0.85 cm on v101 and 0.39 cm on synthetic60, mono 3.02 / 1.54 cm, against
@@ -140,6 +143,48 @@ def timing(ds, names: list[str], n_frames: int, start: int = 0) -> dict:
                 "frames": len(v) - 1} for n, v in secs.items() if len(v) > 1}
 
 
+def deformation_floor(seq, ds, ages=(1, 5, 10, 20, 40), windows: int = 10) -> dict:
+    """LK (level 0) from the detection frame's stored templates straight into frame kb + age,
+    started at the exact position (the generator's flow): what is left is the template's
+    mismatch, translation against affine warp. {warp: {age: {median, p90, over_2px, n}}} over detections in ``windows``
+    frames spread over the sequence."""
+    from vilib_ros.frontend.cpu_backend import build_pyramid_host
+    from vilib_ros.frontend.detector import make_detector
+    from vilib_ros.frontend.templates import TemplateBank
+    from vilib_ros.frontend.tracker import TrackerConfig, TrackStatus, make_tracker
+
+    w, h = ds.cameras[0].width, ds.cameras[0].height
+    det = make_detector(w, h, device="cpu")
+    # level 0 only: no coarse level to pull the start away; the affine warp starts at identity
+    trk = {wp: make_tracker(w, h, TrackerConfig(template="reference", warp=wp, levels=1, patch_sizes=(16,)),
+                            device="cpu", max_features=4096) for wp in ("translation", "affine")}
+    n = len(ds.image_stamps(0))
+    starts = np.linspace(100, n - max(ages) - 1, windows).astype(int)
+    errs: dict = {wp: {a: [] for a in ages} for wp in trk}
+    for kb in starts:
+        img0 = ds.load_image(0, int(kb))
+        pts = det.detect(img0).points()
+        bank = TemplateBank(len(pts), trk["affine"].config.levels)
+        slots = np.arange(len(pts))
+        trk["affine"].extract_templates(build_pyramid_host(img0, bank.levels), pts, bank.patch, bank.valid, slots)
+        for a in ages:
+            gt, vis = seq.gt_flow(int(kb), int(kb) + a, pts)
+            img = ds.load_image(0, int(kb) + a)
+            for wp, t in trk.items():
+                r = t.track_templates(bank.patch, bank.valid, slots[vis], img, gt[vis].astype(np.float32))
+                ok = r.status == TrackStatus.TRACKED
+                errs[wp][a] += np.linalg.norm(r.pos[ok] - gt[vis][ok], axis=1).tolist()
+    out: dict = {}
+    for wp, by_age in errs.items():
+        out[wp] = {}
+        for a, e in by_age.items():
+            x = np.asarray(e)
+            if x.size:
+                out[wp][str(a)] = {"median": float(np.median(x)), "p90": float(np.percentile(x, 90)),
+                                   "over_2px": float(np.mean(x > 2)), "n": int(x.size)}
+    return out
+
+
 def run_variants(seq, ds, names: list[str], args, cache, tmp, gt_tum) -> list[dict]:
     """One row per variant (see the module docstring)."""
     from vilib_ros.bench.accuracy import backend_row, our_tracks, run_backend, track_errors
@@ -175,11 +220,9 @@ def run_variants(seq, ds, names: list[str], args, cache, tmp, gt_tum) -> list[di
     return rows
 
 
-def _f(v, fmt="{:.2f}"):
-    return "-" if v is None else fmt.format(v)
-
-
 def markdown(res: dict) -> str:
+    from vilib_ros.bench.accuracy import _f
+
     m = res["machine"]
     L = [f"# Tracks an estimator can trust ({res['date']})", "",
          f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, gtsam {m['gtsam']}; CPU frontend "
@@ -194,6 +237,7 @@ def markdown(res: dict) -> str:
         rows = s.get("tracks_variants")
         if not rows:
             continue
+        fl = s.get("deformation_floor") or {}
         L += [f"## {s['name']}", "", f"Data: {s.get('data', '')}", "",
               "| variant | tracks/frame | life median / mean | frontend ms (median / p90) | "
               + " | ".join(f"age {a}: median / p90 / > 2 px" for a in (1, 10, 20, 40))
@@ -211,11 +255,22 @@ def markdown(res: dict) -> str:
 
             def ate(d):
                 c, sm = d.get("ate_causal_m"), d.get("ate_smoothed_m")
-                return f"{_f(c and 100 * c)} / {_f(sm and 100 * sm)}" + (f", {d['resets']} resets" if d.get("resets") else "")
+                return (f"{_f(c and 100 * c, '{:.2f}')} / {_f(sm and 100 * sm, '{:.2f}')}"
+                        + (f", {d['resets']} resets" if d.get("resets") else ""))
 
             L.append(f"| {r['variant']} | {r['tracks_median']:.0f} | {r['life_median']:.0f} / {r['life_mean']:.1f} | {ms} | "
                      + " | ".join(cells)
-                     + f" | {(_f(st['median']) + ' / ' + _f(st['p90'])) if st else '-'} | {ate(r['stereo'])} | {ate(r['mono'])} |")
+                     + f" | {(_f(st['median'], '{:.2f}') + ' / ' + _f(st['p90'], '{:.2f}')) if st else '-'} | "
+                     f"{ate(r['stereo'])} | {ate(r['mono'])} |")
         L += ["", "Variants: " + "; ".join(f"`{r['variant']}`: {r['what']}" for r in rows), ""]
+        if fl:
+            ages = list(next(iter(fl.values())))
+            L += ["LK (level 0) from the detection frame's stored template straight into frame k, started at the exact "
+                  "position (what remains is the template's mismatch; px, median / p90 / > 2 px):", "",
+                  "| warp | " + " | ".join(f"age {a}" for a in ages) + " |", "|---|" + "---|" * len(ages)]
+            for wp, by_age in fl.items():
+                L.append(f"| {wp} | " + " | ".join(
+                    f"{v['median']:.2f} / {v['p90']:.2f} / {100 * v['over_2px']:.0f} %" for v in by_age.values()) + " |")
+            L.append("")
     L += [FINDINGS, ""]
     return "\n".join(L) + "\n"

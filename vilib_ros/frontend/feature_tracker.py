@@ -99,6 +99,15 @@ def _flat_fields(config: FrontendConfig) -> dict:
     return out
 
 
+def cpu_only_reason(config: FrontendConfig) -> str | None:
+    """Why ``config`` cannot run on the GPU path (a message for the user), or None where it can."""
+    t = config.tracker
+    if (t.template, t.warp) == ("previous", "translation"):
+        return None
+    return (f"tracker.template={t.template!r} with tracker.warp={t.warp!r} runs on the CPU path only so far; "
+            "use device='cpu', or template 'previous' and warp 'translation' on the GPU")
+
+
 def _is_cupy(a) -> bool:
     return not isinstance(a, np.ndarray) and type(a).__module__.startswith("cupy")
 
@@ -139,13 +148,11 @@ class FeatureTracker:
             T_right_left = np.asarray(T_right_left, np.float64).reshape(4, 4)
         self.T_right_left = T_right_left
         c = self.config
-        cpu_only = (c.tracker.template, c.tracker.warp) != ("previous", "translation")
-        msg = (f"tracker.template={c.tracker.template!r} with tracker.warp={c.tracker.warp!r} runs on the CPU path "
-               "only so far; use device='cpu', or template 'previous' and warp 'translation' on the GPU")
-        if cpu_only and device == "cuda":
+        msg = cpu_only_reason(c)
+        if msg and device == "cuda":
             raise ValueError(msg)
         dev = resolve_device(device)
-        if cpu_only and dev == "cuda":
+        if msg and dev == "cuda":
             log.warning("%s: using the CPU path", msg)
             dev = "cpu"
         self._gyro = GyroPredictor(camera, int(c.imu_max_gap_ms * 1e6))

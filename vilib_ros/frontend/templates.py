@@ -4,15 +4,16 @@ then estimated (``tracker.warp: affine``).
 
 Frame to frame (``template: previous``, ``warp: translation``, today's default) each frame's LK
 template is the previous frame's patch at the previous result, so every step's sub-pixel error
-stays in the next template and a track's error is a random walk over its age. That is the
-smaller part, though: LK from the detection frame's template straight into frame k, started at
-the exact position, is as far off after 20-40 frames (median 0.33 / 0.50 px on V1_01 motion)
-as frame-to-frame tracking (0.40 / 0.59 px), because a translation cannot follow the patch's
-deformation (perspective, rotation, scale), and the best translation of a deformed patch is
-not where its centre went. With an affine warp A (x_image = x + A u for the template offset u)
-against the reference template the error stays at the one-step level (0.06-0.08 px median up to
-age 40), since the template's error no longer accumulates and its deformation is modelled
-(``bench/results/tracks_quality.md``). A reference template without the warp gains little.
+stays in the next template and a track's error is a random walk over its age. That is about
+half of it: LK from the detection frame's template straight into frame k, started at
+the exact position, is off by 0.26 / 0.33 px (median, ages 20 / 40, V1_01 motion) where
+frame-to-frame tracking is off by 0.43 / 0.65 px, because a translation cannot follow the
+patch's deformation (perspective, rotation, scale), and the best translation of a deformed
+patch is not where its centre went. With an affine warp A (x_image = x + A u for the template
+offset u) against the reference template the error stays at the one-step level (0.05-0.07 px
+median up to age 40, in the pipeline), since the template's error no longer accumulates and its
+deformation is modelled (``bench/results/tracks_quality.md``). A reference template without the
+warp gains nothing.
 
 The paper's own code tracks against the first observation (uzh-rpg/vilib
 ``FeatureTrackerGPU``, ``klt_template_is_first_observation = true``: the reference patch and its
