@@ -171,3 +171,89 @@ class TestNumbaLKTracker:
         args.update(kw)
         with pytest.raises(ValueError, match=match):
             NumbaLKTracker(752, 480, TrackerConfig()).track(**args)
+
+
+def _bank(pairs_entry, cfg, rng, capacity=400):
+    """A template bank holding the templates of a pair's features in shuffled rows."""
+    from vilib_ros.frontend.templates import TemplateBank
+
+    tp, ip, pts, pred = pairs_entry
+    bank = TemplateBank(capacity, cfg.levels)
+    slots = rng.permutation(capacity)[: len(pts)]
+    NumbaLKTracker(752, 480, cfg).extract_templates(tp, pts, bank.patch, bank.valid, slots)
+    return bank, slots
+
+
+class TestStoredTemplates:
+    """``template='reference'``: the compiled extraction and tracking against stored templates
+    (translation and affine warps, every photometric mode) against the NumPy reference, from
+    perturbed starts, illumination and warps."""
+
+    def test_extraction_equals_reference(self, pairs):
+        from vilib_ros.frontend.templates import extract_templates_cpu
+
+        cfg = TrackerConfig(template="reference")
+        rng = np.random.default_rng(0)
+        for tp, ip, pts, pred in pairs:
+            pos = np.concatenate([pts + rng.uniform(-0.5, 0.5, pts.shape).astype(np.float32),
+                                  np.array([[2, 2], [751, 100], [np.nan, 5]], np.float32)])
+            patch, valid = extract_templates_cpu(tp, pos, cfg)
+            bank, slots = _bank((tp, ip, pos, pred), cfg, rng, capacity=len(pos) + 7)
+            np.testing.assert_array_equal(bank.valid[slots], valid)
+            np.testing.assert_allclose(bank.patch[slots], patch, atol=1e-4)
+            assert valid[-3:].sum() == 0 and valid[:-3, 0].mean() > 0.9 and valid[:-3].any(0).all()
+
+    @pytest.mark.parametrize("warp", ["translation", "affine"])
+    @pytest.mark.parametrize("mode", MODES)
+    def test_tracking_equals_reference(self, pairs, mode, warp):
+        from vilib_ros.frontend.templates import track_templates_cpu
+
+        cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
+        trk = NumbaLKTracker(752, 480, cfg)
+        rng = np.random.default_rng(1)
+        counts = np.zeros(5, int)
+        for k, entry in enumerate(pairs):
+            bank, slots = _bank(entry, cfg, rng)
+            tp, ip, pts, pred = entry
+            n = len(pts)
+            gain = rng.uniform(0.9, 1.1, n).astype(np.float32)
+            offset = rng.uniform(-5, 5, n).astype(np.float32)
+            affine = (np.array([1, 0, 0, 1]) + rng.normal(0, 0.02, (n, 4))).astype(np.float32)
+            act = rng.random(n) > 0.05
+            ref = track_templates_cpu(bank.patch, bank.valid, slots, ip, pred, cfg, gain, offset, affine, act)
+            got = trk.track_templates(bank.patch, bank.valid, slots, ip, pred, gain, offset, affine, act)
+            assert_matches_reference(got, ref, f"{mode} {warp} pair {k}")
+            if warp == "affine":
+                kept = ref.status == TrackStatus.TRACKED
+                np.testing.assert_allclose(got.affine[kept], ref.affine[kept], atol=1e-4)
+                np.testing.assert_array_equal(got.affine[~act], affine[~act])
+            else:
+                assert got.affine is None and ref.affine is None
+            counts += np.bincount(ref.status, minlength=5)
+        assert counts[TrackStatus.TRACKED] > 0.8 * counts.sum() and counts[TrackStatus.INACTIVE] > 0
+
+    def test_previous_frame_template_is_track_cpu(self, pairs):
+        """Tracking against templates stored from the previous frame is frame-to-frame tracking:
+        the stored (P + 2)^2 samples give the same template values and gradients as the pyramid."""
+        cfg = TrackerConfig(template="reference")
+        trk = NumbaLKTracker(752, 480, cfg)
+        rng = np.random.default_rng(2)
+        for entry in pairs:
+            tp, ip, pts, pred = entry
+            bank, slots = _bank(entry, cfg, rng)
+            got = trk.track_templates(bank.patch, bank.valid, slots, ip, pred)
+            assert_matches_reference(got, track_cpu(tp, ip, pts, pred, cfg), "stored vs pyramid")
+
+    @pytest.mark.parametrize("kw,match", [
+        (dict(patch=np.zeros((10, 5, 100), np.float32)), "template bank"),
+        (dict(patch=np.zeros((10, 5, 324), np.float64)), "template bank"),
+        (dict(valid=np.zeros((10, 4), np.uint8)), "validity"),
+        (dict(slots=np.array([0, 1, 2, 10])), "slots outside"),
+        (dict(pred=np.zeros((3, 2), np.float32)), "pred"),
+    ])
+    def test_errors_read_as_messages(self, kw, match):
+        args = dict(patch=np.zeros((10, 5, 324), np.float32), valid=np.zeros((10, 5), np.uint8),
+                    slots=np.arange(4), img=np.zeros((480, 752), np.uint8), pred=np.full((4, 2), 100, np.float32))
+        args.update(kw)
+        with pytest.raises(ValueError, match=match):
+            NumbaLKTracker(752, 480, TrackerConfig(template="reference")).track_templates(**args)

@@ -159,12 +159,13 @@ def exact_tracks(seq, sigma: float, cache: Path):
                                                      outlier_fraction=0.0))
 
 
-def our_tracks(ds, device: str, cache: Path, stereo: bool = True) -> tuple[list, list]:
-    """(b): FeatureTracker on the dataset's images -> (TrackFrames, frontend seconds per frame)."""
+def our_tracks(ds, device: str, cache: Path, stereo: bool = True, fc=None) -> tuple[list, list]:
+    """(b): FeatureTracker (``fc``, default FrontendConfig()) on the dataset's images ->
+    (TrackFrames, frontend seconds per frame)."""
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
     from vilib_ros.offline import owned
 
-    fc = FrontendConfig()
+    fc = fc or FrontendConfig()
     p = cache / f"ours_{ds.name}_{_key(str(ds.root), device, repr(fc), stereo)}.pkl"
 
     def make():
@@ -391,6 +392,13 @@ def run_sequence(name: str, args, cache: Path, tmp: Path, peer) -> dict:
                       "generator trajectory, synthetic IMU (EuRoC datasheet noise, bias walk)")
                    + f", room {' x '.join(f'{v:.1f}' for v in seq.room_size)} m")
     imu_t, imu_d = ds.imu_stamps, ds.imu_data
+    if getattr(args, "tracks_variants", ""):
+        from vilib_ros.bench.tracks import deformation_floor, parse_variants, run_variants
+
+        res["tracks_variants"] = run_variants(seq, ds, parse_variants(args.tracks_variants), args, cache, tmp, gt_tum)
+        res["deformation_floor"] = deformation_floor(seq, ds)
+    if getattr(args, "tracks_only", False):
+        return res
     ex = {}
     for sigma in (0.0, 0.5):
         ex[sigma] = exact_tracks(seq, sigma, cache)
@@ -549,6 +557,13 @@ def configure_parser(p) -> None:
     p.add_argument("--peer-gpu", action="store_true", help="cuVSLAM's GPU tracker instead of its CPU tracker")
     p.add_argument("--changes", nargs="?", const="v101", default="",
                    help="also run the table of backend changes (CHANGES) on these sequences (default v101)")
+    p.add_argument("--tracks-variants", default="",
+                   help="comma-separated frontend variants of vilib_ros.bench.tracks.VARIANTS (or 'all'): the tracks "
+                        "quality table (CPU frontend), written to tracks_quality.md / .json")
+    p.add_argument("--tracks-only", action="store_true",
+                   help="only the tracks quality table (no rows (a)-(c); accuracy.md / .json are not written)")
+    p.add_argument("--tracks-timing-frames", type=int, default=300,
+                   help="frames of the interleaved frontend timing of the tracks variants (0 = none)")
 
 
 def run_command(args) -> int:
@@ -565,6 +580,20 @@ def run_command(args) -> int:
         print(f"vilib-ros bench-accuracy: unknown sequence(s) {bad}; choose from v101, synthetic60, euroc_head",
               file=sys.stderr)
         return 2
+    if args.tracks_variants:
+        from vilib_ros.bench.tracks import parse_variants
+
+        try:
+            parse_variants(args.tracks_variants)
+        except ValueError as exc:
+            print(f"vilib-ros bench-accuracy: {exc}", file=sys.stderr)
+            return 2
+    elif args.tracks_only:
+        print("vilib-ros bench-accuracy: --tracks-only needs --tracks-variants", file=sys.stderr)
+        return 2
+    if args.tracks_only:
+        args.no_peer = True
+        names = [n for n in names if n != "euroc_head"]
     peer = (None, "--no-peer") if args.no_peer else peer_python(args.peer_python)
     if peer[0] is None and not args.no_peer:
         print(f"bench-accuracy: cuVSLAM rows skipped: {peer[1]}", file=sys.stderr)
@@ -582,9 +611,18 @@ def run_command(args) -> int:
             print(f"bench-accuracy: {name} done in {s['wall_s']:.0f} s", file=sys.stderr)
     res["wall_s"] = time.perf_counter() - t0
     res["load_end"] = _load()
-    res["per_sequence"], res["verdict"] = summary(res)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.tracks_variants:
+        from vilib_ros.bench.tracks import markdown as tracks_markdown
+
+        (out / "tracks_quality.json").write_text(json.dumps(res, indent=2, default=float))
+        tmd = tracks_markdown(res)
+        (out / "tracks_quality.md").write_text(tmd)
+        print(tmd)
+        if args.tracks_only:
+            return 0
+    res["per_sequence"], res["verdict"] = summary(res)
     (out / "accuracy.json").write_text(json.dumps(res, indent=2, default=float))
     md = markdown(res)
     (out / "accuracy.md").write_text(md)

@@ -22,7 +22,8 @@ import numba
 import numpy as np
 
 from vilib_ros.frontend.cpu_backend import cpu_threads
-from vilib_ros.frontend.tracker import _MODE_INFO, CpuLKTracker, TrackResult, TrackStatus
+from vilib_ros.frontend.templates import AFFINE_DET_RANGE, AFFINE_PATCH
+from vilib_ros.frontend.tracker import _MODE_INFO, PATCH_AREA, CpuLKTracker, TrackResult, TrackStatus
 
 MAX_LEVELS = 8
 _TRACKED, _LEFT, _DIVERGED, _NOT_CONVERGED, _INACTIVE = (int(s) for s in (
@@ -30,6 +31,8 @@ _TRACKED, _LEFT, _DIVERGED, _NOT_CONVERGED, _INACTIVE = (int(s) for s in (
     TrackStatus.INACTIVE))
 # per-level codes, as in lk.cu / track_cpu
 _LVL_CONVERGED, _LVL_MAXITER, _LVL_SKIPPED, _LVL_LEFT, _LVL_SINGULAR = 0, 1, 2, 3, 4
+_DET_MIN, _DET_MAX = AFFINE_DET_RANGE
+_AFFINE_PATCH = AFFINE_PATCH
 # reassociation lets the patch sums vectorise; no finite-math flags (the NaN/inf tests must hold)
 _FM = {"reassoc", "nsz", "contract"}
 
@@ -162,20 +165,47 @@ def _residual_sums(I, P, x, y, ga, beta, g, tv, gx, gy):
     return g * sx, g * sy, st, s1, sa
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FM)
+def _stored_template(patch, P, tv, gx, gy):
+    """Template values and gradients (0..1 units) from a stored template level: ``patch`` holds
+    the (P + 2) x (P + 2) bilinear samples (0..255, row stride P + 2; tracker.PATCH_AREA)."""
+    S = P + 2
+    for r in range(P):
+        ru = patch[r * S:(r + 1) * S]
+        r0 = patch[(r + 1) * S:(r + 2) * S]
+        rd = patch[(r + 2) * S:(r + 3) * S]
+        for c in range(P):
+            k = r * P + c
+            tv[k] = np.float64(r0[c + 1]) / 255.0
+            gx[k] = 0.5 * (np.float64(r0[c + 2]) - np.float64(r0[c])) / 255.0
+            gy[k] = 0.5 * (np.float64(rd[c + 1]) - np.float64(ru[c + 1])) / 255.0
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _track_level(T, I, P, tcx, tcy, st, gslot, oslot, npar, max_iterations, eps, min_eigen, osc_eps, osc_growth,
                  work, H, Hi):
-    """One level for one feature; ``st`` = [x, y, alpha, beta, residual, iterations] (updated).
-    Returns the level code (converged / max. iterations / left / singular)."""
+    """One level for one feature, the template taken from ``T`` at (tcx, tcy); ``st`` = [x, y,
+    alpha, beta, residual, iterations] (updated). Returns the level code (converged / max.
+    iterations / left / singular)."""
     h, w = T.shape
     half = 0.5 * (P - 1)
     if not _fits(tcx, tcy, half + 1.0, w, h):
         return _LVL_LEFT
     PP = P * P
+    _template(T, P, tcx, tcy, work[0:PP], work[256:256 + PP], work[512:512 + PP])
+    return _solve_level(I, P, st, gslot, oslot, npar, max_iterations, eps, min_eigen, osc_eps, osc_growth, work, H, Hi)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _solve_level(I, P, st, gslot, oslot, npar, max_iterations, eps, min_eigen, osc_eps, osc_growth, work, H, Hi):
+    """The Gauss-Newton iterations of one level on the template in ``work`` (values, x and y
+    gradients at 0, 256, 512); ``st`` as in :func:`_track_level`."""
+    h, w = I.shape
+    half = 0.5 * (P - 1)
+    PP = P * P
     tv = work[0:PP]
     gx = work[256:256 + PP]
     gy = work[512:512 + PP]
-    _template(T, P, tcx, tcy, tv, gx, gy)
     g = 1.0 if gslot < 0 else 1.0 + st[2]
     sxx, sxy, syy, uxx, uxy, uyy, uxt, uyt, tt, ux1, uy1, t1 = _moments(tv, gx, gy, PP, g)
     a = sxx / PP
@@ -252,22 +282,306 @@ def _track_level(T, I, P, tcx, tcy, st, gslot, oslot, npar, max_iterations, eps,
     return code
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FM, inline="always")
+def _warped_sample(I, x, y, a11, a12, a21, a22, ux, uy):
+    """Bilinear sample (0..1) of I at x + A u."""
+    X = x + a11 * ux + a12 * uy
+    Y = y + a21 * ux + a22 * uy
+    fx = math.floor(X)
+    fy = math.floor(Y)
+    ax = X - fx
+    ay = Y - fy
+    x0 = int(fx)
+    y0 = int(fy)
+    return ((1 - ay) * ((1 - ax) * np.float64(I[y0, x0]) + ax * np.float64(I[y0, x0 + 1]))
+            + ay * ((1 - ax) * np.float64(I[y0 + 1, x0]) + ax * np.float64(I[y0 + 1, x0 + 1]))) / 255.0
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FM)
+def _affine_sums(I, P, x, y, a11, a12, a21, a22, ga, beta, g, tv, gx, gy, bv, full):
+    """bv[0:8] = sum U r (U = [g gx ux, g gx uy, g gy ux, g gy uy, g gx, g gy, T, 1]) of
+    r = I(x + A u) - ga T - beta over the patch (u: offsets from the centre; ``full`` False: the
+    translation phase, bv[0:4] not computed); returns sum |r|."""
+    half = 0.5 * (P - 1)
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = sa = 0.0
+    for r in range(P):
+        uy = r - half
+        bxr = 0.0
+        byr = 0.0
+        if full:
+            for c in range(P):
+                ux = c - half
+                k = r * P + c
+                t = tv[k]
+                res = _warped_sample(I, x, y, a11, a12, a21, a22, ux, uy) - ga * t - beta
+                a = gx[k] * res
+                b = gy[k] * res
+                s0 += a * ux
+                s2 += b * ux
+                bxr += a
+                byr += b
+                s6 += t * res
+                s7 += res
+                sa += abs(res)
+        else:
+            for c in range(P):
+                k = r * P + c
+                t = tv[k]
+                res = _warped_sample(I, x, y, a11, a12, a21, a22, c - half, uy) - ga * t - beta
+                bxr += gx[k] * res
+                byr += gy[k] * res
+                s6 += t * res
+                s7 += res
+                sa += abs(res)
+        s1 += bxr * uy
+        s3 += byr * uy
+        s4 += bxr
+        s5 += byr
+    bv[0] = g * s0
+    bv[1] = g * s1
+    bv[2] = g * s2
+    bv[3] = g * s3
+    bv[4] = g * s4
+    bv[5] = g * s5
+    bv[6] = s6
+    bv[7] = s7
+    return sa
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FM)
+def _affine_hessian(P, tv, gx, gy, g, gslot, oslot, npar, H):
+    """H (npar x npar) = sum U U^T of U = [g gx ux, g gx uy, g gy ux, g gy uy, g gx, g gy, (T), (1)]
+    over the patch (u = offsets from the centre), from 32 patch sums."""
+    half = 0.5 * (P - 1)
+    aaXX = aaXY = aaYY = abXX = abXY = abYY = bbXX = bbXY = bbYY = 0.0
+    aaX = aaY = abX = abY = bbX = bbY = atX = atY = btX = btY = aX = aY = bX = bY = 0.0
+    aa = ab = bb = at = bt = sa = sb = tt = st_ = 0.0
+    for r in range(P):
+        Y = r - half
+        for c in range(P):
+            X = c - half
+            k = r * P + c
+            a = gx[k]
+            b = gy[k]
+            t = tv[k]
+            qaa = a * a
+            qab = a * b
+            qbb = b * b
+            qat = a * t
+            qbt = b * t
+            aaXX += qaa * X * X
+            aaXY += qaa * X * Y
+            aaYY += qaa * Y * Y
+            abXX += qab * X * X
+            abXY += qab * X * Y
+            abYY += qab * Y * Y
+            bbXX += qbb * X * X
+            bbXY += qbb * X * Y
+            bbYY += qbb * Y * Y
+            aaX += qaa * X
+            aaY += qaa * Y
+            abX += qab * X
+            abY += qab * Y
+            bbX += qbb * X
+            bbY += qbb * Y
+            atX += qat * X
+            atY += qat * Y
+            btX += qbt * X
+            btY += qbt * Y
+            aX += a * X
+            aY += a * Y
+            bX += b * X
+            bY += b * Y
+            aa += qaa
+            ab += qab
+            bb += qbb
+            at += qat
+            bt += qbt
+            sa += a
+            sb += b
+            tt += t * t
+            st_ += t
+    g2 = g * g
+    geo = ((aaXX, aaXY, abXX, abXY, aaX, abX), (aaXY, aaYY, abXY, abYY, aaY, abY),
+           (abXX, abXY, bbXX, bbXY, abX, bbX), (abXY, abYY, bbXY, bbYY, abY, bbY),
+           (aaX, aaY, abX, abY, aa, ab), (abX, abY, bbX, bbY, ab, bb))
+    for i in range(6):
+        for j in range(6):
+            H[i, j] = g2 * geo[i][j]
+    if gslot >= 0:
+        gt = (atX, atY, btX, btY, at, bt)
+        for i in range(6):
+            H[i, gslot] = H[gslot, i] = g * gt[i]
+        H[gslot, gslot] = tt
+    if oslot >= 0:
+        g1 = (aX, aY, bX, bY, sa, sb)
+        for i in range(6):
+            H[i, oslot] = H[oslot, i] = g * g1[i]
+        H[oslot, oslot] = P * P
+    if gslot >= 0 and oslot >= 0:
+        H[gslot, oslot] = H[oslot, gslot] = st_
+    return aa, ab, bb
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _solve_level_affine(I, P, st, gslot, oslot, npar, max_iterations, eps, min_eigen, osc_eps, osc_growth, work, H,
+                        Hi, Hs, Hsi):
+    """The affine twin of :func:`_solve_level` (templates._track_affine, warp='affine'):
+    ``st`` = [x, y, alpha, beta, residual, iterations, a11, a12, a21, a22] (updated); template in
+    ``work`` as there; parameters [d11, d12, d21, d22, dtx, dty, (dalpha), (dbeta)]; a
+    translation phase (the sub-block of [dtx, dty, (dalpha), (dbeta)]), then on AFFINE_PATCH
+    levels an affine phase."""
+    h, w = I.shape
+    half = 0.5 * (P - 1)
+    PP = P * P
+    tv = work[0:PP]
+    gx = work[256:256 + PP]
+    gy = work[512:512 + PP]
+    g = 1.0 if gslot < 0 else 1.0 + st[2]
+    sxx, sxy, syy = _affine_hessian(P, tv, gx, gy, g, gslot, oslot, npar, H)
+    a = sxx / PP
+    b = sxy / PP
+    c = syy / PP
+    lmin = 0.5 * (a + c - math.sqrt((a - c) ** 2 + 4 * b * b))
+    if not lmin >= min_eigen:
+        return _LVL_SINGULAR
+    # the translation (+ illumination) sub-problem: parameters 4, 5 and the photometric slots
+    nsub = npar - 4
+    sub = work[808:812]
+    for i in range(nsub):
+        sub[i] = 4 + i
+    for i in range(nsub):
+        for j in range(nsub):
+            Hs[i, j] = H[int(sub[i]), int(sub[j])]
+    aff_lvl = P == _AFFINE_PATCH
+    if aff_lvl:
+        det = _invert(H, Hi, npar)
+        _invert(Hs, Hsi, nsub)
+    else:
+        det = _invert(Hs, Hsi, nsub)
+    if not (math.isfinite(det) and abs(det) > 1e-300):
+        return _LVL_SINGULAR
+    x, y, alpha, beta = st[0], st[1], st[2], st[3]
+    a11, a12, a21, a22 = st[6], st[7], st[8], st[9]
+    xs, ys, s11, s12, s21, s22 = x, y, a11, a12, a21, a22
+    bv = work[776:784]
+    b8 = work[784:792]
+    dq = work[800:808]
+    phase = 0
+    px = py = 0.0
+    code = _LVL_MAXITER
+    fresh = True           # no previous step for the oscillation test
+    for it in range(max_iterations):
+        ex = (abs(a11) + abs(a12)) * half
+        ey = (abs(a21) + abs(a22)) * half
+        if not (x - ex >= 0 and y - ey >= 0 and x + ex < w - 1 and y + ey < h - 1):
+            x, y, a11, a12, a21, a22 = xs, ys, s11, s12, s21, s22
+            code = _LVL_LEFT
+            break
+        sa = _affine_sums(I, P, x, y, a11, a12, a21, a22, 1.0 + alpha, beta, g, tv, gx, gy, b8, phase == 1)
+        for i in range(6):
+            bv[i] = b8[i]
+        if gslot >= 0:
+            bv[gslot] = b8[6]
+        if oslot >= 0:
+            bv[oslot] = b8[7]
+        if phase == 0:
+            for i in range(4):
+                dq[i] = 0.0
+            for i in range(nsub):
+                s = 0.0
+                for j in range(nsub):
+                    s += Hsi[i, j] * bv[4 + j]
+                dq[4 + i] = s
+        else:
+            for i in range(npar):
+                s = 0.0
+                for j in range(npar):
+                    s += Hi[i, j] * bv[j]
+                b8[i] = s
+            for i in range(npar):
+                dq[i] = b8[i]
+        # compose with the inverse step (templates._track_affine)
+        d11 = 1.0 + dq[0]
+        d12 = dq[1]
+        d21 = dq[2]
+        d22 = 1.0 + dq[3]
+        dd = d11 * d22 - d12 * d21
+        i11 = d22 / dd
+        i12 = -d12 / dd
+        i21 = -d21 / dd
+        i22 = d11 / dd
+        tix = -(i11 * dq[4] + i12 * dq[5])
+        tiy = -(i21 * dq[4] + i22 * dq[5])
+        sx = a11 * tix + a12 * tiy
+        sy = a21 * tix + a22 * tiy
+        xo, yo, o11, o12, o21, o22, alo, beo = x, y, a11, a12, a21, a22, alpha, beta
+        x = xo + sx
+        y = yo + sy
+        a11 = o11 * i11 + o12 * i21
+        a12 = o11 * i12 + o12 * i22
+        a21 = o21 * i11 + o22 * i21
+        a22 = o21 * i12 + o22 * i22
+        if gslot >= 0:
+            alpha += dq[gslot]
+        if oslot >= 0:
+            beta += dq[oslot]
+        st[4] = sa / PP * 255.0
+        st[5] += 1
+        d2 = sx ** 2 + sy ** 2
+        conv = d2 < eps
+        if not fresh and not conv:
+            osc = osc_eps > 0 and abs(sx + px) < osc_eps and abs(sy + py) < osc_eps
+            if osc_growth > 0 and sx * px + sy * py < 0 and d2 >= osc_growth * (px ** 2 + py ** 2):
+                osc = True
+            if osc:     # the middle of the jump
+                x = 0.5 * (xo + x)
+                y = 0.5 * (yo + y)
+                a11 = 0.5 * (o11 + a11)
+                a12 = 0.5 * (o12 + a12)
+                a21 = 0.5 * (o21 + a21)
+                a22 = 0.5 * (o22 + a22)
+                alpha = 0.5 * (alo + alpha)
+                beta = 0.5 * (beo + beta)
+                conv = True
+        px = sx
+        py = sy
+        fresh = False
+        if conv and phase == 0 and aff_lvl:
+            phase = 1
+            fresh = True
+        elif conv:
+            code = _LVL_CONVERGED
+            break
+    st[0], st[1], st[2], st[3] = x, y, alpha, beta
+    st[6], st[7], st[8], st[9] = a11, a12, a21, a22
+    return code
+
+
 @numba.njit(cache=True, nogil=True, parallel=True, boundscheck=False)
-def lk_track(tp, ip, n_levels, patch_sizes, tmpl_pos, pred, active, gslot, oslot, npar, max_iterations, eps,
-             min_eigen, max_residual, osc_eps, osc_growth, out_pos, out_status, out_residual, out_gain, out_offset,
-             out_iters, n_chunks):
+def lk_track(tp, ip, n_levels, patch_sizes, tmpl_pos, pred, active, patch, valid, slots, gain0, offset0, stored,
+             affine, affine0, gslot, oslot, npar, max_iterations, eps, min_eigen, max_residual, osc_eps, osc_growth,
+             out_pos, out_status, out_residual, out_gain, out_offset, out_iters, out_affine, n_chunks):
     """Track every feature (``tp`` / ``ip``: tuples of MAX_LEVELS uint8 level arrays, the first
     ``n_levels`` used; ``active``: uint8, 0 = inactive; ``n_chunks``: the threads). Outputs as
-    :class:`TrackResult`."""
-    n = tmpl_pos.shape[0]
+    :class:`TrackResult`.
+
+    Templates: from ``tp`` at ``tmpl_pos`` (``stored`` False), or (``stored`` True) the stored
+    template levels ``patch[slots[f], level]`` where ``valid[slots[f], level]``, starting from the
+    illumination ``gain0`` / ``offset0`` (0..255) of each feature (tmpl_pos and tp unused);
+    ``affine`` (stored templates only): the affine warp, starting from ``affine0`` (N, 4), the
+    result in ``out_affine`` (gslot / oslot / npar then in the affine parameter vector)."""
+    n = pred.shape[0]
     top = 1.0 / (1 << (n_levels - 1))
     # strided chunks (one per thread), each with its scratch allocated once: patch values and
     # gradients + solver vectors, Hessian and inverse, state
     for ch in numba.prange(n_chunks):
-        work = np.empty(776)
-        H = np.zeros((4, 4))
-        Hi = np.zeros((4, 4))
-        st = np.empty(6)
+        work = np.empty(816)
+        H = np.zeros((8, 8))
+        Hi = np.zeros((8, 8))
+        Hs = np.zeros((4, 4))
+        Hsi = np.zeros((4, 4))
+        st = np.empty(10)
         for f in range(ch, n, n_chunks):
             p0x = np.float64(pred[f, 0])
             p0y = np.float64(pred[f, 1])
@@ -279,24 +593,54 @@ def lk_track(tp, ip, n_levels, patch_sizes, tmpl_pos, pred, active, gslot, oslot
                 out_gain[f] = 1.0
                 out_offset[f] = 0.0
                 out_iters[f] = 0
+                if affine:
+                    out_affine[f, :] = affine0[f, :]
                 continue
-            tx = np.float64(tmpl_pos[f, 0])
-            ty = np.float64(tmpl_pos[f, 1])
             st[:] = 0.0
             st[0] = (p0x + 0.5) * top - 0.5
             st[1] = (p0y + 0.5) * top - 0.5
+            if stored:
+                tx = ty = 0.0
+                if gslot >= 0:
+                    st[2] = np.float64(gain0[f]) - 1.0
+                if oslot >= 0:
+                    st[3] = np.float64(offset0[f]) / 255.0
+                ok_in = math.isfinite(st[2]) and math.isfinite(st[3])
+                if affine:
+                    for q in range(4):
+                        st[6 + q] = np.float64(affine0[f, q])
+                        ok_in = ok_in and math.isfinite(st[6 + q])
+            else:
+                tx = np.float64(tmpl_pos[f, 0])
+                ty = np.float64(tmpl_pos[f, 1])
+                ok_in = math.isfinite(tx) and math.isfinite(ty)
             status = _NOT_CONVERGED
-            if not (math.isfinite(p0x) and math.isfinite(p0y) and math.isfinite(tx) and math.isfinite(ty)):
+            if not (math.isfinite(p0x) and math.isfinite(p0y) and ok_in):
                 status = _DIVERGED
                 for lvl in range(n_levels - 1):
                     st[0] = 2.0 * st[0] + 0.5
                     st[1] = 2.0 * st[1] + 0.5
             else:
                 for lvl in range(n_levels - 1, -1, -1):
-                    s = 1.0 / (1 << lvl)
-                    code = _track_level(tp[lvl], ip[lvl], patch_sizes[lvl], (tx + 0.5) * s - 0.5,
-                                        (ty + 0.5) * s - 0.5, st, gslot, oslot, npar, max_iterations, eps, min_eigen,
-                                        osc_eps, osc_growth, work, H, Hi)
+                    P = patch_sizes[lvl]
+                    if stored:
+                        if valid[slots[f], lvl] == 0:
+                            code = _LVL_LEFT
+                        else:
+                            PP = P * P
+                            _stored_template(patch[slots[f], lvl], P, work[0:PP], work[256:256 + PP],
+                                             work[512:512 + PP])
+                            if affine:
+                                code = _solve_level_affine(ip[lvl], P, st, gslot, oslot, npar, max_iterations, eps,
+                                                           min_eigen, osc_eps, osc_growth, work, H, Hi, Hs, Hsi)
+                            else:
+                                code = _solve_level(ip[lvl], P, st, gslot, oslot, npar, max_iterations, eps,
+                                                    min_eigen, osc_eps, osc_growth, work, H, Hi)
+                    else:
+                        s = 1.0 / (1 << lvl)
+                        code = _track_level(tp[lvl], ip[lvl], P, (tx + 0.5) * s - 0.5, (ty + 0.5) * s - 0.5, st,
+                                            gslot, oslot, npar, max_iterations, eps, min_eigen, osc_eps, osc_growth,
+                                            work, H, Hi)
                     if lvl == 0:
                         if code == _LVL_CONVERGED:
                             status = _TRACKED
@@ -310,8 +654,12 @@ def lk_track(tp, ip, n_levels, patch_sizes, tmpl_pos, pred, active, gslot, oslot
                         st[0] = 2.0 * st[0] + 0.5
                         st[1] = 2.0 * st[1] + 0.5
                 ga = 1.0 + st[2]
+                det_ok = True
+                if affine:
+                    dA = st[6] * st[9] - st[7] * st[8]
+                    det_ok = math.isfinite(dA) and dA > _DET_MIN and dA < _DET_MAX
                 if not (math.isfinite(st[0]) and math.isfinite(st[1]) and math.isfinite(st[2])
-                        and math.isfinite(st[3]) and ga > 0.2 and ga < 5.0):
+                        and math.isfinite(st[3]) and ga > 0.2 and ga < 5.0 and det_ok):
                     status = _DIVERGED
                 elif max_residual > 0 and (status == _TRACKED or status == _NOT_CONVERGED) and st[4] > max_residual:
                     status = _DIVERGED
@@ -322,6 +670,53 @@ def lk_track(tp, ip, n_levels, patch_sizes, tmpl_pos, pred, active, gslot, oslot
             out_gain[f] = np.float32(1.0 + st[2])
             out_offset[f] = np.float32(st[3] * 255.0)
             out_iters[f] = np.int32(st[5])
+            if affine:
+                for q in range(4):
+                    out_affine[f, q] = np.float32(st[6 + q])
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, boundscheck=False)
+def lk_extract(tp, n_levels, patch_sizes, pos, slots, patch, valid, n_chunks):
+    """Store the templates of the features at ``pos`` (level-0 pixels) in rows ``slots`` of
+    ``patch`` / ``valid`` (tracker.extract_templates_cpu's layout): per level the
+    (P + 2) x (P + 2) bilinear samples around the level position, where the patch and its
+    gradient ring fit (``valid`` 1), else ``valid`` 0."""
+    n = pos.shape[0]
+    for ch in numba.prange(n_chunks):
+        for f in range(ch, n, n_chunks):
+            px = np.float64(pos[f, 0])
+            py = np.float64(pos[f, 1])
+            row = slots[f]
+            for lvl in range(n_levels):
+                P = patch_sizes[lvl]
+                T = tp[lvl]
+                h, w = T.shape
+                s = 1.0 / (1 << lvl)
+                tcx = (px + 0.5) * s - 0.5
+                tcy = (py + 0.5) * s - 0.5
+                half = 0.5 * (P - 1)
+                if not (math.isfinite(tcx) and math.isfinite(tcy) and _fits(tcx, tcy, half + 1.0, w, h)):
+                    valid[row, lvl] = 0
+                    continue
+                valid[row, lvl] = 1
+                S = P + 2
+                out = patch[row, lvl]
+                for r in range(S):
+                    sy = tcy - half - 1.0 + r
+                    fy = math.floor(sy)
+                    ay = sy - fy
+                    y0 = int(fy)
+                    for c in range(S):
+                        sx = tcx - half - 1.0 + c
+                        fx = math.floor(sx)
+                        ax = sx - fx
+                        x0 = int(fx)
+                        i00 = np.float64(T[y0, x0])
+                        i10 = np.float64(T[y0, x0 + 1])
+                        i01 = np.float64(T[y0 + 1, x0])
+                        i11 = np.float64(T[y0 + 1, x0 + 1])
+                        out[r * S + c] = np.float32((1 - ay) * ((1 - ax) * i00 + ax * i10)
+                                                    + ay * ((1 - ax) * i01 + ax * i11))
 
 
 def _pyramid(img_or_pyr, levels: int, what: str) -> list[np.ndarray]:
@@ -347,7 +742,8 @@ _DUMMY_LEVEL = _readonly(np.zeros((1, 1), np.uint8))
 
 
 class NumbaLKTracker(CpuLKTracker):
-    """Compiled twin of :class:`CpuLKTracker` (``track_cpu`` results within float rounding)."""
+    """Compiled twin of :class:`CpuLKTracker` (``track_cpu`` / ``track_templates_cpu`` results
+    within float rounding)."""
 
     implementation = "numba"
 
@@ -359,15 +755,29 @@ class NumbaLKTracker(CpuLKTracker):
         # JIT load / compile now, not on frame 1 (one inactive feature on dummy levels)
         one = np.zeros((1, 2), np.float32)
         out = [np.empty((1, 2), np.float32), np.empty(1, np.int8)] + [np.empty(1, np.float32) for _ in range(3)]
-        lk_track((_DUMMY_LEVEL,) * MAX_LEVELS, (_DUMMY_LEVEL,) * MAX_LEVELS, 1, self._patch, one, one,
-                 np.zeros(1, np.uint8), *self._params, *out, np.empty(1, np.int32), 1)
+        variants = [(False, False)] + ([(True, c.warp == "affine")] if c.template == "reference" else [])
+        for stored, affine in variants:
+            lk_track((_DUMMY_LEVEL,) * MAX_LEVELS, (_DUMMY_LEVEL,) * MAX_LEVELS, 1, self._patch, one, one,
+                     np.zeros(1, np.uint8), *self._no_bank, stored, affine, self._no_affine, *self._params(affine),
+                     *out, np.empty(1, np.int32), self._no_affine, 1)
+        if c.template == "reference":
+            lk_extract((_DUMMY_LEVEL,) * MAX_LEVELS, 1, self._patch, one, np.zeros(1, np.int64),
+                       np.zeros((1, 1, PATCH_AREA), np.float32), np.zeros((1, 1), np.uint8), 1)
 
-    @property
-    def _params(self) -> tuple:
+    #: lk_track's template-bank arguments where templates come from a pyramid, and its affine
+    #: arguments without an affine warp
+    _no_bank = (np.zeros((1, 1, PATCH_AREA), np.float32), np.zeros((1, 1), np.uint8), np.zeros(1, np.int64),
+                np.ones(1, np.float32), np.zeros(1, np.float32))
+    _no_affine = np.zeros((1, 4), np.float32)
+
+    def _params(self, affine: bool) -> tuple:
         """The kernel scalars, read from the config at every call (FeatureTracker.apply_config
-        changes them live)."""
+        changes them live); gain / offset slots of the translation or the affine parameters."""
         c = self.config
         npar, gslot, oslot = _MODE_INFO[c.mode]
+        if affine:
+            gslot, oslot = (6 if gslot >= 0 else -1), ((6 + (gslot >= 0)) if oslot >= 0 else -1)
+            npar = 6 + (gslot >= 0) + (oslot >= 0)
         return (int(gslot), int(oslot), int(npar), int(c.max_iterations), float(c.eps), float(c.min_eigen),
                 float(c.max_residual), float(c.osc_eps), float(c.osc_growth))
 
@@ -381,7 +791,7 @@ class NumbaLKTracker(CpuLKTracker):
         return tuple(_readonly(lv) for lv in levels) + (_DUMMY_LEVEL,) * (MAX_LEVELS - L)
 
     def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
-        """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists)."""
+        """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists; translation)."""
         if self.config.cpu_backend == "opencv":
             return super().track(tmpl, img, tmpl_pos, pred, active)
         self._check(tmpl)
@@ -402,5 +812,69 @@ class NumbaLKTracker(CpuLKTracker):
         if n:
             numba.set_num_threads(self.threads)    # thread-local in numba: set for whichever thread calls
             lk_track(tp, ip, int(self.config.levels), self._patch, tmpl_pos, pred, np.ascontiguousarray(act),
-                     *self._params, pos, status, residual, gain, offset, iters, self.threads)
+                     *self._no_bank, False, False, self._no_affine, *self._params(False), pos, status, residual, gain,
+                     offset, iters, self._no_affine, self.threads)
         return TrackResult(pos, status, residual, gain, offset, iters)
+
+    def _bank(self, patch, valid, slots):
+        L = int(self.config.levels)
+        if (not isinstance(patch, np.ndarray) or patch.dtype != np.float32 or patch.ndim != 3 or patch.shape[1] < L
+                or patch.shape[2] != PATCH_AREA or not patch.flags.c_contiguous):
+            raise ValueError(f"template bank must be C-contiguous float32 (S, >={L}, {PATCH_AREA}), got "
+                             f"{getattr(patch, 'dtype', type(patch))} {getattr(patch, 'shape', '')}")
+        if not isinstance(valid, np.ndarray) or valid.dtype != np.uint8 or valid.shape != patch.shape[:2]:
+            raise ValueError(f"template validity must be uint8 {patch.shape[:2]}, got "
+                             f"{getattr(valid, 'dtype', type(valid))} {getattr(valid, 'shape', '')}")
+        slots = np.ascontiguousarray(np.asarray(slots, np.int64).reshape(-1))
+        if slots.size and not (slots.min() >= 0 and slots.max() < patch.shape[0]):
+            raise ValueError(f"template slots outside 0..{patch.shape[0] - 1}")
+        if slots.size > self.max_features:
+            raise ValueError(f"{slots.size} features exceed max_features={self.max_features}")
+        return slots
+
+    def extract_templates(self, pyr, pos, patch, valid, slots) -> None:
+        """Store the templates of the features at ``pos`` (N, 2) in ``pyr`` in rows ``slots`` of
+        the bank ``patch`` / ``valid`` (in place; as :func:`~vilib_ros.frontend.templates.extract_templates_cpu`)."""
+        self._check(pyr)
+        slots = self._bank(patch, valid, slots)
+        pos = np.ascontiguousarray(np.asarray(pos, np.float32).reshape(-1, 2))
+        if pos.shape[0] != slots.size:
+            raise ValueError(f"{pos.shape[0]} positions for {slots.size} template slots")
+        if slots.size:
+            numba.set_num_threads(self.threads)
+            lk_extract(self._levels(pyr, "template"), int(self.config.levels), self._patch, pos, slots, patch, valid,
+                       self.threads)
+
+    def track_templates(self, patch, valid, slots, img, pred, gain=None, offset=None, affine=None,
+                        active=None) -> TrackResult:
+        """Track against the stored templates ``slots`` of the bank (as
+        :func:`~vilib_ros.frontend.templates.track_templates_cpu`, within float rounding)."""
+        self._check(img)
+        slots = self._bank(patch, valid, slots)
+        n = slots.size
+        pred = np.ascontiguousarray(np.asarray(pred, np.float32).reshape(-1, 2))
+        if pred.shape[0] != n:
+            raise ValueError(f"pred shape {pred.shape} does not match {n} template slots")
+
+        def per_feature(v, default, shape):
+            if v is None:
+                return np.broadcast_to(np.asarray(default, np.float32), shape).copy()
+            return np.ascontiguousarray(np.asarray(v, np.float32).reshape(shape))
+
+        g0 = per_feature(gain, 1.0, (n,))
+        o0 = per_feature(offset, 0.0, (n,))
+        aff = self.config.warp == "affine"
+        a0 = per_feature(affine, (1.0, 0.0, 0.0, 1.0), (n, 4)) if aff else self._no_affine
+        act = np.ones(n, np.uint8) if active is None else np.asarray(active, bool).reshape(n).view(np.uint8)
+        ip = self._levels(img, "image")
+        pos = np.empty((n, 2), np.float32)
+        status = np.empty(n, np.int8)
+        residual, gain_o, offset_o = np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.float32)
+        iters = np.empty(n, np.int32)
+        aff_o = np.empty((n, 4), np.float32) if aff else self._no_affine
+        if n:
+            numba.set_num_threads(self.threads)
+            lk_track(ip, ip, int(self.config.levels), self._patch, pred, pred, np.ascontiguousarray(act), patch,
+                     valid, slots, g0, o0, True, aff, a0, *self._params(aff), pos, status, residual, gain_o, offset_o,
+                     iters, aff_o, self.threads)
+        return TrackResult(pos, status, residual, gain_o, offset_o, iters, affine=aff_o if aff else None)

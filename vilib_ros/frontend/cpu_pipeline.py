@@ -1,8 +1,12 @@
 """The frontend's CPU pipeline: one frame at a time, with the NumPy track table.
 
 Per frame: pyramid; LK of every live track from the previous frame (from the IMU-predicted
-position where a rotation is given); optional forward-backward check and RANSAC; table update;
-redetection in free cells when live tracks fall below the fraction; optional stereo matching.
+position where a rotation is given) against the previous frame's patch
+(``tracker.template: previous``) or against the track's stored reference template
+(``reference``, :mod:`vilib_ros.frontend.templates`); optional forward-backward check and
+RANSAC; table update; templates taken again where due; redetection in free cells when live
+tracks fall below the fraction (with ``reference``, the new tracks' templates are stored);
+optional stereo matching.
 It calls the detector and the tracker only through ``detector.detect(image, occupancy=...)``
 and ``tracker.track(tmpl, img, pos, pred)``, so any CPU implementation made by
 :func:`~vilib_ros.frontend.detector.make_detector` / :func:`~vilib_ros.frontend.tracker.make_tracker`
@@ -18,6 +22,7 @@ import numpy as np
 from vilib_ros.frontend.imu_prediction import predict_points
 from vilib_ros.frontend.cpu_backend import build_pyramid_host
 from vilib_ros.frontend.stereo import StereoMatcher
+from vilib_ros.frontend.templates import TemplateBank
 from vilib_ros.frontend.track_table import TrackTable, fb_passed, ransac_outliers
 from vilib_ros.frontend.tracker import TrackStatus
 from vilib_ros.types import TrackFrame
@@ -37,6 +42,10 @@ class CpuPipeline:
         self.table = TrackTable(capacity, detector.grid_shape, (c.cell_width, c.cell_height), first_id)
         self.stereo = (StereoMatcher(camera_right, T_right_left, tracker, self.levels)
                        if camera_right is not None and config.stereo else None)
+        tc = config.tracker
+        # stored templates: reference templates, or (warp='affine') previous-frame ones taken again every frame
+        self.bank = (TemplateBank(capacity, tc.levels) if tc.template == "reference" or tc.warp == "affine"
+                     else None)
         self._prev_pyr = None
 
     @property
@@ -70,7 +79,11 @@ class CpuPipeline:
         if self._prev_pyr is not None and n:
             uv0 = tab.uv[:n].copy()
             pred = predict_points(self.camera, R, uv0, tab.xy[:n]) if R is not None else uv0
-            res = self.tracker.track(self._prev_pyr, pyr, uv0, pred)
+            if self.bank is not None:
+                res = self.tracker.track_templates(self.bank.patch, self.bank.valid, tab.tslot[:n], pyr, pred,
+                                                   tab.gain[:n], tab.offset[:n], tab.affine[:n])
+            else:
+                res = self.tracker.track(self._prev_pyr, pyr, uv0, pred)
             ok = res.status == TrackStatus.TRACKED
             xy_new = np.full((n, 2), np.nan)
             if ok.any():
@@ -91,9 +104,15 @@ class CpuPipeline:
                 if out is not None:
                     reject = np.zeros(n, bool)
                     reject[np.flatnonzero(keep)[out]] = True
-            tab.update(res.pos, res.status, xy_new, res.iterations, dt, fb_ok, reject)
+            tab.update(res.pos, res.status, xy_new, res.iterations, dt, fb_ok, reject, res.residual, res.gain,
+                       res.offset, res.affine)
+            if self.bank is not None:
+                self._refresh_templates(pyr)
         if tab.need_detection(c.min_track_fraction * tab.capacity):
-            tab.add(self.detector.detect(image, occupancy=tab.occupancy()), self.camera.undistort)
+            k = tab.add(self.detector.detect(image, occupancy=tab.occupancy()), self.camera.undistort)
+            if self.bank is not None and k:
+                new = slice(tab.count - k, tab.count)
+                self.tracker.extract_templates(pyr, tab.uv[new], self.bank.patch, self.bank.valid, tab.tslot[new])
         uv_r = xy_r = None
         if self.stereo is not None and image_right is not None:
             k = tab.count
@@ -103,3 +122,20 @@ class CpuPipeline:
             tab.tally("stereo_rejected", rejected)
         self._prev_pyr = pyr
         return tab.frame(stamp_ns, uv_r, xy_r, {"cpu_s": time.perf_counter() - t0}, host_stats)
+
+    def _refresh_templates(self, pyr) -> None:
+        """Take the templates again, at the tracked position in this frame, of the tracks whose
+        residual exceeds ``template_refresh_residual`` or whose template is ``template_max_age``
+        frames old (each 0 = never); of every track with ``template='previous'``."""
+        tc = self.config.tracker
+        tab = self.table
+        m = tab.count
+        due = np.full(m, tc.template == "previous")
+        if tc.template_refresh_residual > 0:
+            due |= tab.residual[:m] > tc.template_refresh_residual
+        if tc.template_max_age > 0:
+            due |= tab.tmpl_age[:m] >= tc.template_max_age
+        rows = np.flatnonzero(due)
+        if rows.size:
+            self.tracker.extract_templates(pyr, tab.uv[rows], self.bank.patch, self.bank.valid, tab.tslot[rows])
+            tab.refresh(rows)

@@ -6,8 +6,10 @@
 1. pyramid of the new frame;
 2. LK tracking (:mod:`vilib_ros.frontend.tracker`) of every live track from the previous frame, started at
    the IMU-predicted position (rotation-only homography, :mod:`vilib_ros.frontend.imu_prediction`) or at
-   the old position; optional forward-backward check and RANSAC (fundamental matrix on
-   undistorted points);
+   the old position, against the previous frame's patch (``tracker.template: previous``) or the track's
+   reference template from its detection frame with an affine warp (``reference`` / ``tracker.warp:
+   affine``, :mod:`vilib_ros.frontend.templates`; CPU path only so far); optional forward-backward check
+   and RANSAC (fundamental matrix on undistorted points);
 3. the track table (:mod:`vilib_ros.frontend.track_table`) keeps the tracked ones; when live tracks
    fall below ``min_track_fraction`` of the target (the number of detector cells, or ``max_features``),
    FAST detection in the cells without a live track gives new tracks;
@@ -48,7 +50,7 @@ class FrontendConfig:
     min_track_fraction: float = 0.3    # redetect when live tracks < fraction * target
     fb_check: bool = False             # forward-backward check
     fb_threshold: float = 0.5          # px
-    ransac: bool = False               # fundamental-matrix RANSAC on undistorted points
+    ransac: bool = True                # fundamental-matrix RANSAC on undistorted points (on: bench/results/tracks_quality.md)
     ransac_threshold: float = 1.0      # px (converted with fx)
     ransac_confidence: float = 0.99
     imu_prediction: bool = True        # use gyro samples when given
@@ -81,7 +83,7 @@ class FrontendConfig:
 LIVE_FIELDS = frozenset({
     "detector.threshold", "tracker.max_iterations", "tracker.eps", "tracker.min_eigen", "tracker.max_residual",
     "fb_threshold", "ransac_threshold", "ransac_confidence", "min_track_fraction", "imu_prediction",
-    "imu_max_gap_ms", "stereo_epipolar_threshold"})
+    "imu_max_gap_ms", "stereo_epipolar_threshold", "tracker.template_refresh_residual", "tracker.template_max_age"})
 HOST_COUNTERS = ("frames", "skipped_empty", "skipped_nonmonotonic", "imu_predicted", "imu_nan", "imu_gaps", "resets",
                  "graph_launches")
 
@@ -95,6 +97,15 @@ def _flat_fields(config: FrontendConfig) -> dict:
         else:
             out[f.name] = v
     return out
+
+
+def cpu_only_reason(config: FrontendConfig) -> str | None:
+    """Why ``config`` cannot run on the GPU path (a message for the user), or None where it can."""
+    t = config.tracker
+    if (t.template, t.warp) == ("previous", "translation"):
+        return None
+    return (f"tracker.template={t.template!r} with tracker.warp={t.warp!r} runs on the CPU path only so far; "
+            "use device='cpu', or template 'previous' and warp 'translation' on the GPU")
 
 
 def _is_cupy(a) -> bool:
@@ -137,7 +148,13 @@ class FeatureTracker:
             T_right_left = np.asarray(T_right_left, np.float64).reshape(4, 4)
         self.T_right_left = T_right_left
         c = self.config
+        msg = cpu_only_reason(c)
+        if msg and device == "cuda":
+            raise ValueError(msg)
         dev = resolve_device(device)
+        if msg and dev == "cuda":
+            log.warning("%s: using the CPU path", msg)
+            dev = "cpu"
         self._gyro = GyroPredictor(camera, int(c.imu_max_gap_ms * 1e6))
         self.stats_host = {k: 0 for k in HOST_COUNTERS}
         self._queue: collections.deque = collections.deque()

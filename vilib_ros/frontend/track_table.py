@@ -31,7 +31,7 @@ HEADER = ("count", "next_id", "detect", "new")
 N_HEADER = 8
 COUNTERS = ("lost_left_image", "lost_diverged", "lost_not_converged", "fb_rejected", "ransac_rejected",
             "tracked_total", "iterations_total", "tracks_lost", "tracks_new", "redetections", "detection_runs",
-            "stereo_matched", "stereo_rejected")
+            "stereo_matched", "stereo_rejected", "templates_refreshed")
 COUNTER_INDEX = {name: i for i, name in enumerate(COUNTERS)}
 MAX_CAPACITY = 4096     # table kernels: one block of 1024 threads, 4 slots each
 MAX_CELLS = 8192        # new_tracks: 8 cells per thread
@@ -83,6 +83,14 @@ class TrackTable:
         self.score = np.zeros(S, np.float32)
         self.level = np.zeros(S, np.int32)
         self.age = np.zeros(S, np.int32)
+        # LK state per track (vilib_ros.frontend.templates): the last result's residual and
+        # illumination; with reference templates also the template's bank row and age
+        self.residual = np.zeros(S, np.float32)
+        self.gain = np.ones(S, np.float32)
+        self.offset = np.zeros(S, np.float32)
+        self.tslot = np.zeros(S, np.int64)
+        self.tmpl_age = np.zeros(S, np.int32)
+        self.affine = np.tile(np.array([1, 0, 0, 1], np.float32), (S, 1))   # warp='affine': a11 a12 a21 a22
 
     def clear(self) -> None:
         """Drop every track (ids are not reused: ``next_id`` stays)."""
@@ -92,11 +100,13 @@ class TrackTable:
         """Add ``value`` to the counter ``name``."""
         self.counters[COUNTER_INDEX[name]] += int(value)
 
-    def update(self, pos, status, xy_new, iterations, dt: float, fb_ok=None, reject=None) -> None:
+    def update(self, pos, status, xy_new, iterations, dt: float, fb_ok=None, reject=None, residual=None, gain=None,
+               offset=None, affine=None) -> None:
         """Apply one frame's LK results for slots ``0..count-1``: ``pos`` (level-0 pixels),
         ``status``, ``xy_new`` (undistorted, used where tracked), ``iterations``; ``fb_ok``:
         forward-backward result per slot (None: check off); ``reject``: RANSAC outliers per
-        slot (None: not run)."""
+        slot (None: not run); ``residual``, ``gain``, ``offset``, ``affine``: LK's, kept per track
+        (None: residual 0, gain 1, offset 0, identity)."""
         n = self.count
         st = np.asarray(status)[:n]
         keep = st == TrackStatus.TRACKED
@@ -126,8 +136,24 @@ class TrackTable:
         self.score[:k] = self.score[idx]
         self.level[:k] = self.level[idx]
         self.age[:k] = self.age[idx] + 1
+        self.residual[:k] = 0.0 if residual is None else np.asarray(residual, np.float32)[idx]
+        self.gain[:k] = 1.0 if gain is None else np.asarray(gain, np.float32)[idx]
+        self.offset[:k] = 0.0 if offset is None else np.asarray(offset, np.float32)[idx]
+        self.tslot[:k] = self.tslot[idx]
+        self.tmpl_age[:k] = self.tmpl_age[idx] + 1
+        self.affine[:k] = (1.0, 0.0, 0.0, 1.0) if affine is None else np.asarray(affine, np.float32)[idx]
         self.tally("tracks_lost", n - k)
         self.count = k
+
+    def refresh(self, rows) -> None:
+        """The templates of ``rows`` were taken again: template age 0, illumination relative to
+        it 1 / 0, identity warp (counted as ``templates_refreshed``)."""
+        rows = np.asarray(rows, np.int64)
+        self.tmpl_age[rows] = 0
+        self.affine[rows] = (1.0, 0.0, 0.0, 1.0)
+        self.gain[rows] = 1.0
+        self.offset[rows] = 0.0
+        self.tally("templates_refreshed", rows.size)
 
     def occupancy(self) -> np.ndarray:
         """(rows, cols) bool: the detector cells that hold a live track."""
@@ -165,6 +191,14 @@ class TrackTable:
         self.score[sl] = score[cand]
         self.level[sl] = level[cand]
         self.age[sl] = 0
+        self.residual[sl] = 0.0
+        self.gain[sl] = 1.0
+        self.offset[sl] = 0.0
+        self.tmpl_age[sl] = 0
+        self.affine[sl] = (1.0, 0.0, 0.0, 1.0)
+        used = np.zeros(self.capacity, bool)
+        used[self.tslot[:self.count]] = True
+        self.tslot[sl] = np.flatnonzero(~used)[:k]     # free template rows, lowest first
         self.count += k
         self.next_id += self.n_cells
         self.tally("tracks_new", k)

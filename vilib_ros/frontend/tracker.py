@@ -29,6 +29,13 @@ from vilib_ros._cuda import Layout, launch
 log = logging.getLogger("vilib_ros.frontend.tracker")
 
 MODES = ("translation", "offset", "gain", "gain_offset")
+TEMPLATES = ("previous", "reference")
+WARPS = ("translation", "affine")
+#: A stored template level: the (P + 2) x (P + 2) bilinear samples around the template position
+#: (the patch and its one-pixel gradient ring), row stride P + 2, in the first (P + 2)^2 entries
+#: of a slot of PATCH_AREA floats (0..255 units); see vilib_ros.frontend.templates.
+MAX_PATCH = 16
+PATCH_AREA = (MAX_PATCH + 2) ** 2
 _MODE_INFO = {  # n params, gain slot, offset slot (as in ModeInfo<> of lk.cu)
     "translation": (2, -1, -1),
     "offset": (3, -1, 2),
@@ -61,6 +68,11 @@ class TrackerConfig:
     osc_eps: float = 0.01                     # OpenCV's 'jumping back and forth': |dq_k + dq_k-1| < osc_eps in x and y (level px)
     osc_growth: float = 1.0                   # a reversal that does not shrink: dq_k . dq_k-1 < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2
     cpu_backend: str = "numpy"                # numpy | opencv (translation only)
+    # what a track is tracked against (see vilib_ros.frontend.templates):
+    template: str = "previous"                # previous: the last frame's patch | reference: the patch of the frame where the track was detected
+    template_refresh_residual: float = 0.0    # reference: take a new template where the residual (0..255) exceeds this; 0 = never
+    template_max_age: int = 0                 # reference: take a new template after this many frames; 0 = never
+    warp: str = "translation"                 # translation | affine: the patch's deformation since the template (2x2 matrix, per track)
 
     def validate(self) -> "TrackerConfig":
         if self.mode not in MODES:
@@ -82,6 +94,17 @@ class TrackerConfig:
             raise ValueError(f"TrackerConfig.cpu_backend must be numpy|opencv, got {self.cpu_backend!r}")
         if self.cpu_backend == "opencv" and self.mode != "translation":
             raise ValueError("TrackerConfig.cpu_backend='opencv' supports mode='translation' only")
+        if self.template not in TEMPLATES:
+            raise ValueError(f"TrackerConfig.template must be one of {TEMPLATES}, got {self.template!r}")
+        if self.warp not in WARPS:
+            raise ValueError(f"TrackerConfig.warp must be one of {WARPS}, got {self.warp!r}")
+        if self.cpu_backend == "opencv" and (self.template, self.warp) != ("previous", "translation"):
+            raise ValueError("TrackerConfig.cpu_backend='opencv' tracks frame to frame with a translation only "
+                             "(template='previous', warp='translation')")
+        if not self.template_refresh_residual >= 0:
+            raise ValueError(f"TrackerConfig.template_refresh_residual must be >= 0, got {self.template_refresh_residual!r}")
+        if int(self.template_max_age) != self.template_max_age or self.template_max_age < 0:
+            raise ValueError(f"TrackerConfig.template_max_age must be an integer >= 0, got {self.template_max_age!r}")
         return self
 
     @property
@@ -98,6 +121,7 @@ class TrackResult:
     offset: np.ndarray     # float32 (N,) beta, 0..255 units
     iterations: np.ndarray  # int32 (N,) total iterations over all levels
     timings: dict = field(default_factory=dict)
+    affine: np.ndarray | None = None   # float32 (N, 4) a11 a12 a21 a22 of the affine warp (warp='affine' only)
 
     @property
     def tracked(self) -> np.ndarray:
@@ -137,6 +161,20 @@ def _as_pyramid(img_or_pyr, levels: int) -> list[np.ndarray]:
     return build_pyramid_cpu(img_or_pyr, levels)
 
 
+def _template_level(T, tcx, tcy, P):
+    """Template values and central-difference gradients (0..1 units, (m, P*P) float64) of the
+    P x P patches centred at (tcx, tcy), bilinear, as ``lk.cu`` computes them."""
+    half = 0.5 * (P - 1)
+    o = np.arange(P, dtype=np.float64) - half
+    OX, OY = np.meshgrid(o, o)          # (P, P): row = y offset
+    px = tcx[:, None] + OX.ravel()[None]
+    py = tcy[:, None] + OY.ravel()[None]
+    tv = _bilinear(T, px, py) / 255.0
+    gx = 0.5 * (_bilinear(T, px + 1, py) - _bilinear(T, px - 1, py)) / 255.0
+    gy = 0.5 * (_bilinear(T, px, py + 1) - _bilinear(T, px, py - 1)) / 255.0
+    return tv, gx, gy
+
+
 def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | None = None,
               active=None) -> TrackResult:
     """NumPy reference of ``lk_track_<mode>``: track ``tmpl_pos`` (N, 2) from the template
@@ -150,50 +188,64 @@ def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | No
     ip = _as_pyramid(img_pyr, L)
     if tp[0].shape != ip[0].shape:
         raise ValueError(f"template and image sizes differ: {tp[0].shape} vs {ip[0].shape}")
-    h0, w0 = tp[0].shape
     tmpl_pos = np.asarray(tmpl_pos, dtype=np.float32).reshape(-1, 2)
     pred = tmpl_pos if pred is None else np.asarray(pred, dtype=np.float32).reshape(-1, 2)
     if pred.shape != tmpl_pos.shape:
         raise ValueError(f"pred shape {pred.shape} differs from tmpl_pos shape {tmpl_pos.shape}")
-    n = tmpl_pos.shape[0]
+    for lvl in range(L):
+        if tp[lvl].shape != ip[lvl].shape:
+            raise ValueError(f"pyramid level {lvl} has shape {tp[lvl].shape}/{ip[lvl].shape}")
+    tpd = tmpl_pos.astype(np.float64)
+
+    def template(lvl, P, half, cand):
+        """(features whose template fits, their template values and gradients) at ``lvl``."""
+        T = tp[lvl]
+        h, w = T.shape
+        s = 1.0 / (1 << lvl)
+        tcx = (tpd[cand, 0] + 0.5) * s - 0.5
+        tcy = (tpd[cand, 1] + 0.5) * s - 0.5
+        ok = _fits(tcx, tcy, half + 1.0, w, h)
+        return (cand[ok],) + _template_level(T, tcx[ok], tcy[ok], P)
+
+    return _track(template, ip, pred, np.isfinite(tmpl_pos).all(1), cfg, active, None, None)
+
+
+def _track(template, ip, pred, finite_tmpl, cfg: TrackerConfig, active, alpha0, beta0) -> TrackResult:
+    """The LK iteration of :func:`track_cpu` / :func:`track_templates_cpu`; ``template(lvl, P,
+    half, cand)`` gives (the candidates whose template is usable at ``lvl``, their values,
+    x and y gradients)."""
+    L = int(cfg.levels)
+    h0, w0 = ip[0].shape
+    n = pred.shape[0]
     npar, gslot, oslot = _MODE_INFO[cfg.mode]
     act = np.ones(n, bool) if active is None else np.asarray(active, bool).reshape(n)
 
-    tpd = tmpl_pos.astype(np.float64)
     top = 1.0 / (1 << (L - 1))
     x = (pred[:, 0].astype(np.float64) + 0.5) * top - 0.5
     y = (pred[:, 1].astype(np.float64) + 0.5) * top - 0.5
-    alpha = np.zeros(n)
-    beta = np.zeros(n)
+    alpha = np.zeros(n) if alpha0 is None or gslot < 0 else alpha0.copy()
+    beta = np.zeros(n) if beta0 is None or oslot < 0 else beta0.copy()
     residual = np.zeros(n)
     iters = np.zeros(n, np.int32)
     status = np.full(n, TrackStatus.NOT_CONVERGED, np.int8)
-    finite = np.isfinite(pred).all(1) & np.isfinite(tmpl_pos).all(1)
+    finite = np.isfinite(pred).all(1) & finite_tmpl & np.isfinite(alpha) & np.isfinite(beta)
     run = act & finite
     status[act & ~finite] = TrackStatus.DIVERGED
 
     for lvl in range(L - 1, -1, -1):
         P = int(cfg.patch_sizes[lvl])
         half = 0.5 * (P - 1)
-        T, I = tp[lvl], ip[lvl]
+        I = ip[lvl]
         h, w = h0 >> lvl, w0 >> lvl
-        if T.shape != (h, w) or I.shape != (h, w):
-            raise ValueError(f"pyramid level {lvl} has shape {T.shape}/{I.shape}, expected {(h, w)}")
-        s = 1.0 / (1 << lvl)
-        tcx = (tpd[:, 0] + 0.5) * s - 0.5
-        tcy = (tpd[:, 1] + 0.5) * s - 0.5
+        if I.shape != (h, w):
+            raise ValueError(f"pyramid level {lvl} has shape {I.shape}, expected {(h, w)}")
         code = np.full(n, 2, np.int8)  # LVL_SKIPPED by default
-        idx = np.flatnonzero(run & _fits(tcx, tcy, half + 1.0, w, h))
         code[run] = 3  # LVL_LEFT where the template does not fit
+        idx, tv, gx, gy = template(lvl, P, half, np.flatnonzero(run))
         if idx.size:
             o = np.arange(P, dtype=np.float64) - half
             OX, OY = np.meshgrid(o, o)          # (P, P): row = y offset
-            OX, OY = OX.ravel()[None], OY.ravel()[None]
-            px = tcx[idx, None] + OX
-            py = tcy[idx, None] + OY
-            tv = _bilinear(T, px, py) / 255.0
-            gx = 0.5 * (_bilinear(T, px + 1, py) - _bilinear(T, px - 1, py)) / 255.0
-            gy = 0.5 * (_bilinear(T, px, py + 1) - _bilinear(T, px, py - 1)) / 255.0
+            px0, py0 = OX.ravel()[None], OY.ravel()[None]
             g = np.ones(idx.size) if gslot < 0 else 1.0 + alpha[idx]
             # flat-patch test
             a = (gx * gx).sum(1) / (P * P)
@@ -212,7 +264,7 @@ def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | No
             ok &= np.isfinite(det) & (np.abs(det) > 1e-300)
             code[idx[~ok]] = 4  # LVL_SINGULAR
             keep = np.flatnonzero(ok)
-            idx, U, tv, px0, py0 = idx[keep], U[keep], tv[keep], OX, OY
+            idx, U, tv = idx[keep], U[keep], tv[keep]
             Hi = np.linalg.inv(H[keep]) if keep.size else np.zeros((0, npar, npar))
             xs, ys = x[idx].copy(), y[idx].copy()
             live = np.ones(idx.size, bool)
@@ -267,17 +319,27 @@ def track_cpu(tmpl_pyr, img_pyr, tmpl_pos, pred=None, config: TrackerConfig | No
                 live[li[conv]] = False
             code[idx[live]] = 1  # LVL_MAXITER
         if lvl == 0:
-            m = run
-            status[m & (code == 0)] = TrackStatus.TRACKED
-            status[m & (code == 1)] = TrackStatus.NOT_CONVERGED
-            status[m & (code == 3)] = TrackStatus.LEFT_IMAGE
-            status[m & ((code == 4) | (code == 2))] = TrackStatus.DIVERGED
+            level0_status(status, run, code)
         else:
             x = 2.0 * x + 0.5
             y = 2.0 * y + 0.5
+    return finish(cfg, pred, act, run, x, y, alpha, beta, residual, status, iters)
 
+
+def level0_status(status, run, code) -> None:
+    """The features' statuses from their level-0 codes (converged / max. iterations / left /
+    singular or skipped)."""
+    status[run & (code == 0)] = TrackStatus.TRACKED
+    status[run & (code == 1)] = TrackStatus.NOT_CONVERGED
+    status[run & (code == 3)] = TrackStatus.LEFT_IMAGE
+    status[run & ((code == 4) | (code == 2))] = TrackStatus.DIVERGED
+
+
+def finish(cfg: TrackerConfig, pred, act, run, x, y, alpha, beta, residual, status, iters, bad=None) -> TrackResult:
+    """The final checks (non-finite state, gain outside (0.2, 5), ``bad``, residual above
+    ``max_residual``: DIVERGED; inactive: INACTIVE at the prediction) and the TrackResult."""
     bad = run & ~(np.isfinite(x) & np.isfinite(y) & np.isfinite(alpha) & np.isfinite(beta)
-                  & (1 + alpha > 0.2) & (1 + alpha < 5.0))
+                  & (1 + alpha > 0.2) & (1 + alpha < 5.0)) | (run & bad if bad is not None else False)
     status[bad] = TrackStatus.DIVERGED
     if cfg.max_residual > 0:
         ok_st = (status == TrackStatus.TRACKED) | (status == TrackStatus.NOT_CONVERGED)
@@ -361,6 +423,29 @@ class CpuLKTracker:
                 res.status[~a] = TrackStatus.INACTIVE
             return res
         return track_cpu(tmpl, img, tmpl_pos, pred, self.config, active)
+
+    def extract_templates(self, pyr, pos, patch, valid, slots) -> None:
+        """Store the templates of the features at ``pos`` (N, 2) in pyramid ``pyr`` in rows
+        ``slots`` of the template bank ``patch`` / ``valid`` (see :mod:`vilib_ros.frontend.templates`)."""
+        from vilib_ros.frontend.templates import extract_templates_cpu   # templates builds on this module
+
+        self._check(pyr)
+        slots = np.asarray(slots, np.int64).reshape(-1)
+        if slots.size:
+            patch[slots], valid[slots] = extract_templates_cpu(pyr, pos, self.config)
+
+    def track_templates(self, patch, valid, slots, img, pred, gain=None, offset=None, affine=None,
+                        active=None) -> TrackResult:
+        """Track the features whose templates are rows ``slots`` of the template bank into
+        ``img`` (uint8 image or pyramid list), from ``pred``, the illumination ``gain`` /
+        ``offset`` and (warp='affine') the warp ``affine`` (:func:`~vilib_ros.frontend.templates.track_templates_cpu`)."""
+        from vilib_ros.frontend.templates import track_templates_cpu
+
+        self._check(img)
+        n = np.asarray(slots).reshape(-1).shape[0]
+        if n > self.max_features:
+            raise ValueError(f"{n} features exceed max_features={self.max_features}")
+        return track_templates_cpu(patch, valid, slots, img, pred, self.config, gain, offset, affine, active)
 
 
 def _ptr_table(cp, pyramid_levels):
