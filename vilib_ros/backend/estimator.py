@@ -74,7 +74,7 @@ import numpy as np
 
 from ..camera import CameraModel
 from ..types import TrackFrame
-from .config import BackendConfig, VioState
+from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuBuffer, make_preintegration_params, normalise_imu_noise
 from .keyframes import KeyframeMixin, _Keyframe
 from .landmarks import LandmarkMixin
@@ -308,6 +308,33 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
                 K = np.array([[0, -kx[2], kx[1]], [kx[2], 0, -kx[0]], [-kx[1], kx[0], 0]])
                 R = R @ (np.eye(3) + np.sin(th) * K + (1 - np.cos(th)) * K @ K)
         return VioState(int(t_ns), p, _rot_to_quat_xyzw(R), v, s.bg.copy(), s.ba.copy(), False)
+
+    def state_covariance(self) -> StateCovariance | None:
+        """Marginal covariance of the newest keyframe's pose (body frame) and velocity (world),
+        from the smoother; None before initialisation or where the smoother cannot give one."""
+        if not self._initialised:
+            return None
+        kf = self._last_kf
+        gtsam = self._g
+        try:
+            S_pose = np.asarray(self._smoother.marginalCovariance(gtsam.symbol("x", kf.idx)))
+            S_vel = np.asarray(self._smoother.marginalCovariance(gtsam.symbol("v", kf.idx)))
+        except Exception:  # noqa: BLE001 - variable marginalised out / indeterminant system
+            return None
+        return StateCovariance(kf.t_ns, kf.T[:3, :3].copy(), S_pose, S_vel)
+
+    #: the estimator's counters (:meth:`counters`); every other ``stats`` entry is a description
+    COUNTERS = ("frames", "keyframes", "resets", "imu_samples", "imu_skipped", "frames_skipped",
+                "frames_without_tracks", "outliers_rejected", "landmarks_created", "landmarks_active", "blacklisted",
+                "init_attempts", "imu_late", "imu_out_of_range", "imu_gaps", "imu_gap_resets", "frames_without_imu",
+                "tracking_lost", "landmarks_split", "kf_time", "kf_parallax", "kf_tracks", "zero_velocity_updates")
+
+    def counters(self) -> dict:
+        """Every counter of the estimator (a copy: ints by name, see :attr:`COUNTERS`) and
+        ``init_kind``, how it initialised ('' before): what the node's diagnostics report."""
+        out = {k: int(self.stats[k]) for k in self.COUNTERS}
+        out["init_kind"] = str(self.stats["init_kind"])
+        return out
 
     def landmarks(self) -> np.ndarray:
         """(M, 3) world positions of the landmarks currently in the window."""
