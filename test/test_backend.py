@@ -605,6 +605,11 @@ class TestImuFaults:
         inside = [i for i, f in enumerate(frames) if last + 100_000_000 < f.stamp_ns < t_b]
         assert est.stats["frames_without_imu"] == len(inside) == 58
         assert all(states[i] is None for i in inside)
+        # the node's diagnostics read the same through the public counters() (a copy)
+        c = est.counters()
+        assert (c["imu_gaps"], c["imu_gap_resets"], c["resets"], c["frames_without_imu"]) == (1, 1, 1, 58)
+        c["resets"] = 99
+        assert est.counters()["resets"] == 1
         after = [x for x in states if x is not None and x.stamp_ns >= t_b]
         assert after and all(np.all(np.isfinite(x.p)) for x in after)
         # it continues from the last state before the hole (no jump to an integration of nothing):

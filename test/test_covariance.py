@@ -39,7 +39,7 @@ def covariances():
         vision = k < 120
         state = est.add_frame(fr if vision else _strip(fr))
         if state is not None and state.is_keyframe:
-            c = odometry_covariance(est)
+            c = odometry_covariance(est.state_covariance())
             if c is not None:
                 out.append((fr.stamp_ns, vision, c))
     assert est.stats["resets"] == 0
@@ -62,3 +62,45 @@ class TestOdometryCovariance:
         # while tracked, the position variance stays bounded; without vision it grows steadily
         assert without[-1] > 10 * with_vision[-1]
         assert np.all(np.diff(without[len(without) // 4:]) > 0)
+
+
+class TestStateCovariance:
+    def test_matches_batch_marginals_of_the_window(self):
+        """VioEstimator.state_covariance (the public interface the node uses) against gtsam's
+        batch ``Marginals`` of the smoother's own factor graph at its linearisation point: an
+        independent computation of the same marginal (full factorisation instead of the
+        incremental Bayes tree)."""
+        import gtsam
+
+        from vilib_ros.backend import BackendConfig, StateCovariance, VioEstimator
+        from vilib_ros.backend.simulation import MiniSim, MiniSimConfig
+
+        sim = MiniSim(MiniSimConfig(duration_s=5, static_s=1.0, seed=3))
+        est = VioEstimator(BackendConfig(), sim.cam0, sim.cam1)
+        assert est.state_covariance() is None                     # before initialisation
+        st, data, _, _ = sim.imu()
+        i, last_kf = 0, None
+        for fr in sim.track_frames():
+            while i < len(st) and st[i] <= fr.stamp_ns:
+                est.add_imu(st[i], data[i, :3], data[i, 3:])
+                i += 1
+            state = est.add_frame(fr)
+            if state is not None and state.is_keyframe:
+                last_kf = state.stamp_ns
+        assert last_kf is not None and est.stats["resets"] == 0
+        c = est.state_covariance()
+        assert isinstance(c, StateCovariance) and c.pose.shape == (6, 6) and c.velocity.shape == (3, 3)
+        assert c.stamp_ns == last_kf
+        sm = est._smoother
+        graph = gtsam.NonlinearFactorGraph()
+        factors = sm.getFactors()
+        for j in range(factors.size()):
+            if factors.at(j) is not None:
+                graph.add(factors.at(j))
+        marg = gtsam.Marginals(graph, sm.getLinearizationPoint())
+        k = max(gtsam.Symbol(key).index() for key in sm.getLinearizationPoint().keys()
+                if gtsam.Symbol(key).chr() == ord("x"))
+        np.testing.assert_allclose(c.pose, marg.marginalCovariance(gtsam.symbol("x", k)), rtol=0.05, atol=1e-12)
+        np.testing.assert_allclose(c.velocity, marg.marginalCovariance(gtsam.symbol("v", k)), rtol=0.05, atol=1e-12)
+        R = sm.calculateEstimate().atPose3(gtsam.symbol("x", k)).rotation().matrix()
+        np.testing.assert_allclose(c.R_wb, R, atol=1e-9)

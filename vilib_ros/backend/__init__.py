@@ -3,7 +3,7 @@
 ``from vilib_ros.backend import BackendConfig, VioEstimator, VioState``. gtsam is imported only
 when a :class:`VioEstimator` is constructed.
 """
-from .config import BackendConfig, VioState
+from .config import BackendConfig, StateCovariance, VioState
 from .estimator import VioEstimator
 
-__all__ = ["BackendConfig", "VioEstimator", "VioState"]
+__all__ = ["BackendConfig", "StateCovariance", "VioEstimator", "VioState"]

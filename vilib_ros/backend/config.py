@@ -116,3 +116,17 @@ class VioState:
         T = np.eye(4)
         T[:3, :3], T[:3, 3] = self.R, self.p
         return T
+
+
+@dataclass(frozen=True)
+class StateCovariance:
+    """Marginal covariance of a keyframe state (:meth:`VioEstimator.state_covariance`).
+
+    ``pose`` is gtsam's ``Pose3`` marginal: the covariance of the body-frame perturbation
+    ``xi = (rotation xyz, position xyz)`` with ``T = T_hat * Exp(xi)``; ``velocity`` is in the world
+    frame. ``R_wb`` is the estimate's orientation (body -> world) the body-frame blocks refer to."""
+
+    stamp_ns: int
+    R_wb: np.ndarray            # (3, 3)
+    pose: np.ndarray            # (6, 6), body frame, (rotation, position)
+    velocity: np.ndarray        # (3, 3), world frame

@@ -68,19 +68,32 @@ of nothing. Frames during the re-initialisation get their states once it succeed
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import numpy as np
 
 from ..camera import CameraModel
 from ..types import TrackFrame
-from .config import BackendConfig, VioState
+from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuBuffer, make_preintegration_params, normalise_imu_noise
 from .keyframes import KeyframeMixin, _Keyframe
 from .landmarks import LandmarkMixin
 from .smoother import SmootherMixin
 
 log = logging.getLogger(__name__)
+
+
+class _Frame:
+    """The estimator's record of a frame: what it uses of a :class:`TrackFrame` (finite tracks only)."""
+
+    __slots__ = ("stamp_ns", "ids", "xy", "xy_right")
+
+    def __init__(self, stamp_ns: int, ids: np.ndarray, xy: np.ndarray, xy_right: np.ndarray | None):
+        self.stamp_ns, self.ids, self.xy, self.xy_right = stamp_ns, ids, xy, xy_right
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 def _rot_to_quat_xyzw(R: np.ndarray) -> np.ndarray:
@@ -159,7 +172,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self._imu = ImuBuffer()
         self._traj: list[tuple[int, int, np.ndarray, np.ndarray]] = []   # (t_ns, kf idx, T_rel, T_online)
         self._kf_final: dict[int, np.ndarray] = {}
-        self._pending_frames: list[TrackFrame] = []
+        self._pending_frames: list[_Frame] = []
         self._parallax_cache = (None, None)
         self._initialised = False
         self._last_state: VioState | None = None
@@ -170,33 +183,64 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
 
     # ------------------------------------------------------------------ inputs
     def add_imu(self, t_ns: int, gyro, acc) -> None:
-        g = np.asarray(gyro, dtype=np.float64).reshape(-1)
-        a = np.asarray(acc, dtype=np.float64).reshape(-1)
-        if g.shape != (3,) or a.shape != (3,):
-            raise ValueError(f"gyro and acc must have 3 elements, got {g.shape} and {a.shape}")
-        s = np.concatenate([g, a])
+        try:
+            g0, g1, g2 = gyro
+            a0, a1, a2 = acc
+            s = (float(g0), float(g1), float(g2), float(a0), float(a1), float(a2))
+        except (TypeError, ValueError):
+            g = np.asarray(gyro, dtype=np.float64).reshape(-1)
+            a = np.asarray(acc, dtype=np.float64).reshape(-1)
+            if g.shape != (3,) or a.shape != (3,):
+                raise ValueError(f"gyro and acc must have 3 elements, got {g.shape} and {a.shape}") from None
+            s = tuple(float(x) for x in (*g, *a))
+        t_ns = int(t_ns)
         cfg = self.config
-        if not np.all(np.isfinite(s)):
+        if not all(map(math.isfinite, s)):
             self.stats["imu_skipped"] += 1
             log.warning("skipping non-finite IMU sample at %d", t_ns)
             return
-        if np.abs(g).max() > cfg.imu_max_gyro or np.abs(a).max() > cfg.imu_max_acc:
+        mg, ma = max(map(abs, s[:3])), max(map(abs, s[3:]))
+        if mg > cfg.imu_max_gyro or ma > cfg.imu_max_acc:
             self.stats["imu_skipped"] += 1
             self.stats["imu_out_of_range"] += 1
             log.warning("skipping IMU sample at %d beyond the sensor range (|gyro| <= %g rad/s, |acc| <= %g m/s^2): "
-                        "max |gyro| %.3g, max |acc| %.3g", t_ns, cfg.imu_max_gyro, cfg.imu_max_acc,
-                        np.abs(g).max(), np.abs(a).max())
+                        "max |gyro| %.3g, max |acc| %.3g", t_ns, cfg.imu_max_gyro, cfg.imu_max_acc, mg, ma)
             return
         last = self._imu.last_t
-        if not self._imu.add(int(t_ns), s):
+        if not self._imu.add(t_ns, s):
             self.stats["imu_skipped"] += 1
             log.warning("skipping non-monotonic IMU sample at %d", t_ns)
             return
-        if last is not None and int(t_ns) - last > cfg.imu_max_gap_s * 1e9:
-            self.stats["imu_gaps"] += 1
-            log.warning("IMU gap of %.3f s (%d -> %d) is longer than imu_max_gap_s = %g: not integrated across",
-                        (int(t_ns) - last) * 1e-9, last, t_ns, cfg.imu_max_gap_s)
+        if last is not None and t_ns - last > cfg.imu_max_gap_s * 1e9:
+            self._note_imu_gap(last, t_ns)
         self.stats["imu_samples"] += 1
+
+    def add_imu_batch(self, t_ns, data) -> None:
+        """Many IMU samples at once (stamps (N,), [gyro, acc] (N, 6)): the same checks, counts and
+        warnings as :meth:`add_imu` per sample, vectorised where every sample is good."""
+        t = np.asarray(t_ns, np.int64).reshape(-1)
+        d = np.asarray(data, np.float64).reshape(len(t), 6)
+        if not len(t):
+            return
+        cfg = self.config
+        last = self._imu.last_t
+        ok = (np.isfinite(d).all() and np.abs(d[:, :3]).max() <= cfg.imu_max_gyro
+              and np.abs(d[:, 3:]).max() <= cfg.imu_max_acc and (last is None or t[0] > last)
+              and bool(np.all(np.diff(t) > 0)))
+        if not ok:
+            for ti, di in zip(t.tolist(), d):
+                self.add_imu(ti, di[:3], di[3:])
+            return
+        self._imu.extend(t, d)
+        prev = np.concatenate([[last if last is not None else t[0]], t[:-1]])
+        for k in np.flatnonzero(t - prev > cfg.imu_max_gap_s * 1e9).tolist():
+            self._note_imu_gap(int(prev[k]), int(t[k]))
+        self.stats["imu_samples"] += len(t)
+
+    def _note_imu_gap(self, last: int, t_ns: int) -> None:
+        self.stats["imu_gaps"] += 1
+        log.warning("IMU gap of %.3f s (%d -> %d) is longer than imu_max_gap_s = %g: not integrated across",
+                    (t_ns - last) * 1e-9, last, t_ns, self.config.imu_max_gap_s)
 
     def add_frame(self, frame: TrackFrame) -> VioState | None:
         t = int(frame.stamp_ns)
@@ -223,21 +267,22 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
             return out
         return self._process(frame)
 
-    def _clean_frame(self, f: TrackFrame) -> TrackFrame:
+    def _clean_frame(self, f: TrackFrame) -> "_Frame":
         xy = np.asarray(f.xy, dtype=np.float64).reshape(-1, 2)
         ids = np.asarray(f.ids, dtype=np.int64).reshape(-1)
         if len(ids) != len(xy):
             raise ValueError(f"TrackFrame ids ({len(ids)}) and xy ({len(xy)}) differ in length")
         ok = np.isfinite(xy).all(axis=1)
+        all_ok = bool(ok.all())
         xr = None
         if f.xy_right is not None and self.mode == "stereo":
             xr = np.asarray(f.xy_right, dtype=np.float64).reshape(-1, 2)
             if len(xr) != len(ids):
                 raise ValueError("TrackFrame xy_right length differs from ids")
-            xr = xr[ok]
-        return TrackFrame(stamp_ns=int(f.stamp_ns), ids=ids[ok], uv=np.zeros((int(ok.sum()), 2), np.float32),
-                          xy=xy[ok], velocity=np.zeros((int(ok.sum()), 2)), score=np.zeros(0, np.float32),
-                          level=np.zeros(0, np.int32), age=np.zeros(0, np.int32), xy_right=xr)
+            xr = xr.copy() if all_ok else xr[ok]
+        # copies: a frontend may reuse the arrays of the frame it handed out (GPU result slots)
+        ids, xy = (ids.copy(), xy.copy()) if all_ok else (ids[ok], xy[ok])
+        return _Frame(int(f.stamp_ns), ids, xy, xr)
 
     # ------------------------------------------------------------------ per frame
 
@@ -308,6 +353,33 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
                 K = np.array([[0, -kx[2], kx[1]], [kx[2], 0, -kx[0]], [-kx[1], kx[0], 0]])
                 R = R @ (np.eye(3) + np.sin(th) * K + (1 - np.cos(th)) * K @ K)
         return VioState(int(t_ns), p, _rot_to_quat_xyzw(R), v, s.bg.copy(), s.ba.copy(), False)
+
+    def state_covariance(self) -> StateCovariance | None:
+        """Marginal covariance of the newest keyframe's pose (body frame) and velocity (world),
+        from the smoother; None before initialisation or where the smoother cannot give one."""
+        if not self._initialised:
+            return None
+        kf = self._last_kf
+        gtsam = self._g
+        try:
+            S_pose = np.asarray(self._smoother.marginalCovariance(gtsam.symbol("x", kf.idx)))
+            S_vel = np.asarray(self._smoother.marginalCovariance(gtsam.symbol("v", kf.idx)))
+        except Exception:  # noqa: BLE001 - variable marginalised out / indeterminant system
+            return None
+        return StateCovariance(kf.t_ns, kf.T[:3, :3].copy(), S_pose, S_vel)
+
+    #: the estimator's counters (:meth:`counters`); every other ``stats`` entry is a description
+    COUNTERS = ("frames", "keyframes", "resets", "imu_samples", "imu_skipped", "frames_skipped",
+                "frames_without_tracks", "outliers_rejected", "landmarks_created", "landmarks_active", "blacklisted",
+                "init_attempts", "imu_late", "imu_out_of_range", "imu_gaps", "imu_gap_resets", "frames_without_imu",
+                "tracking_lost", "landmarks_split", "kf_time", "kf_parallax", "kf_tracks", "zero_velocity_updates")
+
+    def counters(self) -> dict:
+        """Every counter of the estimator (a copy: ints by name, see :attr:`COUNTERS`) and
+        ``init_kind``, how it initialised ('' before): what the node's diagnostics report."""
+        out = {k: int(self.stats[k]) for k in self.COUNTERS}
+        out["init_kind"] = str(self.stats["init_kind"])
+        return out
 
     def landmarks(self) -> np.ndarray:
         """(M, 3) world positions of the landmarks currently in the window."""

@@ -1,7 +1,6 @@
 """IMU buffer, noise parameters and integration helpers."""
 from __future__ import annotations
 
-import bisect
 
 import numpy as np
 
@@ -68,91 +67,141 @@ def effective_noise_scale(t_ns: np.ndarray, data: np.ndarray, noise: dict) -> tu
 
 
 class ImuBuffer:
-    """Time-sorted IMU samples (int ns stamps, [wx wy wz ax ay az])."""
+    """Time-sorted IMU samples (int ns stamps, [wx wy wz ax ay az]) in growing NumPy arrays:
+    windows are slices (no per-sample Python objects), appends are amortised O(1)."""
 
-    def __init__(self):
-        self.t: list[int] = []
-        self.d: list[np.ndarray] = []
+    def __init__(self, capacity: int = 4096):
+        self._t = np.zeros(capacity, np.int64)
+        self._d = np.zeros((capacity, 6))
+        self._a = 0           # first live sample
+        self._b = 0           # one past the last
 
     def __len__(self):
-        return len(self.t)
+        return self._b - self._a
 
-    def add(self, t_ns: int, sample: np.ndarray) -> bool:
-        if self.t and t_ns <= self.t[-1]:
+    @property
+    def t(self) -> np.ndarray:
+        """Stamps of the buffered samples (a view)."""
+        return self._t[self._a:self._b]
+
+    @property
+    def d(self) -> np.ndarray:
+        """Samples (N, 6) (a view)."""
+        return self._d[self._a:self._b]
+
+    def _room(self, n: int) -> None:
+        if self._b + n <= len(self._t):
+            return
+        live = self._b - self._a
+        cap = max(len(self._t), 2 * (live + n))
+        t, d = np.zeros(cap, np.int64), np.zeros((cap, 6))
+        t[:live], d[:live] = self._t[self._a:self._b], self._d[self._a:self._b]
+        self._t, self._d, self._a, self._b = t, d, 0, live
+
+    def add(self, t_ns: int, sample) -> bool:
+        if self._b > self._a and t_ns <= self._t[self._b - 1]:
             return False
-        self.t.append(int(t_ns))
-        self.d.append(sample)
+        self._room(1)
+        self._t[self._b] = t_ns
+        self._d[self._b] = sample
+        self._b += 1
         return True
+
+    def extend(self, t_ns: np.ndarray, samples: np.ndarray) -> None:
+        """Append samples already known to be increasing and later than the last one."""
+        n = len(t_ns)
+        self._room(n)
+        self._t[self._b:self._b + n] = t_ns
+        self._d[self._b:self._b + n] = samples
+        self._b += n
 
     @property
     def last_t(self) -> int | None:
-        return self.t[-1] if self.t else None
+        return int(self._t[self._b - 1]) if self._b > self._a else None
 
     def trim_before(self, t_ns: int):
-        i = bisect.bisect_left(self.t, t_ns) - 2
+        i = int(np.searchsorted(self.t, t_ns, side="left")) - 2
         if i > 1000:
-            del self.t[:i]
-            del self.d[:i]
+            self._a += i
 
     def window(self, t_a: int, t_b: int) -> tuple[np.ndarray, np.ndarray]:
-        i0 = bisect.bisect_left(self.t, t_a)
-        i1 = bisect.bisect_right(self.t, t_b)
+        t = self.t
+        i0 = int(np.searchsorted(t, t_a, side="left"))
+        i1 = int(np.searchsorted(t, t_b, side="right"))
         if i1 <= i0:
             return np.zeros(0, np.int64), np.zeros((0, 6))
-        return np.asarray(self.t[i0:i1], np.int64), np.asarray(self.d[i0:i1])
+        return t[i0:i1], self.d[i0:i1]
 
     def max_gap(self, t_a: int, t_b: int) -> int:
         """Longest stretch of [t_a, t_b] (ns) without a sample: the spacing of the samples inside,
         and from the last sample at or before t_a / to t_b where the buffer does not reach them."""
-        if not self.t:
+        t = self.t
+        if not len(t):
             return int(t_b - t_a)
-        i0 = max(bisect.bisect_right(self.t, t_a) - 1, 0)
-        i1 = bisect.bisect_left(self.t, t_b)
-        knots = self.t[i0:i1 + 1]
+        i0 = max(int(np.searchsorted(t, t_a, side="right")) - 1, 0)
+        i1 = int(np.searchsorted(t, t_b, side="left"))
+        knots = t[i0:i1 + 1]
         gap = int(np.max(np.diff(knots))) if len(knots) > 1 else 0
-        if t_a < self.t[0]:
-            gap = max(gap, self.t[0] - int(t_a))
-        if t_b > self.t[-1]:
-            gap = max(gap, int(t_b) - self.t[-1])
+        if t_a < t[0]:
+            gap = max(gap, int(t[0]) - int(t_a))
+        if t_b > t[-1]:
+            gap = max(gap, int(t_b) - int(t[-1]))
         return gap
 
     def _at(self, t_ns: int) -> np.ndarray:
-        i = bisect.bisect_left(self.t, t_ns)
+        t, d = self.t, self.d
+        i = int(np.searchsorted(t, t_ns, side="left"))
         if i <= 0:
-            return self.d[0]
-        if i >= len(self.t):
-            return self.d[-1]
-        t0, t1 = self.t[i - 1], self.t[i]
+            return d[0]
+        if i >= len(t):
+            return d[-1]
+        t0, t1 = int(t[i - 1]), int(t[i])
         a = (t_ns - t0) / (t1 - t0)
-        return (1 - a) * self.d[i - 1] + a * self.d[i]
+        return (1 - a) * d[i - 1] + a * d[i]
+
+    def pieces(self, t_a: int, t_b: int) -> tuple[np.ndarray, np.ndarray]:
+        """(measurements (K, 6), dt_s (K,)) covering [t_a, t_b]: knots at t_a, every sample
+        strictly inside and t_b (interpolated), each piece the mean of its two knots; pieces of
+        zero length are left out."""
+        t = self.t
+        if not len(t) or t_b <= t_a:
+            return np.zeros((0, 6)), np.zeros(0)
+        i0 = int(np.searchsorted(t, t_a, side="right"))
+        i1 = int(np.searchsorted(t, t_b, side="left"))
+        kt = np.empty(i1 - i0 + 2, np.int64)
+        kt[0], kt[1:-1], kt[-1] = t_a, t[i0:i1], t_b
+        kd = np.empty((i1 - i0 + 2, 6))
+        kd[0], kd[1:-1], kd[-1] = self._at(t_a), self.d[i0:i1], self._at(t_b)
+        dt = np.diff(kt) * 1e-9
+        m = 0.5 * (kd[:-1] + kd[1:])
+        keep = dt > 0
+        if not keep.all():
+            m, dt = m[keep], dt[keep]
+        return m, dt
 
     def segments(self, t_a: int, t_b: int):
-        """Yield (measurement (6,), dt_s) pieces covering [t_a, t_b]: knots at t_a, every sample
-        strictly inside and t_b (interpolated), each piece using the mean of its two knots."""
-        if not self.t or t_b <= t_a:
-            return
-        i0 = bisect.bisect_right(self.t, t_a)
-        i1 = bisect.bisect_left(self.t, t_b)
-        knots_t = [t_a] + self.t[i0:i1] + [t_b]
-        knots_d = [self._at(t_a)] + self.d[i0:i1] + [self._at(t_b)]
-        for k in range(len(knots_t) - 1):
-            dt = (knots_t[k + 1] - knots_t[k]) * 1e-9
-            if dt > 0:
-                yield 0.5 * (knots_d[k] + knots_d[k + 1]), dt
+        """Yield (measurement (6,), dt_s) pieces covering [t_a, t_b] (see :meth:`pieces`)."""
+        m, dt = self.pieces(t_a, t_b)
+        for k in range(len(dt)):
+            yield m[k], float(dt[k])
 
     def integrate(self, pim, t_a: int, t_b: int) -> int:
         """Integrate [t_a, t_b] into ``pim``. gtsam applies the rotation at the start of each
         step to the whole step's specific force (first order: a systematic error of about
         0.5 dt |w x f|, ~1e-2 m/s^2 at 200 Hz and 0.5 rad/s); the accelerometer sample is
-        therefore rotated to the middle of the step first (``Exp(0.5 w dt) f``)."""
-        n = 0
+        therefore rotated to the middle of the step first (``Exp(0.5 w dt) f``, first order:
+        exact enough for |0.5 w dt| ~ 1e-3)."""
+        m, dt = self.pieces(t_a, t_b)
+        if not len(dt):
+            return 0
         bg = np.asarray(pim.biasHat().gyroscope())
-        for m, dt in self.segments(t_a, t_b):
-            w = m[:3]
-            th = (w - bg) * (0.5 * dt)
-            # first-order rotation is exact enough for |th| ~ 1e-3
-            f = m[3:]
-            a = f + np.array([th[1] * f[2] - th[2] * f[1], th[2] * f[0] - th[0] * f[2], th[0] * f[1] - th[1] * f[0]])
-            pim.integrateMeasurement(a, w, dt)
-            n += 1
-        return n
+        w = np.ascontiguousarray(m[:, :3])
+        f = m[:, 3:]
+        th = (w - bg) * (0.5 * dt)[:, None]
+        a = np.empty_like(f)
+        a[:, 0] = f[:, 0] + (th[:, 1] * f[:, 2] - th[:, 2] * f[:, 1])
+        a[:, 1] = f[:, 1] + (th[:, 2] * f[:, 0] - th[:, 0] * f[:, 2])
+        a[:, 2] = f[:, 2] + (th[:, 0] * f[:, 1] - th[:, 1] * f[:, 0])
+        for k in range(len(dt)):
+            pim.integrateMeasurement(a[k], w[k], float(dt[k]))
+        return len(dt)

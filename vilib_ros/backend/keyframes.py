@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import TrackFrame
 from .config import VioState
 from .initialisation import is_static
 
@@ -24,6 +23,20 @@ class _Keyframe:
     v: np.ndarray
     bias: np.ndarray              # (6,) [ba, bg] like gtsam ConstantBias.vector()
     obs: tuple = (np.zeros(0, np.int64), np.zeros((0, 2)))   # (track ids, xy) for keyframe selection
+    _lookup: tuple | None = None  # (sorted ids, their order in obs), built on first use
+
+    def match(self, ids: np.ndarray):
+        """(indices into obs, mask over ``ids``) of the tracks this keyframe also saw."""
+        if self._lookup is None or self._lookup[2] is not self.obs:
+            order = np.argsort(self.obs[0], kind="stable")
+            self._lookup = (self.obs[0][order], order, self.obs)
+        srt, order, _ = self._lookup
+        if not len(srt):
+            return np.zeros(0, np.intp), np.zeros(len(ids), bool)
+        pos = np.searchsorted(srt, ids)
+        pos[pos >= len(srt)] = 0
+        hit = srt[pos] == ids
+        return order[pos[hit]], hit
 
 
 class KeyframeMixin:
@@ -38,7 +51,7 @@ class KeyframeMixin:
         T = ns.pose().matrix()
         return T, np.asarray(ns.velocity())
 
-    def _is_keyframe(self, fr: TrackFrame, T_pred) -> bool:
+    def _is_keyframe(self, fr, T_pred) -> bool:
         cfg = self.config
         kf = self._last_kf
         dt = (fr.stamp_ns - kf.t_ns) * 1e-9
@@ -59,7 +72,7 @@ class KeyframeMixin:
             return True
         return False
 
-    def _parallax(self, fr: TrackFrame, T_pred):
+    def _parallax(self, fr, T_pred):
         """(tracks shared with the last keyframe, their rotation-compensated median parallax, px)."""
         kf = self._last_kf
         ck = (fr.stamp_ns, kf.idx)
@@ -70,12 +83,11 @@ class KeyframeMixin:
         return res
 
     def _parallax_uncached(self, fr, T_pred, kf):
-        kf_ids, kf_xy = kf.obs
-        _, ia, ib = np.intersect1d(kf_ids, fr.ids, assume_unique=True, return_indices=True)
+        ia, hit = kf.match(fr.ids)
         if len(ia) == 0:
             return 0, np.inf
-        a = kf_xy[ia]
-        b = fr.xy[ib]
+        a = kf.obs[1][ia]
+        b = fr.xy[hit]
         # rotate current bearings into the keyframe camera
         R_bb = kf.T[:3, :3].T @ T_pred[:3, :3]
         R_cc = self._T_BS0[:3, :3].T @ R_bb @ self._T_BS0[:3, :3]
@@ -83,7 +95,7 @@ class KeyframeMixin:
         bp = f[:, :2] / f[:, 2:3]
         return len(ia), float(np.median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx)
 
-    def _is_still(self, fr: TrackFrame, T_pred) -> bool:
+    def _is_still(self, fr, T_pred) -> bool:
         """No motion since the last keyframe: the tracks show no parallax and the IMU window
         passes the rest test (both needed: parallax alone is blind to motion along the rays)."""
         cfg = self.config
@@ -95,7 +107,7 @@ class KeyframeMixin:
         _, win = self._imu.window(self._last_kf.t_ns, fr.stamp_ns)
         return is_static(win, cfg, cfg.gravity, tolerance=1.5)
 
-    def _add_keyframe(self, fr: TrackFrame, T_pred, v_pred) -> VioState:
+    def _add_keyframe(self, fr, T_pred, v_pred) -> VioState:
         gtsam = self._g
         cfg = self.config
         t_start = time.perf_counter()
@@ -122,6 +134,7 @@ class KeyframeMixin:
             self.stats["zero_velocity_updates"] += 1
 
         # ---- visual factors
+        t_vis = time.perf_counter()
         self._proj_cache = {}
         horizon = fr.stamp_ns - int(0.85 * self.window_s * 1e9)
         n_added = self._add_visual(fr, k, X, T_pred, graph, vals, stamps, horizon)
@@ -133,6 +146,7 @@ class KeyframeMixin:
             self._smoother.update(graph, vals, stamps)
             for _ in range(cfg.extra_updates):
                 self._smoother.update()
+            t_upd = time.perf_counter()
             est = self._smoother.calculateEstimate()
             T_new = est.atPose3(X).matrix()
             v_new = np.asarray(est.atVector(V))
@@ -178,7 +192,8 @@ class KeyframeMixin:
         self._emit(fr.stamp_ns, k, np.eye(4), kf.T, state)
         t_end = time.perf_counter()
         self.kf_timings.append({"total_s": t_end - t_start, "smoother_s": t_sm,
-                                "python_s": (t_py - t_start) + (t_end - t_py2), "factors": n_added})
+                                "python_s": (t_py - t_start) + (t_end - t_py2), "factors": n_added,
+                                "update_s": t_upd - t_py, "visual_s": t_py - t_vis, "bookkeeping_s": t_end - t_py2})
         return state
 
     def _note_tracking(self, t_ns: int, n_visual: int) -> None:

@@ -5,6 +5,7 @@ track drifted (``retriangulate_outliers``) or outlived ``landmark_max_span_s``."
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +14,7 @@ from ..types import TrackFrame
 from .initialisation import stereo_triangulate
 
 log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
+_X0, _L0 = ord("x") << 56, ord("l") << 56      # gtsam.symbol("x", i) == _X0 | i (Symbol's key layout)
 
 
 @dataclass
@@ -27,38 +29,33 @@ class _Landmark:
 class LandmarkMixin:
     """Landmarks and visual factors (a part of VioEstimator; uses its state)."""
 
-    def _record_pending(self, fr: TrackFrame, kf_idx: int):
+    def _record_pending(self, fr, kf_idx: int):
         """Remember this keyframe's observation of every track without a landmark:
-        (kf idx, xy, raw right xy | None, rectified right xy | None, stereo point in cam0 | None)."""
-        cfg = self.config
-        n = len(fr)
+        (kf idx, xy, raw right xy | None, rectified right xy | None)."""
         xr = fr.xy_right
-        xrr = Pc = okP = None
-        if xr is not None and n:
+        xy_l = fr.xy.tolist()
+        if xr is not None and len(fr):
             has = np.isfinite(xr).all(axis=1)
-            xrr = np.full((n, 2), np.nan)
-            Pc = np.full((n, 3), np.nan)
-            okP = np.zeros(n, bool)
-            if has.any():
-                if self._rectified:
-                    xrr[has] = self._rectify_right(xr[has])
-                P, ok = stereo_triangulate(fr.xy[has], xr[has], self._T_c0_c1)
-                z = P[:, 2]
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    disp = self._baseline / z * self.cam0.fx
-                ok &= (z > cfg.min_depth) & (z < cfg.max_depth) & (disp >= cfg.min_disparity_px)
-                Pc[has] = P
-                okP[has] = ok
-        else:
-            has = np.zeros(n, bool)
-        for j, i in enumerate(fr.ids.tolist()):
-            if i in self._blacklist or i in self._lm:
-                continue
-            if has[j]:
-                o = (kf_idx, fr.xy[j], xr[j], xrr[j] if self._rectified else None, Pc[j] if okP[j] else None)
+            xr_l = xr.tolist()
+            if self._rectified and has.any():
+                xrr = np.full((len(fr), 2), np.nan)
+                xrr[has] = self._rectify_right(xr[has])
+                xrr_l = xrr.tolist()
             else:
-                o = (kf_idx, fr.xy[j], None, None, None)
-            self._pending.setdefault(i, []).append(o)
+                xrr_l = [None] * len(fr)
+            has_l = has.tolist()
+        else:
+            has_l = [False] * len(fr)
+        lm, bl, pend = self._lm, self._blacklist, self._pending
+        for j, i in enumerate(fr.ids.tolist()):
+            if i in bl or i in lm:
+                continue
+            o = (kf_idx, xy_l[j], xr_l[j], xrr_l[j], None) if has_l[j] else (kf_idx, xy_l[j], None, None, None)
+            p = pend.get(i)
+            if p is None:
+                pend[i] = [o]
+            else:
+                p.append(o)
 
     def _cam_T_cw(self, T_wb: np.ndarray, T_BS: np.ndarray):
         T_wc = T_wb @ T_BS
@@ -69,28 +66,30 @@ class LandmarkMixin:
         gtsam = self._g
         cfg = self.config
         stereo = self.mode == "stereo"
-        ids = fr.ids
+        ids_l = fr.ids.tolist()
         xy = fr.xy
         xr = fr.xy_right if stereo else None
+        lmd = self._lm
         R_cw, t_cw = self._cam_T_cw(T_pred, self._T_BS0)
+        ts_now = self._ts(fr.stamp_ns)
         # --- observations of existing landmarks, gated
         if cfg.landmark_max_span_s > 0:
             # frame-to-frame tracks drift: a landmark older than the span is ended, its track starts anew
             old = fr.stamp_ns - int(cfg.landmark_max_span_s * 1e9)
-            for j, i in enumerate(ids.tolist()):
-                lm = self._lm.get(i)
+            for i in ids_l:
+                lm = lmd.get(i)
                 if lm is not None and lm.t0 < old:
-                    del self._lm[i]
+                    del lmd[i]
                     self.stats["landmarks_split"] += 1
-        ex = [j for j, i in enumerate(ids) if int(i) in self._lm]
-        ex.sort(key=lambda j: -self._lm[int(ids[j])].n_obs)
+        ex = [j for j, i in enumerate(ids_l) if i in lmd]
+        ex.sort(key=lambda j: -lmd[ids_l[j]].n_obs)
         ex = ex[:cfg.max_landmarks_per_kf]
         n_added = 0
-        accepted = []
         if ex:
-            P = np.array([self._lm[int(ids[j])].p for j in ex])
+            P = np.array([lmd[ids_l[j]].p for j in ex])
             pc = P @ R_cw.T + t_cw
             z = pc[:, 2]
+            xr_rect = None
             with np.errstate(divide="ignore", invalid="ignore"):
                 pred = pc[:, :2] / z[:, None]
                 r = (xy[ex] - pred) / self._sigma_n
@@ -102,13 +101,18 @@ class LandmarkMixin:
                     pr = (pc[:, 0] - self._baseline) / z
                     er = np.where(has_r, ((xrr[:, 0] - pr) / self._sigma_n) ** 2, 0.0)
                     e2 = e2 + er
+                    xr_rect = xrr[:, 0].tolist()
             chi = np.where(has_r, cfg.chi2_stereo, cfg.chi2_mono)
             med = np.nanmedian(e2 / np.where(has_r, 2.37, 1.39)) if len(e2) else 1.0
             scale = max(1.0, float(med)) if np.isfinite(med) else 1.0
-            good = np.isfinite(e2) & (z > cfg.min_depth) & (e2 <= chi * scale)
+            good = (np.isfinite(e2) & (z > cfg.min_depth) & (e2 <= chi * scale)).tolist()
+            has_l = has_r.tolist()
+            xy_ex = xy[ex].tolist()
+            xr_raw = xr[ex].tolist() if (xr is not None and not self._rectified) else None
+            x_key = int(X)
             for n, j in enumerate(ex):
-                tid = int(ids[j])
-                lm = self._lm[tid]
+                tid = ids_l[j]
+                lm = lmd[tid]
                 if not good[n]:
                     self.stats["outliers_rejected"] += 1
                     c = self._outliers.get(tid, 0) + 1
@@ -116,64 +120,69 @@ class LandmarkMixin:
                     if c >= cfg.max_outlier_count:
                         self._blacklist.add(tid)
                         self.stats["blacklisted"] += 1
-                        del self._lm[tid]
+                        del lmd[tid]
                     elif cfg.retriangulate_outliers:
                         # a drifting track (frame-to-frame LK accumulates error) no longer fits its
                         # landmark: end the landmark here; the track starts a new one from this keyframe
-                        del self._lm[tid]
+                        del lmd[tid]
                         self.stats["landmarks_split"] += 1
                     continue
-                self._add_obs(graph, X, lm.key, xy[j], xrr[n] if has_r[n] else None,
-                              xr[j] if (xr is not None and not self._rectified) else None)
+                self._add_obs(graph, x_key, lm.key, xy_ex[n], xr_rect[n] if has_l[n] else None,
+                              xr_raw[n] if xr_raw is not None else None)
                 lm.last_t = fr.stamp_ns
                 lm.n_obs += 1
-                stamps[lm.key] = self._ts(fr.stamp_ns)
+                stamps[lm.key] = ts_now
                 n_added += 1
-                accepted.append(tid)
         # --- new tracks: record, then create landmarks from pending observations
         self._record_pending(fr, k)
         budget = cfg.max_landmarks_per_kf - n_added
         if budget <= 0:
             return n_added
-        cands = [int(i) for i in ids if int(i) in self._pending]
+        pend = self._pending
+        cands = [i for i in ids_l if i in pend]
         # prefer tracks with more keyframe observations
-        cands.sort(key=lambda i: -len(self._pending[i]))
-        created = 0
+        cands.sort(key=lambda i: -len(pend[i]))
+        valid = {i for i, f in self._kfs.items() if f.t_ns >= horizon}
+        valid.add(k)
         live = []
         for tid in cands:
-            obs = [o for o in self._pending[tid] if o[0] == k or (o[0] in self._kfs and self._kfs[o[0]].t_ns >= horizon)]
-            self._pending[tid] = obs
+            obs = pend[tid]
+            if any(o[0] not in valid for o in obs):
+                obs = pend[tid] = [o for o in obs if o[0] in valid]
             if len(obs) >= 2:
                 live.append(tid)
         live = live[:2 * budget + 8]
-        fast = self._triangulate_batch([self._pending[t] for t in live], k, T_pred)
+        fast = self._triangulate_batch([pend[t] for t in live], k, T_pred)
+        created = 0
+        use_raw = not self._rectified
         for tid, P in zip(live, fast):
             if created >= budget:
                 break
-            obs = self._pending[tid]
+            obs = pend[tid]
             if P is None:       # some observation failed the gate: iterative path
                 P, obs = self._init_landmark(obs, k, T_pred)
                 if P is None:
                     continue
-            key = gtsam.symbol("l", self.stats["landmarks_created"])
+            key = _L0 | self.stats["landmarks_created"]
             self.stats["landmarks_created"] += 1
-            vals.insert(key, gtsam.Point3(*P))
+            pt = gtsam.Point3(*P)
+            vals.insert(key, pt)
             if cfg.landmark_prior_sigma > 0:
                 # weak prior: keeps a landmark whose factors all drop out (behind a camera ->
                 # zero Jacobian) from making the system indeterminate
-                graph.add(gtsam.PriorFactorPoint3(key, gtsam.Point3(*P), self._noise_lm_prior))
+                graph.add(gtsam.PriorFactorPoint3(key, pt, self._noise_lm_prior))
             for (ki, o_xy, o_xr, o_xrr, _) in obs:
-                self._add_obs(graph, gtsam.symbol("x", ki), key, o_xy, o_xrr,
-                              o_xr if not self._rectified else None)
+                self._add_obs(graph, _X0 | ki, key, o_xy, o_xrr[0] if o_xrr is not None else None,
+                              o_xr if use_raw else None)
                 n_added += 1
-            self._lm[tid] = _Landmark(key, P, fr.stamp_ns, len(obs), fr.stamp_ns)
-            stamps[key] = self._ts(fr.stamp_ns)
-            del self._pending[tid]
+            lmd[tid] = _Landmark(key, P, fr.stamp_ns, len(obs), fr.stamp_ns)
+            stamps[key] = ts_now
+            del pend[tid]
             created += 1
         # prune pending tracks not seen in this keyframe
-        seen = {int(i) for i in ids}
-        for tid in [t for t in self._pending if t not in seen]:
-            del self._pending[tid]
+        seen = set(ids_l)
+        for tid in [t for t in pend if t not in seen]:
+            del pend[tid]
         return n_added
 
     def _rectify_right(self, xr: np.ndarray) -> np.ndarray:
@@ -182,15 +191,17 @@ class LandmarkMixin:
         with np.errstate(divide="ignore", invalid="ignore"):
             return f[:, :2] / f[:, 2:3]
 
-    def _add_obs(self, graph, X, L, xy, xr_rect, xr_raw):
+    def _add_obs(self, graph, X: int, L: int, xy, xr_rect: float | None, xr_raw):
+        """One observation of landmark L from keyframe pose X: a stereo factor where the rectified
+        right x is known, else a projection factor (and one for the raw right ray if given)."""
         gtsam = self._g
-        if xr_rect is not None and np.isfinite(xr_rect[0]):
-            graph.add(gtsam.GenericStereoFactor3D(gtsam.StereoPoint2(float(xy[0]), float(xr_rect[0]), float(xy[1])),
+        if xr_rect is not None and math.isfinite(xr_rect):
+            graph.add(gtsam.GenericStereoFactor3D(gtsam.StereoPoint2(xy[0], xr_rect, xy[1]),
                                                   self._noise_stereo, X, L, self._K_stereo, self._pose_bs0))
             return
         graph.add(gtsam.GenericProjectionFactorCal3_S2(np.asarray(xy, float), self._noise_mono, X, L,
                                                        self._K_mono, self._pose_bs0))
-        if xr_raw is not None and np.isfinite(xr_raw[0]):
+        if xr_raw is not None and math.isfinite(xr_raw[0]):
             graph.add(gtsam.GenericProjectionFactorCal3_S2(np.asarray(xr_raw, float), self._noise_mono, X, L,
                                                            self._K_mono, self._pose_bs1))
 
@@ -214,22 +225,30 @@ class LandmarkMixin:
             return []
         stereo = self.mode == "stereo"
         C = len(cands)
-        N = max(len(c) for c in cands)
+        lens = [len(c) for c in cands]
+        N = max(lens)
+        flat = [o for c in cands for o in c]
+        ci = np.repeat(np.arange(C), lens)
+        sj = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+        kfi = [o[0] for o in flat]
+        uk = sorted(set(kfi))
+        tab = np.array([self._proj(ki, k, T_pred) for ki in uk])
+        slot = {ki: n for n, ki in enumerate(uk)}
         Pl = np.zeros((C, N, 3, 4))
+        Pl[ci, sj] = tab[[slot[ki] for ki in kfi]]
         xy = np.zeros((C, N, 2))
+        xy[ci, sj] = [o[1] for o in flat]
         xr = np.zeros((C, N, 2))
         m_l = np.zeros((C, N), bool)
+        m_l[ci, sj] = True
         m_r = np.zeros((C, N), bool)
         cur = np.zeros((C, N), bool)
-        for ci, obs in enumerate(cands):
-            for j, o in enumerate(obs):
-                Pl[ci, j] = self._proj(o[0], k, T_pred)
-                xy[ci, j] = o[1]
-                m_l[ci, j] = True
-                cur[ci, j] = o[0] == k
-                if stereo and o[2] is not None:
-                    xr[ci, j] = o[2]
-                    m_r[ci, j] = True
+        cur[ci, sj] = np.asarray(kfi) == k
+        if stereo:
+            r = [n for n, o in enumerate(flat) if o[2] is not None]
+            if r:
+                xr[ci[r], sj[r]] = [flat[n][2] for n in r]
+                m_r[ci[r], sj[r]] = True
         rows = [xy[..., 0:1] * Pl[:, :, 2] - Pl[:, :, 0], xy[..., 1:2] * Pl[:, :, 2] - Pl[:, :, 1]]
         rows = [r * m_l[..., None] for r in rows]
         if stereo:

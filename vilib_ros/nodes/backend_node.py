@@ -438,7 +438,7 @@ class BackendNode(Node):
         if getattr(state, "is_keyframe", False):
             from vilib_ros.backend.covariance import odometry_covariance
 
-            cov = odometry_covariance(self.estimator)
+            cov = odometry_covariance(self.estimator.state_covariance())
             if cov is not None:
                 self.covariance = cov
         odom = self._odometry(state, self.covariance)
@@ -484,7 +484,7 @@ class BackendNode(Node):
     def _estimator_stats(self) -> dict:
         if self.estimator is None:
             return {}
-        return {k: v for k, v in dict(self.estimator.stats).items() if isinstance(v, (int, float, str))}
+        return self.estimator.counters()
 
     def _publish_diagnostics(self) -> None:
         w = self.frame_ms.window()
