@@ -132,9 +132,13 @@ def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
         "frontend_node": {"ros__parameters": dict(calib, device=args.device, queue_size=100, stereo_timeout_s=1.0,
                                                   # our own player: reliable, so no image is lost
                                                   input_reliability="reliable",
+                                                  # and it sends the IMU up to each image's stamp before the
+                                                  # image: wait for it (bounded), so that the result does not
+                                                  # depend on the machine's load (the same run, the same tracks)
+                                                  imu_wait_s=1.0,
                                                   stats_path=str(out / "frontend_stats.json"))},
         "backend_node": {"ros__parameters": dict(calib, estimator="none" if args.no_backend else "auto",
-                                                 input_reliability="reliable",
+                                                 input_reliability="reliable", imu_wait_s=2.0 if ds.has_imu else 0.0,
                                                  imu_yaml=str(out / "imu0.yaml"),
                                                  trajectory_path=str(out / "trajectory_tum.txt"),
                                                  stats_path=str(out / "backend_stats.json"))},
