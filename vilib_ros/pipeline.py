@@ -278,6 +278,8 @@ def run_command(args) -> int:
     t_start = time.monotonic()
     if args.loops < 1:
         raise ValueError(f"--loops must be >= 1, got {args.loops}")
+    if args.domain_id is not None and not 0 <= args.domain_id <= 232:
+        raise ValueError(f"--domain-id must be in 0..232 (the ids DDS maps to UDP ports), got {args.domain_id}")
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)   # clean up the children and write what there is
     ds, ds_path, out, name = _prepare(args)
