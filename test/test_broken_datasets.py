@@ -253,8 +253,11 @@ CASES = {
 def _run(dataset: Path, out: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # a namespace of its own: another test run on the same domain id (another seed, another
+    # checkout) cannot mix its messages into this one
     proc = popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out), "--domain-id",
-                  str(DOMAIN), "--no-video", "--timeout", "300"], env=env, stdout=subprocess.PIPE,
+                  str(DOMAIN), "--namespace", f"broken_{os.getpid()}", "--no-video", "--timeout", "300"],
+                 env=env, stdout=subprocess.PIPE,
                  stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=400)

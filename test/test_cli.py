@@ -68,6 +68,7 @@ class TestUserErrors:
     @pytest.mark.parametrize("argv,needle", [
         (["run", "/no/such/dataset"], "dataset not found: /no/such/dataset"),
         (["run", "--duration", "-1"], "duration_s"),
+        (["run", "--domain-id", "250"], "--domain-id must be in 0..232"),
         (["eval", "/no/such/est.txt", "/no/such/gt.txt"], "no such trajectory file"),
         (["generate", "/tmp/x", "--duration", "0"], "duration"),
     ])

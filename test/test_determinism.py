@@ -46,8 +46,8 @@ def runs(tmp_path_factory):
     for k in range(RUNS):
         o = tmp / f"run{k}"
         proc = popen([sys.executable, "-m", "vilib_ros", "run", str(ds), "--out", str(o), "--domain-id", str(DOMAIN),
-                      "--no-video", "--timeout", "300"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                     text=True)
+                      "--namespace", f"determinism_{os.getpid()}", "--no-video", "--timeout", "300"], env=env,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             _, err = proc.communicate(timeout=400)
         finally:
@@ -56,10 +56,13 @@ def runs(tmp_path_factory):
         traj = o / "trajectory_tum.txt"
         out.append({"rc": proc.returncode, "stderr": err, "out": o,
                     "trajectory": traj.read_text() if traj.exists() else "",
-                    "player": json.loads((o / "player_stats.json").read_text()),
-                    "frontend": json.loads((o / "frontend_stats.json").read_text()),
-                    "backend": json.loads((o / "backend_stats.json").read_text())})
+                    "player": _json(o / "player_stats.json"), "frontend": _json(o / "frontend_stats.json"),
+                    "backend": _json(o / "backend_stats.json")})
     return out
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 class TestTenRuns:
@@ -77,4 +80,8 @@ class TestTenRuns:
         first = runs[0]["trajectory"]
         assert len(first.splitlines()) >= 10, first
         differ = [k for k, r in enumerate(runs) if r["trajectory"] != first]
-        assert not differ, f"runs {differ} gave another trajectory than run 0"
+        # the usual cause: a frame tracked without the IMU up to its stamp (the frontend's motion
+        # prediction then differs); the frontend counts those
+        why = {k: {"imu_predicted": (r["frontend"].get("frontend_stats") or {}).get("imu_predicted"),
+                   "imu_incomplete": (r["frontend"].get("events") or {}).get("imu_incomplete")} for k, r in enumerate(runs)}
+        assert not differ, f"runs {differ} gave another trajectory than run 0: {why}"

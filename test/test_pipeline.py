@@ -44,7 +44,7 @@ def first_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline") / "out"
     t0 = time.monotonic()
     proc = popen([sys.executable, "-m", "vilib_ros", "run", "--out", str(out), "--duration", "3",
-                  "--domain-id", str(DOMAIN), "--timeout", "400"],
+                  "--domain-id", str(DOMAIN), "--namespace", f"pipeline_{os.getpid()}", "--timeout", "400"],
                  env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _, err = proc.communicate(timeout=500)
@@ -128,7 +128,7 @@ class TestRunEndToEnd:
 
 def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int):
     proc = popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out),
-                  "--domain-id", str(domain), "--rate", "0.5", "--no-video"],
+                  "--domain-id", str(domain), "--namespace", f"pipeline_{os.getpid()}", "--rate", "0.5", "--no-video"],
                  env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rec = out / "recorded.jsonl"
     t_end = time.monotonic() + 180

@@ -60,6 +60,8 @@ def configure_parser(p) -> None:
     p.add_argument("--mono", action="store_true", help="use cam0 only even where the dataset is stereo")
     p.add_argument("--no-backend", action="store_true", help="run the backend in record-only mode")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: picked from the pid)")
+    p.add_argument("--namespace", default="",
+                   help="put every topic of the run under /NAMESPACE (keeps runs that share a domain apart)")
     p.add_argument("--timeout", type=float, default=0.0, help="give up after this many seconds (0 = never)")
     p.add_argument("--no-video", action="store_true", help="skip the tracks video")
 
@@ -141,7 +143,7 @@ def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
                                                   input_reliability="reliable", imu_wait_s=5.0,
                                                   stats_path=str(out / "frontend_stats.json"))},
         "backend_node": {"ros__parameters": dict(calib, estimator="none" if args.no_backend else "auto",
-                                                 input_reliability="reliable", imu_wait_s=10.0,
+                                                 input_reliability="reliable", imu_wait_s=10.0 if ds.has_imu else 0.0,
                                                  imu_yaml=str(out / "imu0.yaml"),
                                                  trajectory_path=str(out / "trajectory_tum.txt"),
                                                  stats_path=str(out / "backend_stats.json"))},
@@ -156,6 +158,9 @@ def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
         "recorder_node": {"ros__parameters": {"output": str(out / "recorded.jsonl"), "topics": [
             "tracks:sensor_msgs/msg/PointCloud", "odometry:nav_msgs/msg/Odometry"]}},
     }
+    if args.namespace.strip("/"):
+        # nodes under a namespace: their parameter sections must match /<ns>/<node>
+        params = {f"/**/{k}": v for k, v in params.items()}
     write_yaml(out / "params.yaml", params)
     return params
 
@@ -198,9 +203,14 @@ class _Run:
         self.stereo, self.n_images = stereo, n_images
         self.children: dict[str, NodeProcess] = {}
         self.cpu_reason_said = False
+        ns = args.namespace.strip("/")
+        self.prefix = f"/{ns}" if ns else ""     # topics of this run: <prefix>/cam0/image_raw, ...
 
     def start(self, node: str) -> None:
-        self.children[node] = NodeProcess(node, node_argv(node, remaps=REMAPS[node], params_file=self.out / "params.yaml"),
+        remaps = {k: self.prefix + v for k, v in REMAPS[node].items()}
+        if self.prefix:
+            remaps["__ns"] = self.prefix       # the nodes' own topics (odometry, path, ...) go there too
+        self.children[node] = NodeProcess(node, node_argv(node, remaps=remaps, params_file=self.out / "params.yaml"),
                                           self.env, self.out / "logs" / f"{node}.log")
 
     def say_cpu_fallback(self) -> None:
@@ -288,6 +298,10 @@ def run_command(args) -> int:
     t_start = time.monotonic()
     if args.loops < 1:
         raise ValueError(f"--loops must be >= 1, got {args.loops}")
+    if args.namespace and not all(part.isidentifier() for part in args.namespace.strip("/").split("/")):
+        raise ValueError(f"--namespace must be a ROS name (letters, digits, _ and /), got {args.namespace!r}")
+    if args.domain_id is not None and not 0 <= args.domain_id <= 232:
+        raise ValueError(f"--domain-id must be in 0..232 (the ids DDS maps to UDP ports), got {args.domain_id}")
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)   # clean up the children and write what there is
     ds, ds_path, out, name = _prepare(args)
@@ -318,9 +332,9 @@ def run_command(args) -> int:
         try:
             for node in NODES:
                 run.start(node)
-            need = {"/cam0/image_raw": 1, "/tracks": 2, "/imu0": 2}
+            need = {run.prefix + "/cam0/image_raw": 1, run.prefix + "/tracks": 2, run.prefix + "/imu0": 2}
             if stereo:
-                need["/cam1/image_raw"] = 1
+                need[run.prefix + "/cam1/image_raw"] = 1
             if not _wait_for_graph(domain_id, need, 120.0, list(run.children.values())):
                 dead = [c for c in run.children.values() if c.poll() is not None]
                 raise RuntimeError("node exited during start-up: " + ", ".join(f"{c.name} (rc {c.poll()})"
