@@ -10,8 +10,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import TrackFrame
-from .initialisation import stereo_triangulate
 
 log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
 _X0, _L0 = ord("x") << 56, ord("l") << 56      # gtsam.symbol("x", i) == _X0 | i (Symbol's key layout)
