@@ -27,7 +27,7 @@ def test_bench_node_small(euroc_path, tmp_path):
     env["VILIB_ROS_EUROC"] = str(euroc_path)
     r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-node", "--device", "cpu", "--rates", "bp",
                         "--modes", "mono", "--frames", "12", "--burst", "40", "--out", str(tmp_path),
-                        "--domain-id", str(DOMAIN)], env=env, capture_output=True, text=True, timeout=600)
+                        "--domain-id", str(DOMAIN), "--replay-duration", "2"], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads((tmp_path / "node_bench.json").read_text())
     for key in ("device", "date", "overhead_p50_ms", "stereo_overhead_p50_ms", "mono_sustained_fps",
@@ -41,4 +41,9 @@ def test_bench_node_small(euroc_path, tmp_path):
     for qos in ("reliable", "best_effort"):
         b = d["burst"][qos]
         assert b["sent"] == 40 and b["received"] + b["dropped"] == 40 and b["rss_end_kb"] > 0
-    assert "| mono_bp | 12 |" in (tmp_path / "node_bench.md").read_text()
+    md = (tmp_path / "node_bench.md").read_text()
+    assert "| mono_bp | 12 |" in md
+    # the replay figure is measured, not left for someone to fill in (it was null)
+    rp = d["replay"]
+    assert rp["rc"] == 0 and rp["frames"] >= 40 and d["replay_fps"] == pytest.approx(rp["frames"] / rp["replay_wall_s"])
+    assert "Replay (`vilib-ros run --duration 2" in md

@@ -18,8 +18,12 @@ latency p50 / p99 at each rate. The burst case (``--burst N``, default 20,000; 0
 mono images as fast as the publisher can, reliable and best effort: frames in / out /
 dropped and the node's RSS at start and end.
 
-Writes ``node_bench.json`` and ``node_bench.md`` into ``--out`` with device and date;
-``replay_fps`` (``vilib-ros run``, stereo, backend on) is left null for the lead to fill in.
+The replay (``--replay-duration`` s, default 30; 0 = off): ``vilib-ros run`` on its generated
+stereo-inertial sequence of that length, backend on, no video, as fast as backpressure allows:
+``replay_fps`` = stereo frames the player sent / the replay's wall time (player start to the
+last message handled, from the run's ``timing.json``), with the run's APE beside it.
+
+Writes ``node_bench.json`` and ``node_bench.md`` into ``--out`` with device and date.
 """
 from __future__ import annotations
 
@@ -49,6 +53,8 @@ def configure_parser(p) -> None:
     p.add_argument("--frames", type=int, default=380, help="frames per configuration (the 95 frames looped)")
     p.add_argument("--burst", type=int, default=20000, help="images in the burst case (0 = skip it)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: from the pid)")
+    p.add_argument("--replay-duration", type=float, default=30.0,
+                   help="seconds of the generated sequence replayed by `vilib-ros run` for replay_fps (0 = skip)")
 
 
 def _find_data(arg) -> Path:
@@ -299,7 +305,38 @@ def run_command(args) -> int:
                 results["burst"][rel] = r
     finally:
         client.close()
+    if args.replay_duration > 0:
+        results["replay"] = replay(args.replay_duration, args.device, domain)
     return _write(results, out, args, data, device_used)
+
+
+def replay(duration: float, device: str, domain: int) -> dict:
+    """``vilib-ros run`` on its generated stereo sequence of ``duration`` s (backend on, no video,
+    backpressure): stereo frames sent per second of replay wall time, and the run's APE."""
+    import subprocess
+
+    print(f"bench-node: vilib-ros run, generated {duration:g} s stereo sequence, backend on", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmpd:
+        out = Path(tmpd) / "run"
+        cmd = [sys.executable, "-m", "vilib_ros", "run", "--duration", f"{duration:g}", "--device", device,
+               "--no-video", "--out", str(out), "--domain-id", str(domain), "--namespace", f"bench_replay_{os.getpid()}",
+               "--timeout", str(max(300.0, 20 * duration))]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        res: dict = {"command": "vilib-ros run --duration %g --device %s --no-video" % (duration, device),
+                     "rc": proc.returncode}
+        try:
+            timing = json.loads((out / "timing.json").read_text())
+            player = json.loads((out / "player_stats.json").read_text())
+            frames = int((player.get("images") or [0])[0])
+            wall = float(timing["wall_s"]["replay"])
+            res.update(frames=frames, replay_wall_s=wall, fps=frames / wall if wall > 0 else None)
+            report = (out / "report.md").read_text()
+            res["ape_line"] = next((ln.strip("- ") for ln in report.splitlines() if "APE" in ln), None)
+        except (OSError, KeyError, ValueError) as exc:
+            res["error"] = f"{exc.__class__.__name__}: {exc}; last output: {proc.stderr[-400:]}"
+    print(f"  replay: {res.get('frames')} stereo frames in {res.get('replay_wall_s')} s -> {res.get('fps')} frames/s",
+          file=sys.stderr)
+    return res
 
 
 def _machine(device: str) -> str:
@@ -338,8 +375,7 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
         "stereo_sustained_fps": max([c["sustained_fps"] for n, c in cfg.items() if n.startswith("stereo")
                                      and c["dropped"] == 0] or [0.0]),
         "latency_p99_ms_at_200hz": get("mono_200", "latency_p99_ms"),
-        "replay_fps": None,
-        "replay_fps_note": "vilib-ros run (stereo, backend on) on the generated 30 s sequence: filled in by the lead",
+        "replay_fps": (results.get("replay") or {}).get("fps"),
     }
     summary.update(results)
     (out / "node_bench.json").write_text(json.dumps(summary, indent=2))
@@ -373,6 +409,12 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
             rss = "-" if not c.get("rss_start_kb") else (f"{c['rss_start_kb'] / 1024:.1f} / {c['rss_end_kb'] / 1024:.1f}"
                                                          f" / {c['rss_max_kb'] / 1024:.1f}")
             lines.append(f"| {rel} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | {rss} |")
+    rp = results.get("replay")
+    if rp:
+        lines += ["", f"Replay (`{rp['command']}`, stereo, backend on, backpressure): "
+                  + (f"{rp['frames']} stereo frames in {rp['replay_wall_s']:.1f} s = **{rp['fps']:.0f} frames/s**"
+                     f" ({rp.get('ape_line') or 'no APE line'})" if rp.get("fps") else
+                     f"no figure (rc {rp['rc']}: {rp.get('error')})")]
     (out / "node_bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
