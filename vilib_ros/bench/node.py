@@ -13,8 +13,9 @@ Per configuration: sustained frames/s (tracks received / time from the first sen
 last tracks), frames sent / received by the node / tracks out (drops), latency from send to
 tracks received (p50 / p99), the node's own receive -> publish time minus ``process()``
 (overhead, p50 / p99, from its stats file), ``process()`` p50, and the node's CPU time per
-frame. The floor: the same images from the same publisher to a bare subscriber (no node),
-latency p50 / p99 at each rate. The burst case (``--burst N``, default 20,000; 0 = off): N
+frame (all its threads, from its first frame on: start-up is not spread over the frames).
+The floor: the same images from the same publisher to a bare subscriber (no node), latency
+p50 / p99 at each rate. The burst case (``--burst N``, default 20,000; 0 = off): N
 mono images as fast as the publisher can, reliable and best effort: frames in / out /
 dropped and the node's RSS at start and end.
 
@@ -398,7 +399,7 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
              "overhead = the node's receive -> publish minus `process()`; floor = the same images, bare publisher -> "
              "subscriber, same run.", "",
              "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | floor p50 / p99 ms "
-             "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms | CPU ms/frame |",
+             "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms | CPU ms/frame after start-up |",
              "|---" * 12 + "|"]
 
     def f(v, d=2):

@@ -37,9 +37,13 @@ class FrontendStats:
         self.stage: dict[str, Stat] = collections.defaultdict(Stat)
         self.last_features = 0
         self.last_stats: dict = {}
-        self._cpu0 = time.process_time()
+        # CPU time per frame counts from the first frame published: start-up (imports, kernel
+        # compilation, graph capture, JIT) is not spread over the frames
+        self._cpu0: float | None = None
 
     def frame_done(self, t_recv: float, t0: float, t1: float, t2: float, frame) -> None:
+        if self._cpu0 is None:
+            self._cpu0 = time.process_time()
         self.tx.tick()
         self.process.add((t1 - t0) * 1e3)
         self.latency.add((t2 - t_recv) * 1e3)
@@ -74,8 +78,8 @@ class FrontendStats:
         return d
 
     def summary(self, name: str, device: str) -> dict:
-        frames = max(1, self.tx.count)
-        cpu = time.process_time() - self._cpu0
+        frames = max(1, self.tx.count - 1)
+        cpu = 0.0 if self._cpu0 is None else time.process_time() - self._cpu0
         return {
             "node": name, "device": device,
             "images_received": self.rx.count, "tracks_published": self.tx.count, "imu_received": self.imu_rx.count,
