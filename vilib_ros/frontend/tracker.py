@@ -479,6 +479,9 @@ class GpuLKTracker:
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
         # the frontend's variant on the device-side track table (same compile-time settings)
         self.frontend_kernel = mod.get_function(f"lk_frontend_{self.config.mode}")
+        # stored templates (vilib_ros.frontend.templates): LK from the template bank, and its extraction
+        self.template_kernel = mod.get_function(f"lk_template_{self.config.warp}_{self.config.mode}")
+        self.extract_kernel = mod.get_function("lk_extract")
         self._tables: dict[int, object] = {}
         self._arg_cache: dict = {}   # launch arguments per set of buffers (built once: ~10 us of Python)
         m = self.max_features
