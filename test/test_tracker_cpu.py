@@ -135,7 +135,8 @@ class TestAgainstOpenCV:
     def test_opencv_backend(self, euroc_frames):
         a, b = euroc_frames[20], euroc_frames[21]
         pts = _features(a)
-        t = CpuLKTracker(752, 480, TrackerConfig(mode="translation", cpu_backend="opencv"))
+        t = CpuLKTracker(752, 480, TrackerConfig(mode="translation", cpu_backend="opencv", template="previous",
+                                                 warp="translation"))
         r = t.track(a, b, pts)
         ref = track_cpu(a, b, pts, None, TrackerConfig(mode="translation"))
         ok = (r.status == 0) & (ref.status == 0)

@@ -64,6 +64,9 @@ def configure_parser(p) -> None:
                    help="frames per measurement of the per-frame table (process() from pageable frames); 0 = skip")
     p.add_argument("--per-frame-only", action="store_true",
                    help="only the per-frame table: frontend_per_frame.json and frontend_per_frame.md in --out")
+    p.add_argument("--templates-only", action="store_true",
+                   help="only the cost of reference templates + affine warp against frame to frame (process() mono and "
+                        "stereo, --per-frame frames per variant): frontend_templates.json and .md in --out")
 
 
 def load_frames(path) -> list[np.ndarray]:
@@ -521,6 +524,17 @@ def run_command(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(args.device)
     frames = load_frames(args.frames_dir)
+    if getattr(args, "templates_only", False):
+        if device != "cuda":
+            print("vilib-ros bench-tracker --templates-only: the template variants are measured on a CUDA device")
+            return 2
+        from vilib_ros.bench.templates import bench_templates, markdown
+
+        tr = bench_templates(frames, max(100, args.per_frame))
+        (out / "frontend_templates.json").write_text(json.dumps(tr, indent=2, default=str))
+        (out / "frontend_templates.md").write_text(markdown(tr))
+        print(markdown(tr))
+        return 0
     if getattr(args, "per_frame_only", False):
         if device != "cuda":
             print("vilib-ros bench-tracker --per-frame-only: the per-frame table needs a CUDA device")
