@@ -6,10 +6,11 @@
 1. pyramid of the new frame;
 2. LK tracking (:mod:`vilib_ros.frontend.tracker`) of every live track from the previous frame, started at
    the IMU-predicted position (rotation-only homography, :mod:`vilib_ros.frontend.imu_prediction`) or at
-   the old position, against the previous frame's patch (``tracker.template: previous``) or the track's
-   reference template from its detection frame with an affine warp (``reference`` / ``tracker.warp:
-   affine``, :mod:`vilib_ros.frontend.templates`); optional forward-backward check and RANSAC
-   (fundamental matrix on undistorted points);
+   the old position, against the track's reference template from its detection frame with an affine
+   warp (``tracker.template: reference``, ``tracker.warp: affine``, the default:
+   :mod:`vilib_ros.frontend.templates`) or against the previous frame's patch (``previous`` /
+   ``translation``); forward-backward check and RANSAC (fundamental matrix on undistorted points),
+   both on by default;
 3. the track table (:mod:`vilib_ros.frontend.track_table`) keeps the tracked ones; when live tracks
    fall below ``min_track_fraction`` of the target (the number of detector cells, or ``max_features``),
    FAST detection in the cells without a live track gives new tracks;
@@ -48,7 +49,7 @@ class FrontendConfig:
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     max_features: int = 0              # target track count; 0 = number of detector cells
     min_track_fraction: float = 0.3    # redetect when live tracks < fraction * target
-    fb_check: bool = False             # forward-backward check
+    fb_check: bool = True              # forward-backward check (on: bench/results/tracks_quality.md)
     fb_threshold: float = 0.5          # px
     ransac: bool = True                # fundamental-matrix RANSAC on undistorted points (on: bench/results/tracks_quality.md)
     ransac_threshold: float = 1.0      # px (converted with fx)
