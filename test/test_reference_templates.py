@@ -236,3 +236,30 @@ class TestTracksBenchVariants:
         assert run_command(p.parse_args(["--tracks-variants", "bogus", "--device", "cpu"])) == 2
         err = capsys.readouterr().err
         assert "--tracks-only needs --tracks-variants" in err and "unknown tracks variant" in err
+
+
+class TestTemplatesBench:
+    def test_markdown_of_the_committed_gpu_run(self):
+        """bench/results/frontend_templates.json (the H100 run) renders: every variant, mono and
+        stereo, and the cost line of the new default against the old."""
+        import json
+        from pathlib import Path
+
+        from vilib_ros.bench.templates import VARIANTS, markdown
+
+        res = json.loads((Path(__file__).resolve().parents[1] / "bench/results/frontend_templates.json").read_text())
+        md = markdown(res)
+        for v in VARIANTS:
+            assert f"| {v} | mono |" in md and f"| {v} | stereo |" in md
+        assert "mono: the new default costs" in md and "stereo: the new default costs" in md
+
+    def test_cli_refuses_without_cuda(self, capsys):
+        """--templates-only measures the GPU path only: a message and exit status 2 on the CPU."""
+        import argparse
+
+        from vilib_ros.bench.tracker import configure_parser, run_command
+
+        p = argparse.ArgumentParser()
+        configure_parser(p)
+        assert run_command(p.parse_args(["--templates-only", "--device", "cpu", "--out", "/tmp/vilib_ros_tpl"])) == 2
+        assert "frontend_templates is measured on a CUDA device" in capsys.readouterr().out

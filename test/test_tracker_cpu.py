@@ -257,12 +257,8 @@ static inline float __shfl_xor_sync(unsigned, float v, int m) {
     int l = threadIdx.x; g_shfl[l] = v; g_bar->arrive_and_wait(); float r = g_shfl[l ^ m]; g_bar->arrive_and_wait(); return r;
 }
 #include "lk.cu"
-typedef void (*lkfn)(const unsigned long long*, const unsigned long long*, int, int, int, int, const float2*, const float2*,
-                     const signed char*, int, int, int, float, float, float, float2*, signed char*, float*, float*, float*, int*);
-extern "C" void run_lk(int mode, const unsigned long long* tl, const unsigned long long* il, int w0, int h0, int L, int mask,
-                       const float* tp, const float* pred, const signed char* act, int n, int maxit, float eps2,
-                       float mineig, float maxres, float* opos, signed char* ost, float* ores, float* ogain, float* ooff, int* oit) {
-    lkfn fns[4] = {lk_track_translation, lk_track_offset, lk_track_gain, lk_track_gain_offset};
+// one warp per feature: body(f) on 32 lane threads (threadIdx / blockIdx as the launch would set them)
+template <class Body> static void run_warps(int n, Body body) {
     for (int f = 0; f < n; ++f) {
         std::barrier<> bar(32);
         g_bar = &bar;
@@ -270,11 +266,21 @@ extern "C" void run_lk(int mode, const unsigned long long* tl, const unsigned lo
         for (int lane = 0; lane < 32; ++lane)
             th.emplace_back([&, lane, f] {
                 threadIdx = {lane, f % LK_WARPS, 0}; blockIdx = {f / LK_WARPS, 0, 0}; blockDim = {32, LK_WARPS, 1};
-                fns[mode](tl, il, w0, h0, L, mask, (const float2*)tp, (const float2*)pred, act, 1, n, maxit, eps2, mineig,
-                          maxres, (float2*)opos, ost, ores, ogain, ooff, oit);
+                body(f);
             });
         for (auto& t : th) t.join();
     }
+}
+typedef void (*lkfn)(const unsigned long long*, const unsigned long long*, int, int, int, int, const float2*, const float2*,
+                     const signed char*, int, int, int, float, float, float, float2*, signed char*, float*, float*, float*, int*);
+extern "C" void run_lk(int mode, const unsigned long long* tl, const unsigned long long* il, int w0, int h0, int L, int mask,
+                       const float* tp, const float* pred, const signed char* act, int n, int maxit, float eps2,
+                       float mineig, float maxres, float* opos, signed char* ost, float* ores, float* ogain, float* ooff, int* oit) {
+    lkfn fns[4] = {lk_track_translation, lk_track_offset, lk_track_gain, lk_track_gain_offset};
+    run_warps(n, [&](int) {
+        fns[mode](tl, il, w0, h0, L, mask, (const float2*)tp, (const float2*)pred, act, 1, n, maxit, eps2, mineig,
+                  maxres, (float2*)opos, ost, ores, ogain, ooff, oit);
+    });
 }
 // lk_template_<warp>_<mode> (stored templates; no prediction, no undistortion) and lk_extract
 typedef void (*lktfn)(const float*, const unsigned char*, const int*, const float*, const float*, const float4*,
@@ -291,29 +297,16 @@ extern "C" void run_lk_template(int mode, int affine, const float* bank, const u
                        {lk_template_affine_translation, lk_template_affine_offset, lk_template_affine_gain,
                         lk_template_affine_gain_offset}};
     const long long count = n;
-    for (int f = 0; f < n; ++f) {
-        std::barrier<> bar(32);
-        g_bar = &bar;
-        std::vector<std::thread> th;
-        for (int lane = 0; lane < 32; ++lane)
-            th.emplace_back([&, lane, f] {
-                threadIdx = {lane, f % LK_WARPS, 0}; blockIdx = {f / LK_WARPS, 0, 0}; blockDim = {32, LK_WARPS, 1};
-                fns[affine][mode](bank, bank_valid, tslot, gain0, offset0, (const float4*)affine0, il, w0, h0, L, mask,
-                                  &count, (const float2*)guess, nullptr, nullptr, nullptr, nullptr, maxit, eps2, mineig,
-                                  maxres, (float2*)opos, ost, (float2*)oxy, oit, ores, ogain, ooff,
-                                  affine ? (float4*)oaff : nullptr);
-            });
-        for (auto& t : th) t.join();
-    }
+    run_warps(n, [&](int) {
+        fns[affine][mode](bank, bank_valid, tslot, gain0, offset0, (const float4*)affine0, il, w0, h0, L, mask, &count,
+                          (const float2*)guess, nullptr, nullptr, nullptr, nullptr, maxit, eps2, mineig, maxres,
+                          (float2*)opos, ost, (float2*)oxy, oit, ores, ogain, ooff, affine ? (float4*)oaff : nullptr);
+    });
 }
 extern "C" void run_lk_extract(const unsigned long long* il, int w0, int h0, int L, int mask, const float* uv, int n,
                                const int* tslot, const unsigned char* refresh, float* bank, unsigned char* bank_valid) {
     const long long count = n;
-    for (int f = 0; f < n; ++f)
-        for (int lane = 0; lane < 32; ++lane) {     // no shuffles: the lanes one after the other
-            threadIdx = {lane, f % LK_WARPS, 0}; blockIdx = {f / LK_WARPS, 0, 0}; blockDim = {32, LK_WARPS, 1};
-            lk_extract(il, w0, h0, L, mask, &count, (const float2*)uv, tslot, refresh, bank, bank_valid);
-        }
+    run_warps(n, [&](int) { lk_extract(il, w0, h0, L, mask, &count, (const float2*)uv, tslot, refresh, bank, bank_valid); });
 }
 // the camera model of kernels/camera.cuh, and the rotation prediction of lk_frontend (its first step)
 extern "C" void run_undistort(const float* uv, const float* cam, int n, float* xy) {
