@@ -153,7 +153,7 @@ class TestNumbaLKTracker:
     def test_opencv_backend_passes_through(self, euroc_frames):
         a, b = euroc_frames[20], euroc_frames[21]
         pts = _detect(a)[:40]
-        cfg = TrackerConfig(mode="translation", cpu_backend="opencv")
+        cfg = TrackerConfig(mode="translation", cpu_backend="opencv", template="previous", warp="translation")
         got = NumbaLKTracker(752, 480, cfg).track(a, b, pts)
         want = CpuLKTracker(752, 480, cfg).track(a, b, pts)
         np.testing.assert_array_equal(got.pos, want.pos)
@@ -235,7 +235,7 @@ class TestStoredTemplates:
     def test_previous_frame_template_is_track_cpu(self, pairs):
         """Tracking against templates stored from the previous frame is frame-to-frame tracking:
         the stored (P + 2)^2 samples give the same template values and gradients as the pyramid."""
-        cfg = TrackerConfig(template="reference")
+        cfg = TrackerConfig(template="reference", warp="translation")
         trk = NumbaLKTracker(752, 480, cfg)
         rng = np.random.default_rng(2)
         for entry in pairs:

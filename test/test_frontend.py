@@ -36,6 +36,10 @@ def synth_fast():
     return seq, [seq.render(k)[0] for k in range(10)]
 
 
+#: frame to frame with a translation (the default before reference templates)
+F2F = TrackerConfig(template="previous", warp="translation")
+
+
 def _cfg(**kw):
     tr = kw.pop("tracker", None)
     return FrontendConfig(tracker=tr or TrackerConfig(), **kw)
@@ -122,13 +126,15 @@ class TestRedetection:
 @pytest.mark.parametrize("device", DEVICES)
 class TestOutlierRejection:
     def test_fb_check_rejects_replaced_block(self, euroc_frames, device):
+        """The FB check's own effect, frame to frame (with reference templates and the affine warp
+        the forward track already fails in most of the block: 3 survivors with and without)."""
         a = euroc_frames[30]
         b = np.roll(a, (1, 2), axis=(0, 1)).copy()
         blk = (slice(100, 300), slice(250, 500))
         b[blk] = a[250:450, 100:350][::-1, ::-1]     # other texture in the block
         res = {}
         for fb in (False, True):
-            ft = FeatureTracker(euroc_cam0(), _cfg(fb_check=fb, fb_threshold=0.5), device=device)
+            ft = FeatureTracker(euroc_cam0(), _cfg(fb_check=fb, fb_threshold=0.5, tracker=F2F), device=device)
             f0 = ft.process(a, STAMP0)
             f1 = ft.process(b, STAMP0 + DT)
             common, i0, i1 = np.intersect1d(f0.ids, f1.ids, return_indices=True)
@@ -360,7 +366,8 @@ class TestApplyConfig:
 
     @pytest.mark.parametrize("change", [dict(max_features=100), dict(stereo=False), dict(use_graph=False),
                                         dict(detector=DetectorConfig(cell_width=64)),
-                                        dict(tracker=TrackerConfig(levels=4)), dict(fb_check=True)])
+                                        dict(tracker=TrackerConfig(levels=4)),
+                                        dict(fb_check=not FrontendConfig().fb_check)])
     def test_structural_fields_refused(self, euroc_frames, device, change):
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
         ft.process(euroc_frames[0], STAMP0)
@@ -454,6 +461,38 @@ class TestGpuMatchesCpu:
         stamps = STAMP0 + DT * np.arange(len(euroc_frames))
         self._compare(euroc_frames, stamps, cam, _cfg())
 
+    def test_real_frames_frame_to_frame(self, euroc_frames):
+        """The previous default (template 'previous', warp 'translation', no FB check): the
+        frame-to-frame kernels."""
+        cam = euroc_cam0()
+        stamps = STAMP0 + DT * np.arange(len(euroc_frames))
+        self._compare(euroc_frames, stamps, cam, _cfg(tracker=F2F, fb_check=False))
+
+    @pytest.mark.parametrize("template, warp", [("reference", "affine"), ("reference", "translation"),
+                                                ("previous", "affine")])
+    def test_real_frames_stored_templates(self, euroc_frames, template, warp):
+        """Stored templates (lk_template_*, lk_extract, the template columns of the device table)
+        against the CPU pipeline's template bank, with the FB check and RANSAC, over the 95 frames."""
+        cam = euroc_cam0()
+        stamps = STAMP0 + DT * np.arange(len(euroc_frames))
+        tc = TrackerConfig(template=template, warp=warp)
+        self._compare(euroc_frames, stamps, cam, _cfg(tracker=tc, fb_check=True, ransac=True))
+
+    def test_templates_taken_again(self, euroc_frames):
+        """Refreshes by age and by residual: the same tracks as the CPU, the same counter."""
+        cam = euroc_cam0()
+        frames = euroc_frames[:40]
+        stamps = STAMP0 + DT * np.arange(len(frames))
+        tc = TrackerConfig(template="reference", warp="affine", template_max_age=7, template_refresh_residual=6.0)
+        g = FeatureTracker(cam, _cfg(tracker=tc, fb_check=True), device="cuda")
+        c = FeatureTracker(cam, _cfg(tracker=tc, fb_check=True), device="cpu")
+        for k, f in enumerate(frames):
+            fg, fc = g.process(f, int(stamps[k])), c.process(f, int(stamps[k]))
+        print(f"\ntemplates refreshed: GPU {g.stats['templates_refreshed']}, CPU {c.stats['templates_refreshed']}")
+        assert c.stats["templates_refreshed"] > 100
+        assert abs(g.stats["templates_refreshed"] - c.stats["templates_refreshed"]) <= 0.02 * c.stats["templates_refreshed"]
+        self._compare(frames, stamps, cam, _cfg(tracker=tc, fb_check=True))
+
     def test_real_frames_fb_and_frequent_redetection(self, euroc_frames):
         cam = euroc_cam0()
         frames = euroc_frames[:40]
@@ -513,7 +552,8 @@ class TestGpuPipeline:
         device scratch poisoned first)."""
         import cupy as cp
 
-        ft = FeatureTracker(euroc_cam0(), _cfg(fb_check=True, min_track_fraction=0.8), device="cuda",
+        ref = TrackerConfig(template="reference", warp="affine")
+        ft = FeatureTracker(euroc_cam0(), _cfg(tracker=ref, fb_check=True, min_track_fraction=0.8), device="cuda",
                             camera_right=euroc_cam0())
         p = ft.pipeline
         for v in p._out:
@@ -523,6 +563,11 @@ class TestGpuPipeline:
             p.k.t[k].fill(cp.nan)
         for k in ("lk_status", "fb_status", "st_status", "lk_iters"):
             p.k.t[k].fill(-7)
+        assert p.k.templates        # stored templates: bank rows are written before they are read
+        p.k.bank.fill(cp.nan)
+        p.k.bank_valid.fill(7)
+        for k in ("lk_residual", "lk_gain", "lk_offset", "lk_affine"):
+            p.k.t[k].fill(cp.nan)
         cp.cuda.Device().synchronize()
         for i in range(10):
             f = euroc_frames[i] if i % 3 else np.ascontiguousarray(euroc_frames[i][::-1])

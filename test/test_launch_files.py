@@ -261,7 +261,8 @@ class TestOneSourceOfTruth:
         # values that only make sense together are checked with their partner at a valid value
         partners = {"kf_max_interval_s": {"window_s": 600.0, "kf_min_interval_s": 0.001},
                     "kf_min_interval_s": {"kf_max_interval_s": 10.0, "window_s": 600.0},
-                    "tracker.cpu_backend": {"tracker.mode": "translation"},
+                    "tracker.cpu_backend": {"tracker.mode": "translation", "tracker.template": "previous",
+                                          "tracker.warp": "translation"},
                     "window_s": {"kf_max_interval_s": 0.05, "kf_min_interval_s": 0.01},
                     "detector.cell_height": {"detector.levels": 1}, "detector.levels": {"detector.cell_height": 64},
                     "tracker.levels": {"tracker.patch_sizes": [8] * 8}}

@@ -1,7 +1,7 @@
 """Reference templates (tracker.template='reference', warp='affine'; vilib_ros.frontend.templates):
 stored templates against the image they come from, LK against stored templates against the
 generator's exact flow, the frontend's drift by track age against frame-to-frame tracking on a
-rendered sequence, the template rows of the track table, the configuration and the GPU refusal.
+rendered sequence, the template rows of the track table, the configuration (the default).
 (The compiled twin against this NumPy reference: test_cpu_lk.py.)"""
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 
 from vilib_ros import synthetic as syn
 from vilib_ros.frontend import FeatureTracker, FrontendConfig
-from vilib_ros.frontend.feature_tracker import cpu_only_reason
 from vilib_ros.frontend.pyramid import build_pyramid_cpu
 from vilib_ros.frontend.templates import TemplateBank, extract_templates_cpu, stored_level, track_templates_cpu
 from vilib_ros.frontend.track_table import TrackTable
@@ -20,6 +19,7 @@ from vilib_ros.frontend.tracker import PATCH_AREA, TrackerConfig, TrackStatus, _
 from vilib_ros.types import CellFeatures
 
 REF = TrackerConfig(template="reference", warp="affine")
+F2F = TrackerConfig(template="previous", warp="translation")
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +45,13 @@ class TestTrackerConfig:
         with pytest.raises(ValueError):
             TrackerConfig(**kw).validate()
 
-    def test_default_is_frame_to_frame(self):
+    def test_default_is_reference_affine(self):
+        """The default since the GPU tracks against stored templates too (bench/results/tracks_quality.md:
+        reference + affine + FB check + RANSAC, 0.85 cm stereo ATE against 2.73 cm frame to frame)."""
         c = TrackerConfig().validate()
-        assert (c.template, c.warp, c.template_refresh_residual, c.template_max_age) == ("previous", "translation", 0, 0)
+        assert (c.template, c.warp, c.template_refresh_residual, c.template_max_age) == ("reference", "affine", 0, 0)
+        f = FrontendConfig().validate()
+        assert f.tracker.template == "reference" and f.tracker.warp == "affine" and f.fb_check and f.ransac
 
 
 class TestExtractTemplatesCpu:
@@ -161,7 +165,7 @@ class TestFeatureTrackerReference:
         with an affine warp it stays at the single-step error. Measured 2026-11-24 on seeds 2-4:
         median 0.39-0.59 px frame to frame, 0.04-0.07 px reference (ratio 0.11-0.14)."""
         seq, frames = rendered
-        e_f2f, _ = self._age30(frames, TrackerConfig(), seq)
+        e_f2f, _ = self._age30(frames, F2F, seq)
         e_ref, fr = self._age30(frames, REF, seq)
         print(f"\nage 31: frame to frame median {np.median(e_f2f):.3f} px p90 {np.percentile(e_f2f, 90):.3f} "
               f"({len(e_f2f)} tracks); reference median {np.median(e_ref):.3f} px p90 "
@@ -182,16 +186,6 @@ class TestFeatureTrackerReference:
         tab = ft.pipeline.table
         assert np.all(tab.tmpl_age[:tab.count] < 5)
 
-    @pytest.mark.parametrize("tc", [REF, TrackerConfig(template="reference"), TrackerConfig(warp="affine")])
-    def test_gpu_refused_with_a_clear_message(self, tc):
-        """device='cuda' refuses the CPU-only modes (no CUDA device needed to see it); 'auto'
-        takes the CPU path (on a GPU machine with a logged warning)."""
-        cam = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.2)).camera(0)
-        with pytest.raises(ValueError, match="runs on the CPU path only so far"):
-            FeatureTracker(cam, FrontendConfig(tracker=tc), device="cuda")
-        assert cpu_only_reason(FrontendConfig(tracker=tc)) and cpu_only_reason(FrontendConfig()) is None
-        assert FeatureTracker(cam, FrontendConfig(tracker=tc), device="auto").device == "cpu"
-
     def test_reset_and_bank_size(self, rendered):
         seq, frames = rendered
         ft = FeatureTracker(seq.camera(0), FrontendConfig(tracker=REF), device="cpu")
@@ -208,7 +202,7 @@ class TestFeatureTrackerReference:
         """template='previous' with warp='affine' is the reference tracker whose templates are
         taken again every frame (the same ids and positions)."""
         seq, frames = rendered
-        a = FeatureTracker(seq.camera(0), FrontendConfig(tracker=TrackerConfig(warp="affine")), device="cpu")
+        a = FeatureTracker(seq.camera(0), FrontendConfig(tracker=TrackerConfig(template="previous", warp="affine")), device="cpu")
         b = FeatureTracker(seq.camera(0), FrontendConfig(tracker=dataclasses.replace(REF, template_max_age=1)),
                            device="cpu")
         for k in range(8):
@@ -242,3 +236,30 @@ class TestTracksBenchVariants:
         assert run_command(p.parse_args(["--tracks-variants", "bogus", "--device", "cpu"])) == 2
         err = capsys.readouterr().err
         assert "--tracks-only needs --tracks-variants" in err and "unknown tracks variant" in err
+
+
+class TestTemplatesBench:
+    def test_markdown_of_the_committed_gpu_run(self):
+        """bench/results/frontend_templates.json (the H100 run) renders: every variant, mono and
+        stereo, and the cost line of the new default against the old."""
+        import json
+        from pathlib import Path
+
+        from vilib_ros.bench.templates import VARIANTS, markdown
+
+        res = json.loads((Path(__file__).resolve().parents[1] / "bench/results/frontend_templates.json").read_text())
+        md = markdown(res)
+        for v in VARIANTS:
+            assert f"| {v} | mono |" in md and f"| {v} | stereo |" in md
+        assert "mono: the new default costs" in md and "stereo: the new default costs" in md
+
+    def test_cli_refuses_without_cuda(self, capsys):
+        """--templates-only measures the GPU path only: a message and exit status 2 on the CPU."""
+        import argparse
+
+        from vilib_ros.bench.tracker import configure_parser, run_command
+
+        p = argparse.ArgumentParser()
+        configure_parser(p)
+        assert run_command(p.parse_args(["--templates-only", "--device", "cpu", "--out", "/tmp/vilib_ros_tpl"])) == 2
+        assert "frontend_templates is measured on a CUDA device" in capsys.readouterr().out

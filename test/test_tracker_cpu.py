@@ -135,7 +135,8 @@ class TestAgainstOpenCV:
     def test_opencv_backend(self, euroc_frames):
         a, b = euroc_frames[20], euroc_frames[21]
         pts = _features(a)
-        t = CpuLKTracker(752, 480, TrackerConfig(mode="translation", cpu_backend="opencv"))
+        t = CpuLKTracker(752, 480, TrackerConfig(mode="translation", cpu_backend="opencv", template="previous",
+                                                 warp="translation"))
         r = t.track(a, b, pts)
         ref = track_cpu(a, b, pts, None, TrackerConfig(mode="translation"))
         ok = (r.status == 0) & (ref.status == 0)
@@ -235,7 +236,9 @@ _SHIM = r"""
 #include <vector>
 struct uint3h { int x, y, z; };
 struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
 static inline float2 make_float2(float a, float b) { return float2{a, b}; }
+static inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 thread_local uint3h threadIdx, blockIdx, blockDim;
 #define __global__
 #define __device__
@@ -254,12 +257,8 @@ static inline float __shfl_xor_sync(unsigned, float v, int m) {
     int l = threadIdx.x; g_shfl[l] = v; g_bar->arrive_and_wait(); float r = g_shfl[l ^ m]; g_bar->arrive_and_wait(); return r;
 }
 #include "lk.cu"
-typedef void (*lkfn)(const unsigned long long*, const unsigned long long*, int, int, int, int, const float2*, const float2*,
-                     const signed char*, int, int, int, float, float, float, float2*, signed char*, float*, float*, float*, int*);
-extern "C" void run_lk(int mode, const unsigned long long* tl, const unsigned long long* il, int w0, int h0, int L, int mask,
-                       const float* tp, const float* pred, const signed char* act, int n, int maxit, float eps2,
-                       float mineig, float maxres, float* opos, signed char* ost, float* ores, float* ogain, float* ooff, int* oit) {
-    lkfn fns[4] = {lk_track_translation, lk_track_offset, lk_track_gain, lk_track_gain_offset};
+// one warp per feature: body(f) on 32 lane threads (threadIdx / blockIdx as the launch would set them)
+template <class Body> static void run_warps(int n, Body body) {
     for (int f = 0; f < n; ++f) {
         std::barrier<> bar(32);
         g_bar = &bar;
@@ -267,11 +266,47 @@ extern "C" void run_lk(int mode, const unsigned long long* tl, const unsigned lo
         for (int lane = 0; lane < 32; ++lane)
             th.emplace_back([&, lane, f] {
                 threadIdx = {lane, f % LK_WARPS, 0}; blockIdx = {f / LK_WARPS, 0, 0}; blockDim = {32, LK_WARPS, 1};
-                fns[mode](tl, il, w0, h0, L, mask, (const float2*)tp, (const float2*)pred, act, 1, n, maxit, eps2, mineig,
-                          maxres, (float2*)opos, ost, ores, ogain, ooff, oit);
+                body(f);
             });
         for (auto& t : th) t.join();
     }
+}
+typedef void (*lkfn)(const unsigned long long*, const unsigned long long*, int, int, int, int, const float2*, const float2*,
+                     const signed char*, int, int, int, float, float, float, float2*, signed char*, float*, float*, float*, int*);
+extern "C" void run_lk(int mode, const unsigned long long* tl, const unsigned long long* il, int w0, int h0, int L, int mask,
+                       const float* tp, const float* pred, const signed char* act, int n, int maxit, float eps2,
+                       float mineig, float maxres, float* opos, signed char* ost, float* ores, float* ogain, float* ooff, int* oit) {
+    lkfn fns[4] = {lk_track_translation, lk_track_offset, lk_track_gain, lk_track_gain_offset};
+    run_warps(n, [&](int) {
+        fns[mode](tl, il, w0, h0, L, mask, (const float2*)tp, (const float2*)pred, act, 1, n, maxit, eps2, mineig,
+                  maxres, (float2*)opos, ost, ores, ogain, ooff, oit);
+    });
+}
+// lk_template_<warp>_<mode> (stored templates; no prediction, no undistortion) and lk_extract
+typedef void (*lktfn)(const float*, const unsigned char*, const int*, const float*, const float*, const float4*,
+                      const unsigned long long*, int, int, int, int, const long long*, const float2*, const float2*,
+                      const float*, const float*, const float*, int, float, float, float, float2*, signed char*, float2*,
+                      int*, float*, float*, float*, float4*);
+extern "C" void run_lk_template(int mode, int affine, const float* bank, const unsigned char* bank_valid, const int* tslot,
+                                const float* gain0, const float* offset0, const float* affine0,
+                                const unsigned long long* il, int w0, int h0, int L, int mask, const float* guess, int n,
+                                int maxit, float eps2, float mineig, float maxres, float* opos, signed char* ost, float* oxy,
+                                int* oit, float* ores, float* ogain, float* ooff, float* oaff) {
+    lktfn fns[2][4] = {{lk_template_translation_translation, lk_template_translation_offset, lk_template_translation_gain,
+                        lk_template_translation_gain_offset},
+                       {lk_template_affine_translation, lk_template_affine_offset, lk_template_affine_gain,
+                        lk_template_affine_gain_offset}};
+    const long long count = n;
+    run_warps(n, [&](int) {
+        fns[affine][mode](bank, bank_valid, tslot, gain0, offset0, (const float4*)affine0, il, w0, h0, L, mask, &count,
+                          (const float2*)guess, nullptr, nullptr, nullptr, nullptr, maxit, eps2, mineig, maxres,
+                          (float2*)opos, ost, (float2*)oxy, oit, ores, ogain, ooff, affine ? (float4*)oaff : nullptr);
+    });
+}
+extern "C" void run_lk_extract(const unsigned long long* il, int w0, int h0, int L, int mask, const float* uv, int n,
+                               const int* tslot, const unsigned char* refresh, float* bank, unsigned char* bank_valid) {
+    const long long count = n;
+    run_warps(n, [&](int) { lk_extract(il, w0, h0, L, mask, &count, (const float2*)uv, tslot, refresh, bank, bank_valid); });
 }
 // the camera model of kernels/camera.cuh, and the rotation prediction of lk_frontend (its first step)
 extern "C" void run_undistort(const float* uv, const float* cam, int n, float* xy) {
@@ -390,3 +425,115 @@ class TestKernelSourceOnHost:
             pred = np.full((300, 2), np.nan, np.float32)
             emulated.run_predict(ptr(uv), ptr(xy), ptr(M), ptr(c), 300, ptr(pred))
             assert np.max(np.abs(pred - predict_points(cam, R, uv, cam.undistort(uv)))) < 1e-3
+
+
+def _run_emulated_extract(lib, pyr, pos, cfg, capacity):
+    """lk_extract of ``pos`` into bank rows capacity-1, capacity-2, ... (rows are not slots)."""
+    import ctypes
+
+    from vilib_ros.frontend.tracker import PATCH_AREA
+
+    P = ctypes.c_void_p
+    ptr = lambda a: a.ctypes.data_as(P)  # noqa: E731
+    il = np.array([a.ctypes.data for a in pyr], np.uint64)
+    n = len(pos)
+    pos = np.ascontiguousarray(pos, np.float32)
+    tslot = np.ascontiguousarray(capacity - 1 - np.arange(n), np.int32)
+    bank = np.full((capacity, cfg.levels, PATCH_AREA), np.nan, np.float32)     # poisoned
+    valid = np.full((capacity, cfg.levels), 7, np.uint8)
+    lib.run_lk_extract(ptr(il), ctypes.c_int(pyr[0].shape[1]), ctypes.c_int(pyr[0].shape[0]), ctypes.c_int(cfg.levels),
+                       ctypes.c_int(cfg.patch16_mask), ptr(pos), ctypes.c_int(n), ptr(tslot), P(), ptr(bank), ptr(valid))
+    return bank, valid, tslot
+
+
+def _run_emulated_template(lib, bank, valid, tslot, pyr, pred, gain0, offset0, affine0, cfg):
+    import ctypes
+
+    from vilib_ros.frontend.tracker import TrackResult
+
+    P = ctypes.c_void_p
+    ptr = lambda a: a.ctypes.data_as(P)  # noqa: E731
+    il = np.array([a.ctypes.data for a in pyr], np.uint64)
+    n = len(pred)
+    pred = np.ascontiguousarray(pred, np.float32)
+    opos, oxy = np.full((n, 2), np.nan, np.float32), np.full((n, 2), -7, np.float32)
+    ost, oit = np.full(n, -7, np.int8), np.full(n, -7, np.int32)
+    ores, og, oo = (np.full(n, np.nan, np.float32) for _ in range(3))
+    oaff = np.full((n, 4), np.nan, np.float32)
+    c = ctypes
+    lib.run_lk_template(c.c_int(MODES.index(cfg.mode)), c.c_int(cfg.warp == "affine"), ptr(bank), ptr(valid), ptr(tslot),
+                        ptr(np.ascontiguousarray(gain0, np.float32)), ptr(np.ascontiguousarray(offset0, np.float32)),
+                        ptr(np.ascontiguousarray(affine0, np.float32)), ptr(il), c.c_int(pyr[0].shape[1]),
+                        c.c_int(pyr[0].shape[0]), c.c_int(cfg.levels), c.c_int(cfg.patch16_mask), ptr(pred), c.c_int(n),
+                        c.c_int(cfg.max_iterations), c.c_float(cfg.eps), c.c_float(cfg.min_eigen),
+                        c.c_float(cfg.max_residual), ptr(opos), ptr(ost), ptr(oxy), ptr(oit), ptr(ores), ptr(og), ptr(oo),
+                        ptr(oaff))
+    assert np.isnan(oxy).all()          # no camera given: NaN, never the poison
+    r = TrackResult(opos, ost, ores, og, oo, oit)
+    r.affine = oaff
+    return r
+
+
+@pytest.mark.slow
+class TestTemplateKernelsOnHost:
+    """lk_extract and lk_template_<warp>_<mode> (kernels/lk.cu, stored templates) run on the CPU
+    through the SIMT shim, against the NumPy oracle (extract_templates_cpu, track_templates_cpu)."""
+
+    def test_extract_matches_reference(self, emulated, euroc_frames):
+        from vilib_ros.frontend.pyramid import build_pyramid_cpu
+        from vilib_ros.frontend.templates import extract_templates_cpu
+
+        cfg = TrackerConfig(template="reference", warp="affine")
+        pyr = build_pyramid_cpu(euroc_frames[30], cfg.levels)
+        pts = _features(euroc_frames[30], 40, border=2) + np.float32(0.31)
+        pts = np.vstack([pts, [[3.0, 3.0], [748.0, 200.0], [np.nan, 5.0]]]).astype(np.float32)
+        bank, valid, rows = _run_emulated_extract(emulated, pyr, pts, cfg, 64)
+        ref_p, ref_v = extract_templates_cpu(pyr, pts, cfg)
+        np.testing.assert_array_equal(valid[rows], ref_v)
+        assert (valid[rows] == 0).any() and (valid[rows] == 1).any()
+        for lvl, P in enumerate(cfg.patch_sizes):
+            ok = ref_v[:, lvl] == 1
+            A = (P + 2) ** 2
+            np.testing.assert_allclose(bank[rows][ok, lvl, :A], ref_p[ok, lvl, :A], atol=2e-3)
+        untouched = np.setdiff1d(np.arange(64), rows)
+        assert (valid[untouched] == 7).all() and np.isnan(bank[untouched]).all()
+
+    @pytest.mark.parametrize("warp", ["translation", "affine"])
+    @pytest.mark.parametrize("mode", MODES)
+    def test_template_kernel_matches_reference(self, emulated, euroc_frames, warp, mode):
+        from vilib_ros.frontend.pyramid import build_pyramid_cpu
+        from vilib_ros.frontend.templates import extract_templates_cpu, track_templates_cpu
+
+        cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
+        a, b = euroc_frames[40], euroc_frames[46]
+        pa, pb = build_pyramid_cpu(a, cfg.levels), build_pyramid_cpu(b, cfg.levels)
+        pts = _features(a, 60)[:24]
+        rng = np.random.default_rng(2)
+        n = len(pts)
+        pred = pts + rng.normal(0, 1.0, pts.shape).astype(np.float32)
+        gain0 = rng.uniform(0.9, 1.1, n).astype(np.float32)
+        offset0 = rng.uniform(-5, 5, n).astype(np.float32)
+        affine0 = (np.tile([1, 0, 0, 1], (n, 1)) + rng.normal(0, 0.02, (n, 4))).astype(np.float32)
+        patch, valid = extract_templates_cpu(pa, pts, cfg)
+        slots = np.ascontiguousarray(rng.permutation(n), np.int32)      # rows in another order than the features
+        bank = np.empty_like(patch)
+        bvalid = np.empty_like(valid)
+        bank[slots], bvalid[slots] = patch, valid
+        r = _run_emulated_template(emulated, bank, bvalid, slots, pb, pred, gain0, offset0, affine0, cfg)
+        ref = track_templates_cpu(bank, bvalid, slots, pb, pred, cfg, gain0, offset0,
+                                  affine0 if warp == "affine" else None)
+        assert np.all(np.isin(r.status, list(TrackStatus)))
+        assert np.mean(r.status == ref.status) >= 0.9
+        both = (r.status == 0) & (ref.status == 0)
+        assert both.sum() >= 0.6 * n
+        d = np.linalg.norm(r.pos - ref.pos, axis=1)[both]
+        print(f"\n{warp}/{mode}: status agrees {np.mean(r.status == ref.status):.0%}, |host - ref| median "
+              f"{np.median(d):.5f} max {d.max():.4f} px")
+        assert np.mean(d < 0.02) >= 0.9 and np.median(d) < 0.002
+        assert np.median(np.abs(r.gain - ref.gain)[both]) < 0.002
+        assert np.median(np.abs(r.offset - ref.offset)[both]) < 0.2
+        assert np.median(np.abs(r.residual - ref.residual)[both]) < 0.05
+        assert np.median(np.abs(r.iterations - ref.iterations)[both]) == 0
+        if warp == "affine":
+            assert np.median(np.abs(r.affine - ref.affine)[both]) < 1e-3
+            assert np.abs(r.affine[both] - [1, 0, 0, 1]).max() > 1e-3     # the warp was estimated

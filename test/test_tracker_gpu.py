@@ -1,12 +1,14 @@
-"""The CUDA LK kernel (kernels/lk.cu) against the NumPy reference (track_cpu), all modes,
-on real EuRoC frames and on synthetic frames under illumination change; poisoned outputs."""
+"""The CUDA LK kernels (kernels/lk.cu) against the NumPy references, all modes, on real EuRoC
+frames and on synthetic frames under illumination change; poisoned outputs: frame to frame
+(lk_track_*, against track_cpu), and against stored templates (lk_extract against
+extract_templates_cpu, lk_template_<warp>_<mode> against track_templates_cpu)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from vilib_ros import synthetic as syn
-from vilib_ros.frontend.tracker import MODES, TrackerConfig, TrackStatus, track_cpu
+from vilib_ros.frontend.tracker import MODES, WARPS, TrackerConfig, TrackStatus, track_cpu
 
 pytestmark = pytest.mark.gpu
 
@@ -87,3 +89,118 @@ class TestGpuMatchesReference:
         from vilib_ros.frontend.tracker import GpuLKTracker, make_tracker
 
         assert isinstance(make_tracker(752, 480, TrackerConfig(), device="auto"), GpuLKTracker)
+
+
+def _device_templates(gpu, cfg, img, pts, rows, capacity):
+    """lk_extract of ``pts`` in ``img`` (device pyramid) into bank rows ``rows`` of a poisoned
+    bank; returns (bank, valid) on the device and the pyramid."""
+    import cupy as cp
+
+    from vilib_ros._cuda import launch
+    from vilib_ros.frontend.pyramid import GpuPyramid
+    from vilib_ros.frontend.tracker import PATCH_AREA
+
+    pyr = GpuPyramid(752, 480, cfg.levels)
+    pyr.upload(img)
+    pyr.build()
+    n = len(pts)
+    bank = cp.full((capacity, cfg.levels, PATCH_AREA), cp.nan, cp.float32)
+    valid = cp.full((capacity, cfg.levels), 7, cp.uint8)
+    count = cp.array([n], cp.int64)
+    launch(gpu.extract_kernel, ((n + gpu.warps - 1) // gpu.warps, 1, 1), (32, gpu.warps, 1),
+           (gpu.level_table(pyr), np.int32(752), np.int32(480), np.int32(cfg.levels), np.int32(cfg.patch16_mask),
+            count, cp.asarray(pts, cp.float32), cp.asarray(rows, cp.int32), np.uint64(0), bank, valid))
+    return bank, valid, pyr
+
+
+class TestTemplateKernels:
+    """lk_extract and lk_template_<warp>_<mode> against the NumPy oracle of
+    vilib_ros.frontend.templates, with poisoned buffers."""
+
+    def test_extract_matches_reference(self, pairs):
+        from vilib_ros.frontend.pyramid import build_pyramid_cpu
+        from vilib_ros.frontend.templates import extract_templates_cpu
+        from vilib_ros.frontend.tracker import GpuLKTracker
+
+        cfg = TrackerConfig(template="reference", warp="affine")
+        gpu = GpuLKTracker(752, 480, cfg, max_features=512)
+        for a, _, pts in pairs:
+            pts = np.vstack([pts + np.float32(0.37), [[3.0, 3.0], [748.0, 200.0], [np.nan, 5.0]]]).astype(np.float32)
+            n = len(pts)
+            rows = np.random.default_rng(n).permutation(n + 5)[:n]     # another order, 5 rows left unused
+            bank, valid, _ = _device_templates(gpu, cfg, a, pts, rows, n + 5)
+            ref_p, ref_v = extract_templates_cpu(build_pyramid_cpu(a, cfg.levels), pts, cfg)
+            b, v = bank.get(), valid.get()
+            np.testing.assert_array_equal(v[rows], ref_v)
+            for lvl, P in enumerate(cfg.patch_sizes):
+                ok = ref_v[:, lvl] == 1
+                A = (P + 2) ** 2
+                np.testing.assert_allclose(b[rows][ok, lvl, :A], ref_p[ok, lvl, :A], atol=2e-3)
+            unused = np.setdiff1d(np.arange(n + 5), rows)
+            assert (v[unused] == 7).all() and np.isnan(b[unused]).all()
+
+    @pytest.mark.parametrize("warp", WARPS)
+    @pytest.mark.parametrize("mode", MODES)
+    def test_tracking_matches_reference(self, pairs, mode, warp):
+        import cupy as cp
+
+        from vilib_ros._cuda import launch
+        from vilib_ros.frontend.pyramid import GpuPyramid
+        from vilib_ros.frontend.templates import track_templates_cpu
+        from vilib_ros.frontend.tracker import GpuLKTracker
+
+        cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
+        gpu = GpuLKTracker(752, 480, cfg, max_features=512)
+        n_all, n_status, diffs, aff_d = 0, 0, [], []
+        for a, b, pts in pairs:
+            n = len(pts)
+            rng = np.random.default_rng(n)
+            rows = rng.permutation(n).astype(np.int32)
+            bank, valid, _ = _device_templates(gpu, cfg, a, pts, rows, n)
+            pb = GpuPyramid(752, 480, cfg.levels)
+            pb.upload(b)
+            pb.build()
+            pred = pts + rng.normal(0, 1.0, pts.shape).astype(np.float32)
+            gain0 = rng.uniform(0.9, 1.1, n).astype(np.float32)
+            offset0 = rng.uniform(-5, 5, n).astype(np.float32)
+            affine0 = (np.tile([1, 0, 0, 1], (n, 1)) + rng.normal(0, 0.02, (n, 4))).astype(np.float32)
+            m = n + 16                              # outputs beyond n stay poisoned
+            out = {"pos": cp.full((m, 2), cp.nan, cp.float32), "status": cp.full(m, -7, cp.int8),
+                   "xy": cp.full((m, 2), -7, cp.float32), "iters": cp.full(m, -7, cp.int32),
+                   "residual": cp.full(m, cp.nan, cp.float32), "gain": cp.full(m, cp.nan, cp.float32),
+                   "offset": cp.full(m, cp.nan, cp.float32), "affine": cp.full((m, 4), cp.nan, cp.float32)}
+            null = np.uint64(0)
+            launch(gpu.template_kernel, ((n + gpu.warps - 1) // gpu.warps, 1, 1), (32, gpu.warps, 1),
+                   (bank, valid, cp.asarray(rows), cp.asarray(gain0), cp.asarray(offset0), cp.asarray(affine0),
+                    gpu.level_table(pb), np.int32(752), np.int32(480), np.int32(cfg.levels),
+                    np.int32(cfg.patch16_mask), cp.array([n], cp.int64), cp.asarray(pred), null, null, null, null,
+                    np.int32(cfg.max_iterations), np.float32(cfg.eps), np.float32(cfg.min_eigen),
+                    np.float32(cfg.max_residual), out["pos"], out["status"], out["xy"], out["iters"],
+                    out["residual"], out["gain"], out["offset"], out["affine"] if warp == "affine" else null))
+            o = {k: v.get() for k, v in out.items()}
+            for k, v in o.items():                  # untouched beyond n
+                assert (np.isnan(v[n:]) if v.dtype.kind == "f" and k != "xy" else v[n:] == -7).all(), k
+            assert np.isnan(o["xy"][:n]).all()      # no camera: NaN
+            ref = track_templates_cpu(bank.get(), valid.get(), rows, b, pred, cfg, gain0, offset0,
+                                      affine0 if warp == "affine" else None)
+            st = o["status"][:n]
+            assert np.all(np.isin(st, list(TrackStatus)))
+            both = (ref.status == TrackStatus.TRACKED) & (st == TrackStatus.TRACKED)
+            assert np.isfinite(o["pos"][:n][st == 0]).all()
+            d = np.linalg.norm(ref.pos - o["pos"][:n], axis=1)[both]
+            diffs.append(d)
+            n_all += n
+            n_status += np.count_nonzero(ref.status == st)
+            assert np.median(np.abs(ref.gain - o["gain"][:n])[both]) < 0.002
+            assert np.median(np.abs(ref.offset - o["offset"][:n])[both]) < 0.2
+            assert np.median(np.abs(ref.residual - o["residual"][:n])[both]) < 0.05
+            assert np.abs(ref.iterations - o["iters"][:n])[both].mean() < 1.0
+            if warp == "affine":
+                aff_d.append(np.abs(ref.affine - o["affine"][:n])[both].ravel())
+        d = np.concatenate(diffs)
+        print(f"\n{warp}/{mode}: {n_all} features, status agrees {n_status / n_all:.1%}, |gpu - cpu| median "
+              f"{np.median(d):.5f} max {d.max():.4f} px, within 0.02 px {np.mean(d < 0.02):.1%}")
+        assert n_status >= 0.97 * n_all
+        assert np.mean(d < 0.02) >= 0.98 and np.median(d) < 0.002
+        if warp == "affine":
+            assert np.median(np.concatenate(aff_d)) < 1e-3

@@ -64,6 +64,9 @@ def configure_parser(p) -> None:
                    help="frames per measurement of the per-frame table (process() from pageable frames); 0 = skip")
     p.add_argument("--per-frame-only", action="store_true",
                    help="only the per-frame table: frontend_per_frame.json and frontend_per_frame.md in --out")
+    p.add_argument("--templates-only", action="store_true",
+                   help="only the cost of reference templates + affine warp against frame to frame (process() mono and "
+                        "stereo, --per-frame frames per variant): frontend_templates.json and .md in --out")
 
 
 def load_frames(path) -> list[np.ndarray]:
@@ -520,18 +523,22 @@ def run_command(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(args.device)
-    frames = load_frames(args.frames_dir)
-    if getattr(args, "per_frame_only", False):
+    for flag, module, fn, stem in (("templates_only", "templates", "bench_templates", "frontend_templates"),
+                                   ("per_frame_only", "frontend", "bench_per_frame", "frontend_per_frame")):
+        if not getattr(args, flag, False):
+            continue
         if device != "cuda":
-            print("vilib-ros bench-tracker --per-frame-only: the per-frame table needs a CUDA device")
+            print(f"vilib-ros bench-tracker --{flag.replace('_', '-')}: {stem} is measured on a CUDA device")
             return 2
-        from vilib_ros.bench.frontend import bench_per_frame, markdown
+        import importlib
 
-        pf = bench_per_frame(frames, max(100, args.per_frame))
-        (out / "frontend_per_frame.json").write_text(json.dumps(pf, indent=2, default=str))
-        (out / "frontend_per_frame.md").write_text(markdown(pf))
-        print(markdown(pf))
+        mod = importlib.import_module(f"vilib_ros.bench.{module}")
+        r = getattr(mod, fn)(load_frames(args.frames_dir), max(100, args.per_frame))
+        (out / f"{stem}.json").write_text(json.dumps(r, indent=2, default=str))
+        (out / f"{stem}.md").write_text(mod.markdown(r))
+        print(mod.markdown(r))
         return 0
+    frames = load_frames(args.frames_dir)
     counts = [int(c) for c in str(args.features).split(",") if c]
     res = {"device_name": device_name() if device == "cuda" else platform.processor() or "cpu",
            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

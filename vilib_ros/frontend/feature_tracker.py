@@ -6,10 +6,11 @@
 1. pyramid of the new frame;
 2. LK tracking (:mod:`vilib_ros.frontend.tracker`) of every live track from the previous frame, started at
    the IMU-predicted position (rotation-only homography, :mod:`vilib_ros.frontend.imu_prediction`) or at
-   the old position, against the previous frame's patch (``tracker.template: previous``) or the track's
-   reference template from its detection frame with an affine warp (``reference`` / ``tracker.warp:
-   affine``, :mod:`vilib_ros.frontend.templates`; CPU path only so far); optional forward-backward check
-   and RANSAC (fundamental matrix on undistorted points);
+   the old position, against the track's reference template from its detection frame with an affine
+   warp (``tracker.template: reference``, ``tracker.warp: affine``, the default:
+   :mod:`vilib_ros.frontend.templates`) or against the previous frame's patch (``previous`` /
+   ``translation``); forward-backward check and RANSAC (fundamental matrix on undistorted points),
+   both on by default;
 3. the track table (:mod:`vilib_ros.frontend.track_table`) keeps the tracked ones; when live tracks
    fall below ``min_track_fraction`` of the target (the number of detector cells, or ``max_features``),
    FAST detection in the cells without a live track gives new tracks;
@@ -48,7 +49,7 @@ class FrontendConfig:
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     max_features: int = 0              # target track count; 0 = number of detector cells
     min_track_fraction: float = 0.3    # redetect when live tracks < fraction * target
-    fb_check: bool = False             # forward-backward check
+    fb_check: bool = True              # forward-backward check (on: bench/results/tracks_quality.md)
     fb_threshold: float = 0.5          # px
     ransac: bool = True                # fundamental-matrix RANSAC on undistorted points (on: bench/results/tracks_quality.md)
     ransac_threshold: float = 1.0      # px (converted with fx)
@@ -99,15 +100,6 @@ def _flat_fields(config: FrontendConfig) -> dict:
     return out
 
 
-def cpu_only_reason(config: FrontendConfig) -> str | None:
-    """Why ``config`` cannot run on the GPU path (a message for the user), or None where it can."""
-    t = config.tracker
-    if (t.template, t.warp) == ("previous", "translation"):
-        return None
-    return (f"tracker.template={t.template!r} with tracker.warp={t.warp!r} runs on the CPU path only so far; "
-            "use device='cpu', or template 'previous' and warp 'translation' on the GPU")
-
-
 def _is_cupy(a) -> bool:
     return not isinstance(a, np.ndarray) and type(a).__module__.startswith("cupy")
 
@@ -148,13 +140,7 @@ class FeatureTracker:
             T_right_left = np.asarray(T_right_left, np.float64).reshape(4, 4)
         self.T_right_left = T_right_left
         c = self.config
-        msg = cpu_only_reason(c)
-        if msg and device == "cuda":
-            raise ValueError(msg)
         dev = resolve_device(device)
-        if msg and dev == "cuda":
-            log.warning("%s: using the CPU path", msg)
-            dev = "cpu"
         self._gyro = GyroPredictor(camera, int(c.imu_max_gap_ms * 1e6))
         self.stats_host = {k: 0 for k in HOST_COUNTERS}
         self._queue: collections.deque = collections.deque()

@@ -9,11 +9,20 @@ parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline
   page-locked host memory or a device copy, builds the levels, copies the frame parameters to the
   device);
 * :meth:`~FrameKernels.enqueue_compute` (compute stream): ``lk_frontend`` (previous -> current
-  frame, from the IMU-predicted position, undistorted result) [-> ``lk_frontend`` backward: the
+  frame, from the IMU-predicted position, undistorted result; with stored templates
+  ``lk_template_<warp>_<mode>`` from each track's template) [-> ``lk_frontend`` backward: the
   forward-backward check] -> ``table_update`` (status, compaction, velocity, age, cell
-  occupancy, redetection flag) -> ``fast_crf_levels`` -> ``nms_cell`` (both return at once unless
-  the flag is set) -> ``finalize`` (new tracks where the flag is set; the result) [stereo frames:
-  -> ``lk_frontend`` stereo with the epipolar check -> ``pack_output``].
+  occupancy, redetection flag; templates due flagged) -> ``fast_crf_levels`` -> ``nms_cell`` (both
+  return at once unless the flag is set) -> ``finalize`` (new tracks where the flag is set; the
+  result) [-> ``lk_extract``: the templates of the new and flagged tracks] [stereo frames: ->
+  ``lk_frontend`` stereo with the epipolar check -> ``pack_output``].
+
+Stored templates (``tracker.template: reference`` or ``tracker.warp: affine``,
+:mod:`vilib_ros.frontend.templates`): the template bank (``bank`` float32 (S, levels,
+PATCH_AREA), ``bank_valid`` uint8 (S, levels)) is its own device buffer, not part of the table
+(the table is copied to the host per frame for RANSAC); the table holds per slot the bank row
+``tslot``, ``gain`` / ``offset`` / ``affine`` / ``residual`` of the last LK, ``tmpl_age`` and
+``refresh``.
 
 The compute part of frame k overlaps the upload part of frame k+1: every slot has its own
 pyramid and frame parameters.
@@ -34,11 +43,25 @@ _F32_M = 6                      # FrameParams.M, in 32-bit words
 H = {n: i for i, n in enumerate(HEADER)}
 
 
-def table_layout(S: int, n_cells: int) -> Layout:
+#: per-slot template state (stored templates only): name, dtype, values per slot
+TEMPLATE_COLUMNS = (("tslot", np.int32, 1), ("gain", np.float32, 1), ("offset", np.float32, 1),
+                    ("affine", np.float32, 4), ("residual", np.float32, 1), ("tmpl_age", np.int32, 1),
+                    ("refresh", np.uint8, 1), ("lk_residual", np.float32, 1), ("lk_gain", np.float32, 1),
+                    ("lk_offset", np.float32, 1), ("lk_affine", np.float32, 4))
+
+
+def uses_templates(tracker_config) -> bool:
+    """Whether tracks are tracked against stored templates (as CpuPipeline's template bank)."""
+    return tracker_config.template == "reference" or tracker_config.warp == "affine"
+
+
+def table_layout(S: int, n_cells: int, templates: bool = False) -> Layout:
     """The device table: header, counters, the live tracks, cell occupancy, per-frame LK
-    scratch, frame parameters of every slot and constants (cameras, stereo rotation, E)."""
+    scratch, frame parameters of every slot and constants (cameras, stereo rotation, E); with
+    ``templates`` the per-slot template state (:data:`TEMPLATE_COLUMNS`)."""
     f32, i8 = np.float32, np.int8
-    return Layout([("hdr", np.int64, N_HEADER), ("cnt", np.int64, len(COUNTERS)), ("ids", np.int64, S),
+    tpl = [(n, dt, (S, k) if k > 1 else S) for n, dt, k in TEMPLATE_COLUMNS] if templates else []
+    return Layout(tpl + [("hdr", np.int64, N_HEADER), ("cnt", np.int64, len(COUNTERS)), ("ids", np.int64, S),
                    ("uv", f32, (S, 2)), ("xy", f32, (S, 2)), ("vel", f32, (S, 2)), ("score", f32, S),
                    ("level", np.int32, S), ("age", np.int32, S), ("occ", np.uint8, n_cells),
                    ("lk_pos", f32, (S, 2)), ("lk_status", i8, S), ("lk_xy", f32, (S, 2)), ("lk_iters", np.int32, S),
@@ -81,7 +104,9 @@ class FrameKernels:
             if self.stereo_on:
                 lvl[s, 1] = [a.data.ptr for a in self.pyrs_r[s].levels]
         self._lvl = [cp.asarray(lvl[s].reshape(-1)) for s in range(RING)]
-        self.layout = table_layout(self.S, detector.n_cells)
+        tc = config.tracker
+        self.templates = uses_templates(tc)
+        self.layout = table_layout(self.S, detector.n_cells, self.templates)
         host = np.zeros(self.layout.nbytes, np.uint8)
         hv = self.layout.views(host)
         hv["hdr"][H["next_id"]] = int(first_id)
@@ -92,9 +117,17 @@ class FrameKernels:
             hv["M_rl"][:9] = T[:3, :3].ravel()
             hv["M_rl"][9] = 1.0
             hv["epi"][:9] = essential_rl(T).ravel()
+        if self.templates:
+            hv["affine"][:] = (1.0, 0.0, 0.0, 1.0)
+            hv["gain"][:] = 1.0
         self.initial = host
         self.table = cp.asarray(host)
         self.t = self.layout.views(self.table)
+        if self.templates:
+            from vilib_ros.frontend.tracker import PATCH_AREA
+
+            self.bank = cp.zeros((self.S, int(tc.levels), PATCH_AREA), cp.float32)
+            self.bank_valid = cp.zeros((self.S, int(tc.levels)), cp.uint8)
         p0 = self.layout.offset("params")
         self._M = [self.table[p0 + s * PARAMS_BYTES + 4 * _F32_M:p0 + s * PARAMS_BYTES + 4 * (_F32_M + 12)]
                    .view(cp.float32) for s in range(RING)]
@@ -109,6 +142,7 @@ class FrameKernels:
         except Exception as exc:
             raise CudaUnavailable(f"frontend kernels failed to load: {exc.__class__.__name__}: {exc}") from exc
         self._k_lk = tracker.frontend_kernel
+        self._k_tpl, self._k_extract = tracker.template_kernel, tracker.extract_kernel
         self.crf_block_rows = 8             # CRF grid rows: few blocks, so that a gated-off launch is cheap
 
     def hdr(self, name: str):
@@ -148,6 +182,45 @@ class FrameKernels:
                 np.float32(epi_threshold), p(counters[0]), p(counters[1]), *(p(a) for a in outs))
         return self._k_lk, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
 
+    def _template_cols(self) -> tuple:
+        """The per-slot template state for table_update / finalize (null pointers without templates)."""
+        if not self.templates:
+            return (np.uint64(0),) * 7
+        t = self.t
+        return (t["tslot"], t["gain"], t["offset"], t["affine"], t["residual"], t["tmpl_age"], t["refresh"])
+
+    def _template_update_args(self) -> tuple:
+        tc = self.config.tracker
+        null = np.uint64(0)
+        if not self.templates:
+            return self._template_cols() + (null,) * 4 + (np.int32(0), np.float32(0), np.int32(0))
+        t = self.t
+        return self._template_cols() + (
+            t["lk_residual"], t["lk_gain"], t["lk_offset"], t["lk_affine"] if tc.warp == "affine" else null,
+            np.int32(tc.template == "previous"), np.float32(tc.template_refresh_residual),
+            np.int32(tc.template_max_age))
+
+    def _lk_templates(self, s, count):
+        """lk_template_<warp>_<mode>: every live track from its stored template into frame ``s``."""
+        tc, t = self.config.tracker, self.t
+        warps = self.tracker.warps
+        aff = tc.warp == "affine"
+        null = np.uint64(0)
+        args = (self.bank, self.bank_valid, t["tslot"], t["gain"], t["offset"], t["affine"], self._lk_tab[s],
+                np.int32(self.W), np.int32(self.H), np.int32(tc.levels), np.int32(tc.patch16_mask), count, t["uv"],
+                t["xy"], self._M[s], t["cam"], t["cam"], np.int32(tc.max_iterations), np.float32(tc.eps),
+                np.float32(tc.min_eigen), np.float32(tc.max_residual), t["lk_pos"], t["lk_status"], t["lk_xy"],
+                t["lk_iters"], t["lk_residual"], t["lk_gain"], t["lk_offset"], t["lk_affine"] if aff else null)
+        return self._k_tpl, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
+
+    def _extract(self, s, count):
+        """lk_extract: the templates of the slots flagged ``refresh`` (new, or due) from frame ``s``."""
+        tc, t = self.config.tracker, self.t
+        warps = self.tracker.warps
+        args = (self._lk_tab[s], np.int32(self.W), np.int32(self.H), np.int32(tc.levels), np.int32(tc.patch16_mask),
+                count, t["uv"], t["tslot"], t["refresh"], self.bank, self.bank_valid)
+        return self._k_extract, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
+
     def enqueue_compute(self, s, stereo, phase, stream, checked: bool, out_offsets: tuple, reject_dev: int = 0,
                         mirror_host: int = 0, probe=None) -> None:
         """Tracking, table, redetection and result of the frame in slot ``s`` (``phase``: 'all';
@@ -166,9 +239,12 @@ class FrameKernels:
                 probe(name)
 
         if phase in ("all", "A"):
-            go(*self._lk(self._lk_tab[sp], self._lk_tab[s], count, t["uv"], t["uv"],
-                         (t["lk_pos"], t["lk_status"], t["lk_xy"], t["lk_iters"]), xy=t["xy"], M=self._M[s],
-                         cam_pred=t["cam"], cam_out=t["cam"]), name="lk")
+            if self.templates:
+                go(*self._lk_templates(s, count), name="lk")
+            else:
+                go(*self._lk(self._lk_tab[sp], self._lk_tab[s], count, t["uv"], t["uv"],
+                             (t["lk_pos"], t["lk_status"], t["lk_xy"], t["lk_iters"]), xy=t["xy"], M=self._M[s],
+                             cam_pred=t["cam"], cam_out=t["cam"]), name="lk")
             if c.fb_check:
                 go(*self._lk(self._lk_tab[s], self._lk_tab[sp], count, t["lk_pos"], t["uv"],
                              (t["fb_pos"], t["fb_status"], None, None), gate=t["lk_status"]), name="fb")
@@ -185,7 +261,7 @@ class FrameKernels:
             t["fb_pos"] if c.fb_check else null, t["fb_status"] if c.fb_check else null, np.float32(c.fb_threshold),
             np.uint64(reject_dev) if phase == "B" else null, prm, t["occ"],
             np.int32(dc.cell_width), np.int32(dc.cell_height), np.int32(rows), np.int32(cols),
-            np.float64(c.min_track_fraction * self.S)), "table")
+            np.float64(c.min_track_fraction * self.S), *self._template_update_args()), "table")
         gate = self.hdr("detect")
         d.enqueue_crf(self._det_desc[s], stream, checked, gate=gate, block_rows=self.crf_block_rows)
         probe("crf")
@@ -195,7 +271,9 @@ class FrameKernels:
         go(self._k_final, (1, 1, 1), (1024, 1, 1),
            (t["hdr"], t["cnt"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
             d.out_x, d.out_y, d.out_score, d.out_level, np.int32(d.n_cells), t["cam"], np.int32(self.S),
-            np.int32(0 if stereo else 1), *pack_args), "finalize")
+            np.int32(0 if stereo else 1), *pack_args, *self._template_cols()), "finalize")
+        if self.templates:
+            go(*self._extract(s, count), name="extract")
         if stereo:
             ci = COUNTER_INDEX
             go(*self._lk(self._lk_tab[s], self._lk_tab_r[s], count, t["uv"], t["uv"],

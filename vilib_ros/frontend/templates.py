@@ -2,7 +2,7 @@
 frame where it was detected (``tracker.template: reference``), with the patch's deformation since
 then estimated (``tracker.warp: affine``).
 
-Frame to frame (``template: previous``, ``warp: translation``, today's default) each frame's LK
+Frame to frame (``template: previous``, ``warp: translation``, the default before) each frame's LK
 template is the previous frame's patch at the previous result, so every step's sub-pixel error
 stays in the next template and a track's error is a random walk over its age. That is about
 half of it: LK from the detection frame's template straight into frame k, started at
@@ -53,35 +53,38 @@ on 16 x 16 levels an affine phase (8 x 8 patches: A held). The Hessian is not st
 "approximated simultaneous" gain it depends on the gain at each level's start; the CPU rebuilds
 it from the stored patch per frame (32 patch sums, one pass).
 
-What the GPU port needs (``kernels/lk.cu``, ``kernels/frontend.cu``, ``gpu_frame.py``,
-``gpu_pipeline.py``; not done: the GPU pipeline refuses anything but ``template: previous``,
-``warp: translation``):
+The GPU port (``kernels/lk.cu``, ``kernels/frontend.cu``, ``gpu_frame.py``; every
+template / warp on both devices, reference + affine the default):
 
-1. Buffers in the device track table: ``tpl_patch`` float32 [S][levels][324] (S = capacity;
-   6.5 KB per track with 5 levels: 2.2 MB for 345 tracks), ``tpl_valid`` uint8 [S][levels],
-   and per slot ``tslot`` int32, ``gain``, ``offset``, ``affine`` float32[4], ``tmpl_age``
-   int32, ``residual`` float32, compacted by ``table_update`` with the other columns (``tslot``
-   moves, the bank rows do not). Optionally the g-free Hessian sums per level (32 for the affine
-   warp, 9 for translation), so that a level's H(g) is assembled without a pass over the patch.
-2. An ``lk_extract`` kernel (one warp per new or refreshed track, lane l filling samples l,
-   l + 32, ... of each level's (P + 2)^2 patch, as :func:`vilib_ros.frontend.cpu_lk.lk_extract`),
-   in the frame's graph after ``new_tracks`` on the slots just added and after
-   ``table_update`` on the slots whose template is due; free bank rows: the rows not named by
-   ``tslot[0..count)`` (a bitmap scan in ``new_tracks``, or a free list).
-3. ``track_level`` reading the template values and gradients from ``tpl_patch[tslot]`` (lane l
-   owns column l % P and rows l / P + k * 32 / P, as now: the stored sample and its 4
-   neighbours instead of 5 bilinear samples of the template image) instead of the previous
-   pyramid, with ``alpha`` / ``beta`` starting from the slot's ``gain - 1`` / ``offset / 255``.
-   For the affine warp: each lane samples the image at x + A u with its own bilinear weights
-   (the fraction is no longer shared by the patch), accumulates the 8-vector U r (butterfly
-   over 8 values instead of 4), H is 8 x 8 (Cholesky in registers as ``invert<N>``, plus the
-   4 x 4 translation sub-block), and the phase switch and the composition with the inverse step
-   are per-warp scalars. The previous frame's pyramid stays needed only for the forward-backward
-   check (stereo tracks left -> right in the same frame).
-4. ``table_update`` writing ``gain``, ``offset``, ``affine``, ``residual``, ``tmpl_age + 1``, and
-   flagging refreshes (``residual > template_refresh_residual`` or ``tmpl_age >=
-   template_max_age``, every track for ``template: previous``) for ``lk_extract``; the counter
-   ``templates_refreshed``.
+1. The template bank is its own device buffer (``FrameKernels.bank`` float32 [S][levels][324],
+   ``bank_valid`` uint8 [S][levels]; 2.2 MB for 345 tracks, allocated once), not part of the
+   device table (the table is copied to the host per frame for RANSAC). The table holds per slot
+   ``tslot`` int32, ``gain``, ``offset``, ``affine`` float32[4], ``residual``, ``tmpl_age`` int32
+   and ``refresh`` uint8, compacted by ``table_update`` with the other columns (``tslot`` moves,
+   the bank rows do not). The Hessian is rebuilt from the stored patch per level and frame.
+2. ``lk_extract`` (one warp per slot, lane l filling samples l, l + 32, ... of each level's
+   (P + 2)^2 patch, with the one bilinear fraction per patch of ``lk.cu``'s template loads), in the
+   frame's graph after ``finalize`` on the slots flagged ``refresh``: the new tracks
+   (``new_tracks``, which also gives them the lowest free bank rows, as :meth:`TrackTable.add`:
+   a bitmap of the rows ``tslot[0..count)`` names, ranked by a block scan) and the templates due
+   (``table_update``).
+3. ``lk_template_<warp>_<mode>``: ``solve_level`` (translation) or ``solve_level_affine`` on the
+   template values and gradients loaded from ``bank[tslot]`` (``template_from_bank``: lane l owns
+   column l % P and rows l / P + k * 32 / P, the stored sample and its 4 neighbours), alpha /
+   beta starting from the slot's ``gain - 1`` / ``offset / 255``. Affine: each lane samples the
+   image at x + A u with its own bilinear weights, the 8 sums of U r and the Hessian's entries by
+   butterfly, H 8 x 8 and its 4 x 4 translation sub-block inverted by Cholesky in registers,
+   phase switch and composition with the inverse step as per-warp scalars. The previous frame's
+   pyramid is read only by the forward-backward check.
+4. ``table_update`` writes ``gain``, ``offset``, ``affine`` (identity for the translation warp),
+   ``residual``, ``tmpl_age + 1`` and flags refreshes (``residual > template_refresh_residual``
+   or ``tmpl_age >= template_max_age``, every track for ``template: previous``; the flagged
+   slot's age, illumination and warp restart), counted as ``templates_refreshed``.
+
+Tests: the kernels on the host through a SIMT shim (``test_tracker_cpu.TestTemplateKernelsOnHost``)
+and on the GPU (``test_tracker_gpu.TestTemplateKernels``) against this module's functions; the
+whole GPU pipeline against the CPU pipeline (``test_frontend.TestGpuMatchesCpu``). Cost:
+``bench/results/frontend_templates.md``.
 
 The oracle is :func:`track_templates_cpu` / :func:`extract_templates_cpu`, the compiled twin
 :class:`vilib_ros.frontend.cpu_lk.NumbaLKTracker` (``track_templates`` / ``extract_templates``,

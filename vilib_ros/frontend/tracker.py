@@ -68,11 +68,11 @@ class TrackerConfig:
     osc_eps: float = 0.01                     # OpenCV's 'jumping back and forth': |dq_k + dq_k-1| < osc_eps in x and y (level px)
     osc_growth: float = 1.0                   # a reversal that does not shrink: dq_k . dq_k-1 < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2
     cpu_backend: str = "numpy"                # numpy | opencv (translation only)
-    # what a track is tracked against (see vilib_ros.frontend.templates):
-    template: str = "previous"                # previous: the last frame's patch | reference: the patch of the frame where the track was detected
+    # what a track is tracked against (see vilib_ros.frontend.templates; bench/results/tracks_quality.md):
+    template: str = "reference"               # previous: the last frame's patch | reference: the patch of the frame where the track was detected
     template_refresh_residual: float = 0.0    # reference: take a new template where the residual (0..255) exceeds this; 0 = never
     template_max_age: int = 0                 # reference: take a new template after this many frames; 0 = never
-    warp: str = "translation"                 # translation | affine: the patch's deformation since the template (2x2 matrix, per track)
+    warp: str = "affine"                      # translation | affine: the patch's deformation since the template (2x2 matrix, per track)
 
     def validate(self) -> "TrackerConfig":
         if self.mode not in MODES:
@@ -479,6 +479,9 @@ class GpuLKTracker:
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
         # the frontend's variant on the device-side track table (same compile-time settings)
         self.frontend_kernel = mod.get_function(f"lk_frontend_{self.config.mode}")
+        # stored templates (vilib_ros.frontend.templates): LK from the template bank, and its extraction
+        self.template_kernel = mod.get_function(f"lk_template_{self.config.warp}_{self.config.mode}")
+        self.extract_kernel = mod.get_function("lk_extract")
         self._tables: dict[int, object] = {}
         self._arg_cache: dict = {}   # launch arguments per set of buffers (built once: ~10 us of Python)
         m = self.max_features

@@ -7,10 +7,17 @@
 // hdr[H_*] and counters cnt[C_*] are int64; the indices are compile-time defines made from
 // vilib_ros.frontend.track_table.HEADER and COUNTERS (one name for one thing).
 //
-// Per frame (one CUDA graph): pyramid_frame -> lk_frontend (temporal) [-> lk_frontend (backward)]
-// -> table_update -> fast_crf_levels -> nms_cell (both gated by hdr[H_DETECT]) -> finalize (new
-// tracks, gated, and the result) [stereo frames: finalize without the result -> lk_frontend
-// (stereo) -> pack_output].
+// Per frame (one CUDA graph): pyramid_frame -> lk_frontend (temporal; lk_template_* with stored
+// templates) [-> lk_frontend (backward)] -> table_update -> fast_crf_levels -> nms_cell (both
+// gated by hdr[H_DETECT]) -> finalize (new tracks, gated, and the result) [-> lk_extract: the
+// templates due] [stereo frames: finalize without the result -> lk_frontend (stereo) ->
+// pack_output].
+//
+// Stored templates (vilib_ros.frontend.templates; tracker.template 'reference' or warp 'affine'):
+// per slot also the template's bank row `tslot` (moved with the slot; bank rows stay put), the
+// last LK illumination `gain` / `offset`, warp `affine` and mean |residual|, the template's age
+// `tmpl_age`, and `refresh` (1: lk_extract takes the slot's template from this frame). Where
+// `tslot` is null these columns are not touched (frame-to-frame tracking).
 #include "camera.cuh"
 #include "frame.cuh"
 
@@ -80,11 +87,17 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
     const float2* __restrict__ lk_xy, const int* __restrict__ lk_iters,
     const float2* __restrict__ fb_pos, const signed char* __restrict__ fb_status, float fb_threshold,
     const signed char* __restrict__ reject, const FrameParams* __restrict__ prm,
-    unsigned char* __restrict__ occ, int cell_w, int cell_h, int rows, int cols, double detect_below)
+    unsigned char* __restrict__ occ, int cell_w, int cell_h, int rows, int cols, double detect_below,
+    int* __restrict__ tslot, float* __restrict__ gain, float* __restrict__ offset, float4* __restrict__ affine,
+    float* __restrict__ residual, int* __restrict__ tmpl_age, unsigned char* __restrict__ refresh,
+    const float* __restrict__ lk_residual, const float* __restrict__ lk_gain, const float* __restrict__ lk_offset,
+    const float4* __restrict__ lk_affine, int refresh_all, float refresh_residual, int max_age)
 {
     __shared__ unsigned int s_cnt[8];
     const int t = threadIdx.x;
     if (t < 8) s_cnt[t] = 0u;
+    __shared__ unsigned int s_ref;
+    if (t == 0) s_ref = 0u;
     for (int c = t; c < rows * cols; c += TT_THREADS) occ[c] = 0;
     const int n = (int)hdr[H_COUNT];
     const float dt = prm->dt;
@@ -95,7 +108,13 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
     float r_score[TT_PER_THREAD];
     int r_level[TT_PER_THREAD], r_age[TT_PER_THREAD];
     bool r_keep[TT_PER_THREAD];
-    unsigned int c_left = 0, c_div = 0, c_nc = 0, c_fb = 0, c_rs = 0, c_tr = 0, c_it = 0, kept = 0;
+    // stored templates: bank row, illumination, warp, residual, template age, refresh flag
+    const bool tpl = tslot != nullptr;
+    int r_tslot[TT_PER_THREAD], r_tage[TT_PER_THREAD];
+    float r_gain[TT_PER_THREAD], r_off[TT_PER_THREAD], r_res[TT_PER_THREAD];
+    float4 r_aff[TT_PER_THREAD];
+    bool r_ref[TT_PER_THREAD];
+    unsigned int c_left = 0, c_div = 0, c_nc = 0, c_fb = 0, c_rs = 0, c_tr = 0, c_it = 0, c_ref = 0, kept = 0;
     __syncthreads();                      // s_cnt zeroed
 #pragma unroll
     for (int j = 0; j < TT_PER_THREAD; ++j) {
@@ -125,6 +144,21 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
         r_uv[j] = p;
         r_xy[j] = xn;
         r_vel[j] = dt > 0.f ? make_float2((xn.x - xo.x) / dt, (xn.y - xo.y) / dt) : v0;
+        if (tpl) {      // the template is taken again where due (TrackTable.update, then CpuPipeline._refresh_templates)
+            r_tslot[j] = tslot[i];
+            r_tage[j] = tmpl_age[i] + 1;
+            r_res[j] = lk_residual[i];
+            const bool due = refresh_all != 0 || (refresh_residual > 0.f && r_res[j] > refresh_residual) ||
+                             (max_age > 0 && r_tage[j] >= max_age);
+            r_ref[j] = due;
+            c_ref += due;
+            if (due) {
+                r_tage[j] = 0; r_gain[j] = 1.f; r_off[j] = 0.f; r_aff[j] = make_float4(1.f, 0.f, 0.f, 1.f);
+            } else {
+                r_gain[j] = lk_gain[i]; r_off[j] = lk_offset[i];
+                r_aff[j] = lk_affine != nullptr ? lk_affine[i] : make_float4(1.f, 0.f, 0.f, 1.f);
+            }
+        }
         ++kept;
     }
     int total;
@@ -134,6 +168,10 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
         if (!r_keep[j]) continue;
         ids[pos] = r_id[j]; uv[pos] = r_uv[j]; xy[pos] = r_xy[j]; vel[pos] = r_vel[j];
         score[pos] = r_score[j]; level[pos] = r_level[j]; age[pos] = r_age[j];
+        if (tpl) {
+            tslot[pos] = r_tslot[j]; tmpl_age[pos] = r_tage[j]; residual[pos] = r_res[j]; gain[pos] = r_gain[j];
+            offset[pos] = r_off[j]; affine[pos] = r_aff[j]; refresh[pos] = r_ref[j] ? 1 : 0;
+        }
         const int r = min(max((int)floorf(r_uv[j].y / (float)cell_h), 0), rows - 1);
         const int c = min(max((int)floorf(r_uv[j].x / (float)cell_w), 0), cols - 1);
         occ[r * cols + c] = 1;
@@ -146,6 +184,7 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
     block_count(&s_cnt[4], c_rs);
     block_count(&s_cnt[5], c_tr);
     block_count(&s_cnt[6], c_it);
+    block_count(&s_ref, c_ref);
     __syncthreads();
     if (t == 0) {
         cnt[C_LOST_LEFT_IMAGE] += (long long)s_cnt[0];
@@ -156,9 +195,44 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
         cnt[C_TRACKED_TOTAL] += (long long)s_cnt[5];
         cnt[C_ITERATIONS_TOTAL] += (long long)s_cnt[6];
         cnt[C_TRACKS_LOST] += (long long)(n - total);
+        cnt[C_TEMPLATES_REFRESHED] += (long long)s_ref;
         hdr[H_COUNT] = total;
         hdr[H_DETECT] = (total == 0 || (double)total < detect_below) ? 1 : 0;
         hdr[H_NEW] = 0;
+    }
+}
+
+// Template bank rows for the k new tracks in slots n_live.. : the k lowest rows that no live track
+// (slots 0..n_live-1) names, in order (as TrackTable.add). A bitmap of the used rows in shared
+// memory; thread t owns rows [t * TT_PER_THREAD, (t + 1) * TT_PER_THREAD); the free ones are ranked
+// by a block scan. (A device function of `new_tracks`; capacity <= TT_THREADS * TT_PER_THREAD.)
+__device__ __forceinline__ void free_rows(int* tslot, int n_live, int k, int capacity)
+{
+    __shared__ unsigned int used[TT_THREADS * TT_PER_THREAD / 32];
+    const int t = threadIdx.x;
+    for (int i = t; i < TT_THREADS * TT_PER_THREAD / 32; i += TT_THREADS) used[i] = 0u;
+    __syncthreads();
+    for (int i = t; i < n_live; i += TT_THREADS) {
+        const int r = tslot[i];
+        atomicOr(&used[r >> 5], 1u << (r & 31));
+    }
+    __syncthreads();
+    const int r0 = t * TT_PER_THREAD;
+    int nf = 0;
+#pragma unroll
+    for (int j = 0; j < TT_PER_THREAD; ++j) {
+        const int r = r0 + j;
+        nf += r < capacity && !((used[r >> 5] >> (r & 31)) & 1u);
+    }
+    int total;
+    int rank = block_exclusive_scan(nf, &total);
+#pragma unroll
+    for (int j = 0; j < TT_PER_THREAD; ++j) {
+        const int r = r0 + j;
+        if (r < capacity && !((used[r >> 5] >> (r & 31)) & 1u)) {
+            if (rank < k) tslot[n_live + rank] = r;
+            ++rank;
+        }
     }
 }
 
@@ -173,7 +247,8 @@ __device__ __forceinline__ void new_tracks(
     long long* hdr, long long* cnt,
     long long* ids, float2* uv, float2* xy, float2* vel, float* score, int* level, int* age,
     const float* __restrict__ cell_x, const float* __restrict__ cell_y, const float* __restrict__ cell_score,
-    const int* __restrict__ cell_level, int n_cells, const float* __restrict__ cam, int capacity)
+    const int* __restrict__ cell_level, int n_cells, const float* __restrict__ cam, int capacity,
+    int* tslot, float* gain, float* offset, float4* affine, float* residual, int* tmpl_age, unsigned char* refresh)
 {
     const int t = threadIdx.x;
     const int n_live = (int)hdr[H_COUNT];
@@ -222,8 +297,14 @@ __device__ __forceinline__ void new_tracks(
         score[pos] = cell_score[c];
         level[pos] = cell_level[c];
         age[pos] = 0;
+        if (tslot != nullptr) {           // a template to take (lk_extract), relative to which nothing has changed yet
+            gain[pos] = 1.f; offset[pos] = 0.f; affine[pos] = make_float4(1.f, 0.f, 0.f, 1.f);
+            residual[pos] = 0.f; tmpl_age[pos] = 0; refresh[pos] = 1;
+        }
         ++pos;
     }
+    if (tslot != nullptr)                 // block-uniform
+        free_rows(tslot, n_live, k, capacity);
     __syncthreads();                      // every thread has read hdr before it changes
     if (t == 0) {
         hdr[H_COUNT] = n_live + k;
@@ -294,11 +375,12 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) finalize(
     const int* __restrict__ cell_level, int n_cells, const float* __restrict__ cam, int capacity, int do_pack,
     const FrameParams* __restrict__ prm, const float2* __restrict__ st_pos, const float2* __restrict__ st_xy,
     int n_hdr, int n_cnt, int o_hdr, int o_cnt, int o_ids, int o_uv, int o_xy, int o_vel, int o_score,
-    int o_level, int o_age, int o_uvr, int o_xyr)
+    int o_level, int o_age, int o_uvr, int o_xyr,
+    int* tslot, float* gain, float* offset, float4* affine, float* residual, int* tmpl_age, unsigned char* refresh)
 {
     if (hdr_w[H_DETECT] != 0)             // block-uniform
         new_tracks(hdr_w, cnt_w, ids_w, uv_w, xy_w, vel_w, score_w, level_w, age_w, cell_x, cell_y, cell_score,
-                   cell_level, n_cells, cam, capacity);
+                   cell_level, n_cells, cam, capacity, tslot, gain, offset, affine, residual, tmpl_age, refresh);
     if (do_pack)
         pack(hdr_w, cnt_w, prm, ids_w, uv_w, xy_w, vel_w, score_w, level_w, age_w, st_pos, st_xy, n_hdr, n_cnt,
              o_hdr, o_cnt, o_ids, o_uv, o_xy, o_vel, o_score, o_level, o_age, o_uvr, o_xyr);

@@ -134,12 +134,78 @@ __device__ __forceinline__ bool invert(const float (&A)[N][N], float (&Ai)[N][N]
 #define LVL_LEFT 3
 #define LVL_SINGULAR 4
 
-// One pyramid level for one feature (whole warp). (x, y) = current estimate in level
-// coordinates (updated), (tcx, tcy) = template centre in level coordinates.
+// The template of one level for one feature (whole warp): lane l holds the values tv and the
+// central-difference gradients gx, gy (0..1 units) of its NP = P*P/32 pixels (column l % P, rows
+// l / P + k * (32 / P)).
+//
+// From the template image T at the template centre (tcx, tcy) (level coordinates; the patch and
+// its gradient ring must fit): every sample of a patch has the same sub-pixel fraction (the
+// offsets from the centre are integers + HALF), so the 4 bilinear weights are computed once.
+template <int P>
+__device__ __forceinline__ void template_from_image(const uchar* __restrict__ T, int w, float tcx, float tcy,
+                                                    float (&tv)[P * P / 32], float (&gx)[P * P / 32],
+                                                    float (&gy)[P * P / 32])
+{
+    constexpr int NP = P * P / 32;
+    constexpr int RSTEP = 32 / P;
+    constexpr float HALF = 0.5f * (P - 1);
+    const int lane = threadIdx.x;
+    const int col = lane % P, row0 = lane / P;
+    const float s255 = 1.f / 255.f;
+    const float bx = tcx - HALF, by = tcy - HALF;
+    const float fx = floorf(bx), fy = floorf(by);
+    const float ax = bx - fx, ay = by - fy;
+    const float w00 = (1.f - ax) * (1.f - ay), w10 = ax * (1.f - ay), w01 = (1.f - ax) * ay, w11 = ax * ay;
+    const uchar* base = T + (size_t)((int)fy + row0) * w + (int)fx + col;
+#pragma unroll
+    for (int k = 0; k < NP; ++k) {
+        const uchar* p = base + (size_t)(k * RSTEP) * w;
+        // 4x4 neighbourhood p[-w-1 .. 2w+2] covers the centre sample and its 4 neighbours
+        const float c00 = __ldg(p), c10 = __ldg(p + 1), c01 = __ldg(p + w), c11 = __ldg(p + w + 1);
+        const float l0 = __ldg(p - 1), l1 = __ldg(p + w - 1);          // column x-1
+        const float r0 = __ldg(p + 2), r1 = __ldg(p + w + 2);          // column x+2
+        const float u0 = __ldg(p - w), u1 = __ldg(p - w + 1);          // row y-1
+        const float d0 = __ldg(p + 2 * w), d1 = __ldg(p + 2 * w + 1);  // row y+2
+        const float centre = w00 * c00 + w10 * c10 + w01 * c01 + w11 * c11;
+        const float left = w00 * l0 + w10 * c00 + w01 * l1 + w11 * c01;
+        const float right = w00 * c10 + w10 * r0 + w01 * c11 + w11 * r1;
+        const float up = w00 * u0 + w10 * u1 + w01 * c00 + w11 * c10;
+        const float down = w00 * c01 + w10 * c11 + w01 * d0 + w11 * d1;
+        tv[k] = centre * s255;
+        gx[k] = 0.5f * (right - left) * s255;
+        gy[k] = 0.5f * (down - up) * s255;
+    }
+}
+
+// From a stored template level S (vilib_ros.frontend.templates: the (P + 2) x (P + 2) bilinear
+// samples 0..255 around the template position, row stride P + 2; written by lk_extract with the
+// arithmetic of template_from_image, so both give the same values).
+template <int P>
+__device__ __forceinline__ void template_from_bank(const float* __restrict__ S, float (&tv)[P * P / 32],
+                                                   float (&gx)[P * P / 32], float (&gy)[P * P / 32])
+{
+    constexpr int NP = P * P / 32;
+    constexpr int RSTEP = 32 / P;
+    constexpr int SW = P + 2;
+    const int lane = threadIdx.x;
+    const int col = lane % P, row0 = lane / P;
+    const float s255 = 1.f / 255.f;
+#pragma unroll
+    for (int k = 0; k < NP; ++k) {
+        const float* p = S + (row0 + k * RSTEP + 1) * SW + col + 1;
+        tv[k] = p[0] * s255;
+        gx[k] = 0.5f * (p[1] - p[-1]) * s255;
+        gy[k] = 0.5f * (p[SW] - p[-SW]) * s255;
+    }
+}
+
+// Gauss-Newton iterations of one level for one feature (whole warp) on the template in tv / gx /
+// gy (translation warp). (x, y) = current estimate in level coordinates (updated).
 template <int P, int MODE>
-__device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict__ I, int w, int h,
-                           float tcx, float tcy, float& x, float& y, float& alpha, float& beta,
-                           int max_iterations, float eps2, float min_eigen, float& residual, int& iters)
+__device__ int solve_level(const uchar* __restrict__ I, int w, int h, const float (&tv)[P * P / 32],
+                           const float (&gx)[P * P / 32], const float (&gy)[P * P / 32], float& x, float& y,
+                           float& alpha, float& beta, int max_iterations, float eps2, float min_eigen,
+                           float& residual, int& iters)
 {
     typedef ModeInfo<MODE> MI;
     constexpr int NP = P * P / 32;       // pixels per lane
@@ -149,37 +215,6 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
     const int col = lane % P, row0 = lane / P;
     const float s255 = 1.f / 255.f;
 
-    if (!fits(tcx, tcy, HALF + 1.f, w, h)) return LVL_LEFT;  // template patch (+gradient ring)
-
-    // Every sample of a patch has the same sub-pixel fraction (the offsets from the centre are
-    // integers + HALF), so the 4 bilinear weights are computed once per patch position.
-    // Template values and central-difference gradients from bilinear samples:
-    float tv[NP], gx[NP], gy[NP];
-    {
-        const float bx = tcx - HALF, by = tcy - HALF;
-        const float fx = floorf(bx), fy = floorf(by);
-        const float ax = bx - fx, ay = by - fy;
-        const float w00 = (1.f - ax) * (1.f - ay), w10 = ax * (1.f - ay), w01 = (1.f - ax) * ay, w11 = ax * ay;
-        const uchar* base = T + (size_t)((int)fy + row0) * w + (int)fx + col;
-#pragma unroll
-        for (int k = 0; k < NP; ++k) {
-            const uchar* p = base + (size_t)(k * RSTEP) * w;
-            // 4x4 neighbourhood p[-w-1 .. 2w+2] covers the centre sample and its 4 neighbours
-            const float c00 = __ldg(p), c10 = __ldg(p + 1), c01 = __ldg(p + w), c11 = __ldg(p + w + 1);
-            const float l0 = __ldg(p - 1), l1 = __ldg(p + w - 1);          // column x-1
-            const float r0 = __ldg(p + 2), r1 = __ldg(p + w + 2);          // column x+2
-            const float u0 = __ldg(p - w), u1 = __ldg(p - w + 1);          // row y-1
-            const float d0 = __ldg(p + 2 * w), d1 = __ldg(p + 2 * w + 1);  // row y+2
-            const float centre = w00 * c00 + w10 * c10 + w01 * c01 + w11 * c11;
-            const float left = w00 * l0 + w10 * c00 + w01 * l1 + w11 * c01;
-            const float right = w00 * c10 + w10 * r0 + w01 * c11 + w11 * r1;
-            const float up = w00 * u0 + w10 * u1 + w01 * c00 + w11 * c10;
-            const float down = w00 * c01 + w10 * c11 + w01 * d0 + w11 * d1;
-            tv[k] = centre * s255;
-            gx[k] = 0.5f * (right - left) * s255;
-            gy[k] = 0.5f * (down - up) * s255;
-        }
-    }
     // Hessian H = sum U U^T with U = [g gx, g gy, (T), (1)], g = 1 + alpha at level start
     const float g = (MODE == LK_MODE_OFFSET || MODE == LK_MODE_TRANSLATION) ? 1.f : 1.f + alpha;
     float hxx = 0, hxy = 0, hyy = 0, hxt = 0, hyt = 0, htt = 0, hx1 = 0, hy1 = 0, ht1 = 0;
@@ -284,6 +319,22 @@ __device__ int track_level(const uchar* __restrict__ T, const uchar* __restrict_
     return code;
 }
 
+// One pyramid level for one feature (whole warp), the template taken from the image T at the
+// template centre (tcx, tcy) (level coordinates).
+template <int P, int MODE>
+__device__ __forceinline__ int track_level(const uchar* __restrict__ T, const uchar* __restrict__ I, int w, int h,
+                                           float tcx, float tcy, float& x, float& y, float& alpha, float& beta,
+                                           int max_iterations, float eps2, float min_eigen, float& residual,
+                                           int& iters)
+{
+    constexpr float HALF = 0.5f * (P - 1);
+    if (!fits(tcx, tcy, HALF + 1.f, w, h)) return LVL_LEFT;  // template patch (+gradient ring)
+    float tv[P * P / 32], gx[P * P / 32], gy[P * P / 32];
+    template_from_image<P>(T, w, tcx, tcy, tv, gx, gy);
+    return solve_level<P, MODE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual,
+                                iters);
+}
+
 // The whole pyramid for one feature (whole warp): template centre `tp` (level 0), initial guess
 // `p0` (level 0). Returns the status; (x, y) = level-0 position, alpha/beta the illumination,
 // residual the final mean |r| (0..255), iters the iterations over all levels (warp-uniform).
@@ -324,6 +375,246 @@ __device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ t
     }
     if (!(isfinite(x) && isfinite(y) && isfinite(alpha) && isfinite(beta)) ||
         !(1.f + alpha > 0.2f && 1.f + alpha < 5.f)) {
+        status = LK_DIVERGED;
+    } else if ((status == LK_TRACKED || status == LK_NOT_CONVERGED) && max_residual > 0.f && residual > max_residual) {
+        status = LK_DIVERGED;
+    }
+    return status;
+}
+
+// Gauss-Newton iterations of one level for one feature (whole warp) with an affine warp against
+// the template in tv / gx / gy (vilib_ros.frontend.templates._track_affine): the template sample
+// at offset u from the centre is compared with the image at x + A u (A = a11 a12 a21 a22, kept
+// across levels). Parameters [d11, d12, d21, d22, dtx, dty, (dalpha), (dbeta)], U = [g gx ux,
+// g gx uy, g gy ux, g gy uy, g gx, g gy, (T), (1)], H = sum U U^T once per level (g = 1 + alpha
+// at the level's start); inverse compositional: the warp is composed with the inverse step.
+// First a translation phase (the sub-block of [dtx, dty, (dalpha), (dbeta)], A held), then on
+// 16 x 16 levels (AFFINE_PATCH) an affine phase; the oscillation test and the convergence test
+// on the position's step. Each lane samples the image at its own warped positions (its own
+// bilinear weights); the 8 sums of U r and the Hessian's entries by butterfly, so every lane
+// holds the same state (warp-uniform phases and stops).
+#define AFFINE_PATCH 16
+template <int P, int MODE>
+__device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, const float (&tv)[P * P / 32],
+                                  const float (&gx)[P * P / 32], const float (&gy)[P * P / 32], float& x, float& y,
+                                  float (&A)[4], float& alpha, float& beta, int max_iterations, float eps2,
+                                  float min_eigen, float& residual, int& iters)
+{
+    typedef ModeInfo<MODE> MI;
+    constexpr int NP = P * P / 32;
+    constexpr int RSTEP = 32 / P;
+    constexpr float HALF = 0.5f * (P - 1);
+    constexpr int GS = MI::GAIN >= 0 ? 6 : -1;                         // slots in the affine parameters
+    constexpr int OS = MI::OFF >= 0 ? 6 + (MI::GAIN >= 0 ? 1 : 0) : -1;
+    constexpr int NA = 6 + (GS >= 0) + (OS >= 0);
+    constexpr int NS = NA - 4;                                         // translation (+ illumination)
+    constexpr bool AFF = P == AFFINE_PATCH;
+    const int lane = threadIdx.x;
+    const float ucol = (float)(lane % P) - HALF;
+    const int row0 = lane / P;
+    const float s255 = 1.f / 255.f;
+    const float g = MI::GAIN >= 0 ? 1.f + alpha : 1.f;
+
+    float H[NA][NA];
+    float sxx = 0.f, sxy = 0.f, syy = 0.f;
+    {
+        float hl[NA][NA];
+#pragma unroll
+        for (int i = 0; i < NA; ++i)
+#pragma unroll
+            for (int j = 0; j < NA; ++j) hl[i][j] = 0.f;
+#pragma unroll
+        for (int k = 0; k < NP; ++k) {
+            const float uy = (float)(row0 + k * RSTEP) - HALF;
+            const float a = g * gx[k], b = g * gy[k];
+            float U[NA];
+            U[0] = a * ucol; U[1] = a * uy; U[2] = b * ucol; U[3] = b * uy; U[4] = a; U[5] = b;
+            if (GS >= 0) U[GS] = tv[k];
+            if (OS >= 0) U[OS] = 1.f;
+#pragma unroll
+            for (int i = 0; i < NA; ++i)
+#pragma unroll
+                for (int j = i; j < NA; ++j) hl[i][j] += U[i] * U[j];
+            sxx += gx[k] * gx[k]; sxy += gx[k] * gy[k]; syy += gy[k] * gy[k];
+        }
+#pragma unroll
+        for (int i = 0; i < NA; ++i)
+#pragma unroll
+            for (int j = i; j < NA; ++j) { H[i][j] = warp_sum(hl[i][j]); H[j][i] = H[i][j]; }
+        sxx = warp_sum(sxx); sxy = warp_sum(sxy); syy = warp_sum(syy);
+    }
+    {   // flat-patch test, as in solve_level
+        const float a = sxx / (P * P), b = sxy / (P * P), c = syy / (P * P);
+        const float lmin = 0.5f * (a + c - sqrtf((a - c) * (a - c) + 4.f * b * b));
+        if (!(lmin >= min_eigen)) return LVL_SINGULAR;
+    }
+    float Hi[NA][NA], Hs[NS][NS], Hsi[NS][NS];
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+#pragma unroll
+        for (int j = 0; j < NS; ++j) Hs[i][j] = H[4 + i][4 + j];
+    if (!invert<NS>(Hs, Hsi)) return LVL_SINGULAR;
+    if (AFF && !invert<NA>(H, Hi)) return LVL_SINGULAR;
+
+    const float xs = x, ys = y, s0 = A[0], s1 = A[1], s2 = A[2], s3 = A[3];
+    float ra_lane = 0.f;
+    int done = 0;
+    int phase = 0;          // 0: translation (+ illumination), 1: affine (warp-uniform)
+    bool fresh = true;      // no previous step for the oscillation test
+    float px = 0.f, py = 0.f;
+    int code = LVL_MAXITER;
+    for (int it = 0; it < max_iterations; ++it) {
+        const float ex = (fabsf(A[0]) + fabsf(A[1])) * HALF, ey = (fabsf(A[2]) + fabsf(A[3])) * HALF;
+        if (!(x - ex >= 0.f && y - ey >= 0.f && x + ex < (float)(w - 1) && y + ey < (float)(h - 1))) {
+            x = xs; y = ys; A[0] = s0; A[1] = s1; A[2] = s2; A[3] = s3;
+            code = LVL_LEFT;
+            break;
+        }
+        const float ga = 1.f + alpha;
+        float b[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        float ra = 0.f;
+#pragma unroll
+        for (int k = 0; k < NP; ++k) {
+            const float uy = (float)(row0 + k * RSTEP) - HALF;
+            const float X = x + A[0] * ucol + A[1] * uy, Y = y + A[2] * ucol + A[3] * uy;
+            const float r = bilinear(I, w, X, Y) * s255 - ga * tv[k] - beta;
+            const float a = gx[k] * r, c = gy[k] * r;
+            b[0] += a * ucol; b[1] += a * uy; b[2] += c * ucol; b[3] += c * uy; b[4] += a; b[5] += c;
+            b[6] += tv[k] * r; b[7] += r; ra += fabsf(r);
+        }
+        ra_lane = ra;
+        float bv[NA];
+        bv[4] = warp_sum(b[4]) * g; bv[5] = warp_sum(b[5]) * g;
+        if (GS >= 0) bv[GS] = warp_sum(b[6]);
+        if (OS >= 0) bv[OS] = warp_sum(b[7]);
+        float dq[NA];
+        if (phase == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) dq[i] = 0.f;
+#pragma unroll
+            for (int i = 0; i < NS; ++i) {
+                float s = 0.f;
+#pragma unroll
+                for (int j = 0; j < NS; ++j) s += Hsi[i][j] * bv[4 + j];
+                dq[4 + i] = s;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) bv[i] = warp_sum(b[i]) * g;
+#pragma unroll
+            for (int i = 0; i < NA; ++i) {
+                float s = 0.f;
+#pragma unroll
+                for (int j = 0; j < NA; ++j) s += Hi[i][j] * bv[j];
+                dq[i] = s;
+            }
+        }
+        // compose with the inverse step: x + A u <- x + A D^-1 u, D = [[1 + d11, d12, dtx], [d21, 1 + d22, dty]]
+        const float d11 = 1.f + dq[0], d12 = dq[1], d21 = dq[2], d22 = 1.f + dq[3];
+        const float dd = d11 * d22 - d12 * d21;
+        const float i11 = d22 / dd, i12 = -d12 / dd, i21 = -d21 / dd, i22 = d11 / dd;
+        const float tix = -(i11 * dq[4] + i12 * dq[5]), tiy = -(i21 * dq[4] + i22 * dq[5]);
+        const float sx = A[0] * tix + A[1] * tiy, sy = A[2] * tix + A[3] * tiy;
+        const float xo = x, yo = y, o0 = A[0], o1 = A[1], o2 = A[2], o3 = A[3], alo = alpha, beo = beta;
+        x = xo + sx;
+        y = yo + sy;
+        A[0] = o0 * i11 + o1 * i21; A[1] = o0 * i12 + o1 * i22;
+        A[2] = o2 * i11 + o3 * i21; A[3] = o2 * i12 + o3 * i22;
+        if (GS >= 0) alpha += dq[GS];
+        if (OS >= 0) beta += dq[OS];
+        ++iters;
+        ++done;
+        const float d2 = sx * sx + sy * sy;
+        bool conv = d2 < eps2;
+        if (!fresh && !conv) {
+            const bool cancel = LK_OSC_EPS > 0.f && fabsf(sx + px) < LK_OSC_EPS && fabsf(sy + py) < LK_OSC_EPS;
+            const bool grow = LK_OSC_GROWTH > 0.f && sx * px + sy * py < 0.f && d2 >= LK_OSC_GROWTH * (px * px + py * py);
+            if (cancel || grow) {   // the middle of the jump
+                x = 0.5f * (xo + x); y = 0.5f * (yo + y);
+                A[0] = 0.5f * (o0 + A[0]); A[1] = 0.5f * (o1 + A[1]);
+                A[2] = 0.5f * (o2 + A[2]); A[3] = 0.5f * (o3 + A[3]);
+                alpha = 0.5f * (alo + alpha); beta = 0.5f * (beo + beta);
+                conv = true;
+            }
+        }
+        px = sx;
+        py = sy;
+        fresh = false;
+        if (conv && phase == 0 && AFF) {
+            phase = 1;
+            fresh = true;
+        } else if (conv) {
+            code = LVL_CONVERGED;
+            break;
+        }
+    }
+    if (done > 0) residual = warp_sum(ra_lane) * (255.f / (P * P));   // warp-uniform
+    return code;
+}
+
+#define AFFINE_DET_MIN 0.25f   // vilib_ros.frontend.templates.AFFINE_DET_RANGE
+#define AFFINE_DET_MAX 4.0f
+#define TPL_AREA 324           // vilib_ros.frontend.tracker.PATCH_AREA: (16 + 2)^2 floats per level
+
+// The whole pyramid for one feature (whole warp) against its stored template levels `bank`
+// (TPL_AREA floats per level) where `valid` (a level without one is LVL_LEFT), from the initial
+// guess p0 (level 0), the illumination alpha / beta and (AFFINE) the warp A (updated). Status and
+// outputs as lk_point, plus a warp whose determinant leaves (AFFINE_DET_MIN, AFFINE_DET_MAX) is
+// DIVERGED.
+template <int MODE, bool AFFINE>
+__device__ __forceinline__ int lk_point_stored(const float* __restrict__ bank, const uchar* __restrict__ valid,
+                                               const unsigned long long* __restrict__ img_levels, int w0, int h0,
+                                               int n_levels, int patch16_mask, float2 p0, int max_iterations,
+                                               float eps2, float min_eigen, float max_residual, float& x, float& y,
+                                               float (&A)[4], float& alpha, float& beta, float& residual, int& iters)
+{
+    typedef ModeInfo<MODE> MI;
+    if (MI::GAIN < 0) alpha = 0.f;
+    if (MI::OFF < 0) beta = 0.f;
+    residual = 0.f;
+    iters = 0;
+    int status = LK_NOT_CONVERGED;
+    const float top = 1.f / (float)(1 << (n_levels - 1));
+    x = (p0.x + 0.5f) * top - 0.5f;
+    y = (p0.y + 0.5f) * top - 0.5f;
+    bool finite_in = isfinite(p0.x) && isfinite(p0.y) && isfinite(alpha) && isfinite(beta);
+    if (AFFINE) finite_in = finite_in && isfinite(A[0]) && isfinite(A[1]) && isfinite(A[2]) && isfinite(A[3]);
+    if (!finite_in) return LK_DIVERGED;
+    for (int l = n_levels - 1; l >= 0; --l) {
+        const int w = w0 >> l, h = h0 >> l;
+        const uchar* I = (const uchar*)img_levels[l];
+        const float* S = bank + (size_t)l * TPL_AREA;
+        int r = LVL_LEFT;
+        if (valid[l]) {
+            if ((patch16_mask >> l) & 1) {
+                float tv[8], gx[8], gy[8];
+                template_from_bank<16>(S, tv, gx, gy);
+                r = AFFINE ? solve_level_affine<16, MODE>(I, w, h, tv, gx, gy, x, y, A, alpha, beta, max_iterations,
+                                                          eps2, min_eigen, residual, iters)
+                           : solve_level<16, MODE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
+                                                   min_eigen, residual, iters);
+            } else {
+                float tv[2], gx[2], gy[2];
+                template_from_bank<8>(S, tv, gx, gy);
+                r = AFFINE ? solve_level_affine<8, MODE>(I, w, h, tv, gx, gy, x, y, A, alpha, beta, max_iterations,
+                                                         eps2, min_eigen, residual, iters)
+                           : solve_level<8, MODE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
+                                                  min_eigen, residual, iters);
+            }
+        }
+        if (l == 0) {
+            status = (r == LVL_CONVERGED) ? LK_TRACKED
+                   : (r == LVL_MAXITER) ? LK_NOT_CONVERGED
+                   : (r == LVL_LEFT) ? LK_LEFT_IMAGE : LK_DIVERGED;
+        } else {
+            x = 2.f * x + 0.5f;
+            y = 2.f * y + 0.5f;
+        }
+    }
+    const float det = A[0] * A[3] - A[1] * A[2];
+    if (!(isfinite(x) && isfinite(y) && isfinite(alpha) && isfinite(beta)) ||
+        !(1.f + alpha > 0.2f && 1.f + alpha < 5.f) ||
+        (AFFINE && !(isfinite(det) && det > AFFINE_DET_MIN && det < AFFINE_DET_MAX))) {
         status = LK_DIVERGED;
     } else if ((status == LK_TRACKED || status == LK_NOT_CONVERGED) && max_residual > 0.f && residual > max_residual) {
         status = LK_DIVERGED;
@@ -407,6 +698,16 @@ LK_KERNELS(lk_track, lk_track_impl, LK_ARGS, LK_PASS)
 // Thread mapping as lk_track_*: one warp per slot.
 #include "camera.cuh"
 
+// The rotation-only prediction: distort(M [xy, 1]) with `cam`, else `guess` (behind the camera).
+__device__ __forceinline__ float2 predict(float2 guess, float2 q, const float* __restrict__ M,
+                                         const float* __restrict__ cam)
+{
+    const float X = M[0] * q.x + M[1] * q.y + M[2];
+    const float Y = M[3] * q.x + M[4] * q.y + M[5];
+    const float Z = M[6] * q.x + M[7] * q.y + M[8];
+    return Z > 1e-6f ? distort_norm(X / Z, Y / Z, cam) : guess;
+}
+
 template <int MODE>
 __device__ void lk_frontend_impl(const unsigned long long* __restrict__ tmpl_levels,
                                  const unsigned long long* __restrict__ img_levels,
@@ -434,13 +735,7 @@ __device__ void lk_frontend_impl(const unsigned long long* __restrict__ tmpl_lev
         }
         return;
     }
-    if (M != nullptr && M[9] != 0.f) {
-        const float2 q = xy[f];
-        const float X = M[0] * q.x + M[1] * q.y + M[2];
-        const float Y = M[3] * q.x + M[4] * q.y + M[5];
-        const float Z = M[6] * q.x + M[7] * q.y + M[8];
-        if (Z > 1e-6f) p0 = distort_norm(X / Z, Y / Z, cam_pred);
-    }
+    if (M != nullptr && M[9] != 0.f) p0 = predict(p0, xy[f], M, cam_pred);
     float x, y, alpha, beta, residual;
     int iters;
     const int status = lk_point<MODE>(tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, tmpl_pos[f], p0,
@@ -488,3 +783,122 @@ __device__ void lk_frontend_impl(const unsigned long long* __restrict__ tmpl_lev
     n_rejected, out_pos, out_status, out_xy, out_iters
 
 LK_KERNELS(lk_frontend, lk_frontend_impl, LKF_ARGS, LKF_PASS)
+
+
+// ---------------------------------------------------------------------------------------------
+// Stored templates (vilib_ros.frontend.templates; tracker.template 'reference' or warp 'affine'):
+// the template bank holds per bank row `levels` template levels of TPL_AREA floats (`bank`) and
+// their validity (`bank_valid`); the track table names each track's row (`tslot`).
+//
+// lk_template_<warp>_<mode>: LK of table slot f (< *count) from its stored template (row
+// tslot[f]) into the image pyramid, started at the rotation prediction of `xy` (where M[9] != 0,
+// else `guess`) with the slot's illumination gain0 / offset0 (0..255) and (affine) warp affine0;
+// outputs as lk_frontend's temporal use (undistorted position `out_xy` with `cam_out`, NaN unless
+// tracked) plus residual, gain, offset and (affine) the warp. Thread mapping as lk_track_*: one
+// warp per slot.
+template <int MODE, bool AFFINE>
+__device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __restrict__ bank_valid,
+                                 const int* __restrict__ tslot, const float* __restrict__ gain0,
+                                 const float* __restrict__ offset0, const float4* __restrict__ affine0,
+                                 const unsigned long long* __restrict__ img_levels, int w0, int h0, int n_levels,
+                                 int patch16_mask, const long long* __restrict__ count,
+                                 const float2* __restrict__ guess, const float2* __restrict__ xy,
+                                 const float* __restrict__ M, const float* __restrict__ cam_pred,
+                                 const float* __restrict__ cam_out, int max_iterations, float eps2, float min_eigen,
+                                 float max_residual, float2* __restrict__ out_pos, signed char* __restrict__ out_status,
+                                 float2* __restrict__ out_xy, int* __restrict__ out_iters,
+                                 float* __restrict__ out_residual, float* __restrict__ out_gain,
+                                 float* __restrict__ out_offset, float4* __restrict__ out_affine)
+{
+    const int f = blockIdx.x * LK_WARPS + threadIdx.y;
+    if (f >= (int)*count) return;             // warp-uniform
+    const int lane = threadIdx.x;
+    const float qnan = __int_as_float(0x7fc00000);
+    float2 p0 = guess[f];
+    if (M != nullptr && M[9] != 0.f) p0 = predict(p0, xy[f], M, cam_pred);
+    const int row = tslot[f];
+    float A[4] = {1.f, 0.f, 0.f, 1.f};
+    if (AFFINE) {
+        const float4 a = affine0[f];
+        A[0] = a.x; A[1] = a.y; A[2] = a.z; A[3] = a.w;
+    }
+    float x, y, alpha = gain0[f] - 1.f, beta = offset0[f] / 255.f, residual;
+    int iters;
+    const int status = lk_point_stored<MODE, AFFINE>(bank + (size_t)row * n_levels * TPL_AREA,
+                                                     bank_valid + (size_t)row * n_levels, img_levels, w0, h0,
+                                                     n_levels, patch16_mask, p0, max_iterations, eps2, min_eigen,
+                                                     max_residual, x, y, A, alpha, beta, residual, iters);
+    if (lane != 0) return;
+    out_pos[f] = make_float2(x, y);
+    out_status[f] = (signed char)status;
+    out_xy[f] = (cam_out != nullptr && status == LK_TRACKED) ? undistort_px(x, y, cam_out) : make_float2(qnan, qnan);
+    out_iters[f] = iters;
+    out_residual[f] = residual;
+    out_gain[f] = 1.f + alpha;
+    out_offset[f] = beta * 255.f;
+    if (out_affine != nullptr) out_affine[f] = make_float4(A[0], A[1], A[2], A[3]);
+}
+
+#define LKT_ARGS                                                                                  \
+    const float* __restrict__ bank, const uchar* __restrict__ bank_valid, const int* __restrict__ tslot, \
+    const float* __restrict__ gain0, const float* __restrict__ offset0, const float4* __restrict__ affine0, \
+    const unsigned long long* __restrict__ img_levels, int w0, int h0, int n_levels, int patch16_mask, \
+    const long long* __restrict__ count, const float2* __restrict__ guess, const float2* __restrict__ xy, \
+    const float* __restrict__ M, const float* __restrict__ cam_pred, const float* __restrict__ cam_out, \
+    int max_iterations, float eps2, float min_eigen, float max_residual, float2* __restrict__ out_pos, \
+    signed char* __restrict__ out_status, float2* __restrict__ out_xy, int* __restrict__ out_iters, \
+    float* __restrict__ out_residual, float* __restrict__ out_gain, float* __restrict__ out_offset, \
+    float4* __restrict__ out_affine
+#define LKT_PASS bank, bank_valid, tslot, gain0, offset0, affine0, img_levels, w0, h0, n_levels, patch16_mask, \
+    count, guess, xy, M, cam_pred, cam_out, max_iterations, eps2, min_eigen, max_residual, out_pos, out_status, \
+    out_xy, out_iters, out_residual, out_gain, out_offset, out_affine
+
+template <int MODE> __device__ __forceinline__ void lk_template_translation_impl(LKT_ARGS)
+{ lk_template_impl<MODE, false>(LKT_PASS); }
+template <int MODE> __device__ __forceinline__ void lk_template_affine_impl(LKT_ARGS)
+{ lk_template_impl<MODE, true>(LKT_PASS); }
+
+LK_KERNELS(lk_template_translation, lk_template_translation_impl, LKT_ARGS, LKT_PASS)
+LK_KERNELS(lk_template_affine, lk_template_affine_impl, LKT_ARGS, LKT_PASS)
+
+// lk_extract: the templates of the table slots f < *count with refresh[f] != 0 (every slot where
+// `refresh` is null) at their positions uv[f] (level 0) in the image pyramid, into bank row
+// tslot[f]: per level the (P + 2) x (P + 2) samples around the level position with the one
+// bilinear fraction of template_from_image (so that LK on a stored template of the previous frame
+// is LK from the previous frame's image), valid where the patch and its gradient ring fit.
+// Thread mapping: one warp per slot (blockDim = (32, LK_WARPS)); lane l fills samples l, l + 32,
+// ... of each level.
+extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_extract(
+    const unsigned long long* __restrict__ img_levels, int w0, int h0, int n_levels, int patch16_mask,
+    const long long* __restrict__ count, const float2* __restrict__ uv, const int* __restrict__ tslot,
+    const uchar* __restrict__ refresh, float* __restrict__ bank, uchar* __restrict__ bank_valid)
+{
+    const int f = blockIdx.x * LK_WARPS + threadIdx.y;
+    if (f >= (int)*count) return;             // warp-uniform
+    if (refresh != nullptr && refresh[f] == 0) return;
+    const int lane = threadIdx.x;
+    const float2 p = uv[f];
+    const int row = tslot[f];
+    for (int l = 0; l < n_levels; ++l) {
+        const int P = ((patch16_mask >> l) & 1) ? 16 : 8;
+        const float half = 0.5f * (P - 1);
+        const int w = w0 >> l, h = h0 >> l;
+        const float s = 1.f / (float)(1 << l);
+        const float tcx = (p.x + 0.5f) * s - 0.5f, tcy = (p.y + 0.5f) * s - 0.5f;
+        const bool ok = isfinite(tcx) && isfinite(tcy) && fits(tcx, tcy, half + 1.f, w, h);
+        if (lane == 0) bank_valid[(size_t)row * n_levels + l] = ok ? 1 : 0;
+        if (!ok) continue;                    // warp-uniform
+        const uchar* T = (const uchar*)img_levels[l];
+        const float bx = tcx - half, by = tcy - half;
+        const float fx = floorf(bx), fy = floorf(by);
+        const float ax = bx - fx, ay = by - fy;
+        const float w00 = (1.f - ax) * (1.f - ay), w10 = ax * (1.f - ay), w01 = (1.f - ax) * ay, w11 = ax * ay;
+        const int SW = P + 2;
+        float* out = bank + ((size_t)row * n_levels + l) * TPL_AREA;
+        for (int i = lane; i < SW * SW; i += 32) {
+            const int r = i / SW, c = i % SW;
+            const uchar* q = T + (size_t)((int)fy - 1 + r) * w + (int)fx - 1 + c;
+            out[i] = w00 * __ldg(q) + w10 * __ldg(q + 1) + w01 * __ldg(q + w) + w11 * __ldg(q + w + 1);
+        }
+    }
+}

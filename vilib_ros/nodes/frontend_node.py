@@ -139,20 +139,20 @@ handed out (ids are never reused within a run). This table is the second part of
       dq_k-1| < osc_eps in x and y (level px; 0 = off)
   tracker.osc_growth (double, default 1.0, range [0.0, 100.0]): a reversal that does not shrink: dq_k . dq_k-1
       < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2 (0 = off)
-  tracker.cpu_backend (string, default 'numpy', one of numpy|opencv): CPU LK implementation (opencv:
-      translation mode only)
-  tracker.template (string, default 'previous', one of previous|reference): LK template: the previous frame's
-      patch, or the patch of the frame where the track was detected (reference: CPU path only so far)
+  tracker.cpu_backend (string, default 'numpy', one of numpy|opencv): CPU LK implementation (opencv: frame to
+      frame, translation only: mode, warp translation, template previous)
+  tracker.template (string, default 'reference', one of previous|reference): LK template: the previous frame's
+      patch, or the patch of the frame where the track was detected
   tracker.template_refresh_residual (double, default 0.0, range [0.0, 255.0]): reference: take the template
       again where the mean |residual| exceeds this (0..255; 0 = never)
   tracker.template_max_age (integer, default 0, range [0, 100000]): reference: take the template again after
       this many frames (0 = never)
-  tracker.warp (string, default 'translation', one of translation|affine): LK warp: translation, or affine
-      (the patch's deformation since its template; CPU path only so far)
+  tracker.warp (string, default 'affine', one of translation|affine): LK warp: translation, or affine (the
+      patch's deformation since its template)
   max_features (integer, default 0, range [0, 100000]): target track count (0 = one per detector cell)
   min_track_fraction (double, default 0.3, range [0.0, 1.0]): redetect when live tracks drop below this
       fraction of the target
-  fb_check (bool, default False): forward-backward consistency check of every track
+  fb_check (bool, default True): forward-backward consistency check of every track
   fb_threshold (double, default 0.5, range [1e-06, 1000.0]): forward-backward error limit (pixels)
   ransac (bool, default True): fundamental-matrix RANSAC outlier rejection
   ransac_threshold (double, default 1.0, range [1e-06, 1000.0]): RANSAC inlier threshold (pixels)
