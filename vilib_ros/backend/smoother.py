@@ -117,6 +117,7 @@ class SmootherMixin:
         vals.insert(V, np.asarray(v, float))
         vals.insert(B, bias)
         ts = self._ts(t_ns)
+        self._marg_ts = ts                  # last batch marginalisation (KeyframeMixin._set_lag)
         self._smoother.update(graph, vals, {X: ts, V: ts, B: ts})
         self._kfs[k] = _Keyframe(k, int(t_ns), T.copy(), np.asarray(v, float).copy(), np.asarray(bias6, float).copy())
         self._kf_final[k] = T.copy()

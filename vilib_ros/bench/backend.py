@@ -15,11 +15,13 @@ import datetime as _dt
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.bench.backend_changes import CHANGES as BACKEND_CHANGES
 from vilib_ros.evaluation import ate_rmse
 
 
@@ -49,11 +51,14 @@ def _load() -> list[float]:
         return []
 
 
-def run_once(seq, frames, imu, mode: str, **overrides) -> dict:
-    from vilib_ros.backend import BackendConfig, VioEstimator
+def run_once(seq, frames, imu, mode: str, label: str = "", isam2: dict | None = None, **overrides) -> dict:
+    """One backend run (``isam2``: ISAM2Params overrides, see :func:`.backend_changes.estimator_class`)."""
+    from vilib_ros.backend import BackendConfig
+    from vilib_ros.bench.backend_changes import estimator_class
 
     cfg = BackendConfig(mode=mode, **overrides)
-    est = VioEstimator(cfg, seq.camera(0), seq.camera(1) if mode == "stereo" else None, seq.imu_noise_dict())
+    est = estimator_class(isam2 or {})(cfg, seq.camera(0), seq.camera(1) if mode == "stereo" else None,
+                                       seq.imu_noise_dict())
     st, data = imu
     ev = [(int(t), 0, i) for i, t in enumerate(st)] + [(f.stamp_ns, 1, k) for k, f in enumerate(frames)]
     ev.sort(key=lambda e: (e[0], e[1]))
@@ -83,7 +88,7 @@ def run_once(seq, frames, imu, mode: str, **overrides) -> dict:
         return {"median": float(np.median(x)), "p90": float(np.percentile(x, 90)), "mean": float(np.mean(x)),
                 "max": float(np.max(x))} if len(x) else None
 
-    return {"mode": mode, "overrides": overrides, "keyframes": int(est.stats["keyframes"]),
+    return {"mode": mode, "label": label, "overrides": overrides, "isam2": isam2 or {}, "keyframes": int(est.stats["keyframes"]),
             "frames": int(est.stats["frames"]), "resets": int(est.stats["resets"]), "wall_s": wall,
             "keyframe_ms": st_(tot), "gtsam_ms": st_(sm), "python_ms": st_(py), "non_keyframe_ms": st_(nkf),
             "factors_per_kf_median": float(np.median([k.get("factors", 0) for k in kt])),
@@ -109,6 +114,8 @@ def profile_top(seq, frames, imu, n=12) -> list[dict]:
 
 
 def markdown(res: dict) -> str:
+    from vilib_ros.backend.config import BackendConfig
+
     m = res["machine"]
     L = [f"# Backend benchmark ({res['date']})", "",
          f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, gtsam {m['gtsam']}; "
@@ -124,18 +131,21 @@ def markdown(res: dict) -> str:
          "gtsam share | non-keyframe median [ms] | resets | ATE smoothed [m] | ATE causal (SE3) [m] |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
-        name = r["mode"] + ("" if not r["overrides"] else " " + ",".join(f"{k}={v}" for k, v in r["overrides"].items()))
+        name = r["mode"] + (f" {r['label']}" if r.get("label") else "" if not r["overrides"] else
+                            " " + ",".join(f"{k}={v}" for k, v in r["overrides"].items()))
         L.append(f"| {name} | {r['keyframes']} | {r['keyframe_ms']['median']:.2f} | {r['keyframe_ms']['p90']:.2f} | "
                  f"{r['gtsam_ms']['median']:.2f} | {r['python_ms']['median']:.2f} | {r['gtsam_share']:.0%} | "
                  f"{r['non_keyframe_ms']['median']:.2f} | {r['resets']} | {r['ate_m']:.4f} ({r['ate_alignment']}) | "
                  f"{r['ate_causal_se3_m']:.4f} |")
     L += ["", f"Targets (issue 12): median <= 3 ms per keyframe stereo, <= 5 ms mono. {res['verdict']}", "",
-          "Notes: `mono` uses `mono_window_s` = 6 s (the metric scale needs the longer window), hence "
-          "its larger gtsam time. Fewer observations per keyframe or a shorter window are faster but cost "
-          "accuracy on the realistic V1_01 sequence (bench/results/accuracy.md: 40 observations per keyframe "
-          "gave a larger ATE than today's 60), so the defaults stay where accuracy is. Timings on this shared "
-          "2-core machine vary by about +-20 % between runs (see the load averages); the default stereo run is "
-          "the best median of `--repeat` runs.", ""]
+          f"Notes: `mono` uses `mono_window_s` = {BackendConfig().mono_window_s:g} s (the metric scale needs the "
+          "longer window), hence its larger gtsam time. The rows `(2026-11-24 07:05 defaults)` are the "
+          "configuration of the previous measurement (mono window 6 s, a landmark prior in stereo too, iSAM2 "
+          "factor slots not reused), run in this run for comparison. What each change did, on the realistic "
+          "V1_01 sequence too: `backend_changes.md` (`vilib-ros bench-backend --changes`). Fewer observations "
+          "per keyframe or a shorter window are faster but cost accuracy (see there), so the defaults stay "
+          "where accuracy is. Timings on this shared 2-core machine vary by about +-20 % between runs (see the "
+          "load averages); the default stereo run is the best median of `--repeat` runs.", ""]
     if res.get("profile"):
         L += ["Profile (stereo, default config, own time):", "", "| function | calls | own [s] | cumulative [s] |",
               "|---|---|---|---|"]
@@ -150,6 +160,11 @@ def configure_parser(p) -> None:
     p.add_argument("--repeat", type=int, default=1, help="repeat the default stereo run (best median kept)")
     p.add_argument("--no-sweep", action="store_true", help="skip the max_landmarks_per_kf sweep")
     p.add_argument("--no-profile", action="store_true")
+    p.add_argument("--changes", nargs="?", const="v101,synthetic60", default="",
+                   help="instead: the table of backend changes (time per keyframe and ATE, each change one row, all "
+                        "rows in lockstep) on these rendered sequences of bench-accuracy (default v101,synthetic60), "
+                        "written to backend_changes.md / .json")
+    p.add_argument("--cache", default=".data/bench_cache", help="bench-accuracy's cache of rendered sequences and tracks")
 
 
 def run_command(args) -> int:
@@ -157,6 +172,8 @@ def run_command(args) -> int:
     from vilib_ros.backend.simulation import synthetic_track_frames
     from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
 
+    if args.changes:
+        return run_changes(args)
     load_start = _load()
     seq = SyntheticSequence(SequenceConfig(duration_s=args.duration, seed=0))
     frames = synthetic_track_frames(seq)
@@ -170,6 +187,10 @@ def run_command(args) -> int:
             best = r
     runs.append(best)
     runs.append(run_once(seq, frames, imu, "mono"))
+    what, before, before_isam = BACKEND_CHANGES[0]
+    for mode in ("stereo", "mono"):
+        runs.append(run_once(seq, frames, imu, mode, label="(2026-11-24 07:05 defaults)", isam2=before_isam,
+                             **before))
     if not args.no_sweep:
         for n in (40, 100):
             runs.append(run_once(seq, frames, imu, "stereo", max_landmarks_per_kf=n))
@@ -200,5 +221,24 @@ def run_command(args) -> int:
     (out / "backend_cpu.json").write_text(json.dumps(res, indent=2))
     md = markdown(res)
     (out / "backend_cpu.md").write_text(md)
+    print(md)
+    return 0
+
+
+def run_changes(args) -> int:
+    from vilib_ros.bench import backend_changes as bc
+
+    names = [n.strip() for n in args.changes.split(",") if n.strip()]
+    bad = [n for n in names if n not in ("v101", "synthetic60")]
+    if bad:
+        print(f"vilib-ros bench-backend: unknown sequence(s) {bad} for --changes; choose from v101, synthetic60",
+              file=sys.stderr)
+        return 2
+    res = bc.run(names, Path(args.cache), _machine(), _load)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "backend_changes.json").write_text(json.dumps(res, indent=2, default=float))
+    md = bc.markdown(res, bc.FINDINGS)
+    (out / "backend_changes.md").write_text(md)
     print(md)
     return 0
