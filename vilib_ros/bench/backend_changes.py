@@ -84,8 +84,9 @@ the load); compare them within a column.
   `BatchFixedLagSmoother` (Levenberg-Marquardt, 3 iterations) 3-5x slower; a keyframe policy with fewer
   keyframes (parallax 20 px, or at least every 0.6 s) did not make a keyframe cheaper and raised the ATE on
   v101 (1.90 -> 2.30 / 2.74 cm).
-- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`: 4.83 / 7.97 ms median, of
-  which gtsam 3.15 / 5.95 ms and Python 1.60 / 1.90 ms). Python at zero would still leave stereo above
+- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`: 4.85 / 8.05 ms median, of
+  which gtsam 3.15 / 6.12 ms and Python 1.63 / 1.93 ms; the previous defaults in the same run: 5.24 /
+  12.59 ms). Python at zero would still leave stereo above
   3 ms at 60 observations: the update itself must get cheaper per observation, e.g. landmarks anchored in
   their first keyframe by inverse depth (one variable instead of three, as VINS-Mono does) or landmarks
   eliminated inside their factors (smart factors, which DESIGN.md found to break under this smoother's
