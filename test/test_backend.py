@@ -697,6 +697,18 @@ class TestSmootherShape:
         assert est.stats["landmarks_created"] > 20
         assert (n_prior > 0) == priors
 
+    def test_changes_table_refuses_unknown_sequence(self, capsys):
+        """bench-backend --changes: a sequence it does not know reads as a message (exit 2), not a traceback."""
+        import argparse
+
+        from vilib_ros.bench import backend as bb
+
+        p = argparse.ArgumentParser()
+        bb.configure_parser(p)
+        args = p.parse_args(["--changes", "v101,mh05"])
+        assert bb.run_command(args) == 2
+        assert "unknown sequence(s) ['mh05']" in capsys.readouterr().err
+
 # ----------------------------------------------------------------------------- realistic sequence
 @pytest.fixture(scope="session")
 def v101_75s(euroc_path):

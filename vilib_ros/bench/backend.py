@@ -6,8 +6,11 @@ its IMU, so that only the backend is timed. For every keyframe the estimator rec
 time of the whole keyframe update (``total``), of the gtsam calls (``IncrementalFixedLagSmoother
 .update`` + ``calculateEstimate``: ``gtsam``) and the rest (factor construction, gating,
 triangulation, book-keeping: ``python``). Non-keyframes (IMU prediction only) are timed too.
-A sweep over ``max_landmarks_per_kf`` shows how the gtsam time scales with the problem size.
-Writes ``backend_cpu.json`` and ``backend_cpu.md`` into ``--out``.
+Today's defaults run beside the previous ones (``backend_changes.CHANGES[0]``), the repeats
+interleaved; a sweep over ``max_landmarks_per_kf`` and the window shows how the gtsam time scales
+with the problem size. Writes ``backend_cpu.json`` and ``backend_cpu.md`` into ``--out``.
+``--changes``: instead, the table of what each backend change did to time and ATE on the
+rendered sequences of ``bench-accuracy`` (:mod:`vilib_ros.bench.backend_changes`).
 """
 from __future__ import annotations
 
@@ -158,14 +161,16 @@ def markdown(res: dict) -> str:
 def configure_parser(p) -> None:
     p.add_argument("--out", default="bench/results", help="folder for backend_cpu.json / .md")
     p.add_argument("--duration", type=float, default=60.0, help="synthetic sequence length, s")
-    p.add_argument("--repeat", type=int, default=1, help="repeat the runs of today's and the previous defaults, interleaved (best median kept)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="repeat the runs of today's and the previous defaults, interleaved (best median kept)")
     p.add_argument("--no-sweep", action="store_true", help="skip the max_landmarks_per_kf sweep")
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--changes", nargs="?", const="v101,synthetic60", default="",
                    help="instead: the table of backend changes (time per keyframe and ATE, each change one row, all "
                         "rows in lockstep) on these rendered sequences of bench-accuracy (default v101,synthetic60), "
                         "written to backend_changes.md / .json")
-    p.add_argument("--cache", default=".data/bench_cache", help="bench-accuracy's cache of rendered sequences and tracks")
+    p.add_argument("--cache", default=".data/bench_cache",
+                   help="bench-accuracy's cache of rendered sequences and tracks")
 
 
 def run_command(args) -> int:
