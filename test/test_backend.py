@@ -651,6 +651,64 @@ class TestImuFaults:
         assert ate < 0.05 and est.stats["resets"] == 0
 
 
+
+class TestSmootherShape:
+    """What the estimator asks of gtsam (issue 12: time per keyframe at equal accuracy)."""
+
+    def test_batch_marginalisation_keeps_the_window_span(self, synthetic60):
+        """marginalise_every_s: states older than the window leave the smoother in batches, so the
+        span of the smoother's variables grows from window_s to window_s + marginalise_every_s and
+        falls back to window_s at each batch; never shorter than the window (a landmark factor on
+        a marginalised key would throw)."""
+        s = synthetic60
+        imu, frames = TestDegenerateInput()._sub(s, 20.0)
+        cfg = BackendConfig(marginalise_every_s=1.0)
+        est = VioEstimator(cfg, s["seq"].camera(0), s["seq"].camera(1), s["seq"].imu_noise_dict())
+        spans = []
+
+        def hook(i, f):
+            if est.initialised and est.stats["keyframes"] > 10:
+                ts = list(est._smoother.timestamps().values())
+                spans.append(max(ts) - min(ts))
+            return f
+
+        _run(est, imu, frames, frame_hook=hook)
+        spans = np.array(spans)
+        assert est.stats["resets"] == 0
+        assert spans.max() <= cfg.window_s + cfg.marginalise_every_s + 1e-6
+        assert spans.max() > cfg.window_s + 0.5 * cfg.marginalise_every_s     # batches: it grows ...
+        assert spans.min() <= cfg.window_s + 1e-6                            # ... and falls back
+        ate, _ = _ate(est, s["gt"])
+        assert ate < 0.02
+
+    @pytest.mark.parametrize("mode,priors", [("stereo", False), ("mono", True)])
+    def test_landmark_priors_only_where_needed(self, synthetic60, mode, priors):
+        """A stereo observation fixes a new landmark by itself: its weak prior only cost update time
+        (0.2-0.3 ms per keyframe); a mono landmark keeps it (without it a reset on V1_01)."""
+        import gtsam
+
+        s = synthetic60
+        imu, frames = TestDegenerateInput()._sub(s, 6.0)
+        est = VioEstimator(BackendConfig(mode=mode), s["seq"].camera(0),
+                           s["seq"].camera(1) if mode == "stereo" else None, s["seq"].imu_noise_dict())
+        _run(est, imu, frames)
+        g = est._smoother.getFactors()
+        n_prior = sum(isinstance(g.at(i), gtsam.PriorFactorPoint3) for i in range(g.size()) if g.exists(i))
+        assert est.stats["landmarks_created"] > 20
+        assert (n_prior > 0) == priors
+
+    def test_changes_table_refuses_unknown_sequence(self, capsys):
+        """bench-backend --changes: a sequence it does not know reads as a message (exit 2), not a traceback."""
+        import argparse
+
+        from vilib_ros.bench import backend as bb
+
+        p = argparse.ArgumentParser()
+        bb.configure_parser(p)
+        args = p.parse_args(["--changes", "v101,mh05"])
+        assert bb.run_command(args) == 2
+        assert "unknown sequence(s) ['mh05']" in capsys.readouterr().err
+
 # ----------------------------------------------------------------------------- realistic sequence
 @pytest.fixture(scope="session")
 def v101_75s(euroc_path):

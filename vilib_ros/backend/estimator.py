@@ -6,7 +6,10 @@ L(n) in world coordinates with ``GenericStereoFactor3D`` (stereo, normalised cal
 ``Cal3_S2Stereo(1, 1, 0, 0, 0, baseline)`` and sigma = pixel_sigma / fx) or
 ``GenericProjectionFactorCal3_S2`` (mono, or stereo tracks without a right match), all with
 Huber costs. An ``IncrementalFixedLagSmoother`` keeps ``window_s`` seconds (mono:
-``mono_window_s`` when larger: the metric scale needs a longer window). The IMU is
+``mono_window_s`` when larger: the metric scale needs a longer window); with
+``marginalise_every_s`` the states older than the window leave it in batches, so that only
+one update per batch pays for the marginalisation (the window then spans ``window_s`` to
+``window_s + marginalise_every_s``). iSAM2 reuses the slots of marginalised factors. The IMU is
 preintegrated between keyframes with gtsam's noise model from the dataset's imu0 sensor.yaml
 values (``imu_noise``), each accelerometer sample rotated to the middle of its integration step;
 the white-noise densities are scaled per keyframe interval by what the last
@@ -22,9 +25,11 @@ Landmarks: a track becomes a landmark on its second keyframe observation (stereo
 with a right match; mono: once the ray angle exceeds ``mono_min_parallax_deg``), triangulated by
 linear DLT over all its left (and right) rays in the window, observations failing the chi2 gate
 dropped one by one. Per keyframe at most ``max_landmarks_per_kf`` observations of existing
-landmarks are added (longest tracks first), plus as many new landmarks. Each new landmark gets
-a weak prior (``landmark_prior_sigma``) so that a landmark whose factors all lose their
-Jacobian (point behind a camera) cannot make the system indeterminate.
+landmarks are added (longest tracks first), plus as many new landmarks. In mono mode each new
+landmark gets a weak prior (``landmark_prior_sigma``) so that a landmark whose factors all lose
+their Jacobian (point behind a camera) cannot make the system indeterminate; in stereo mode a
+stereo observation fixes the point by itself and the prior (``landmark_prior_stereo``) would
+only cost update time.
 
 Smoother timestamps: every time is kept as integer nanoseconds; the smoother receives
 ``(t_ns - t0_ns) * 1e-9`` (seconds since the first frame), so that float rounding never

@@ -142,6 +142,7 @@ class KeyframeMixin:
 
         # ---- smoother update
         t_py = time.perf_counter()
+        self._set_lag(ts)
         try:
             self._smoother.update(graph, vals, stamps)
             for _ in range(cfg.extra_updates):
@@ -195,6 +196,19 @@ class KeyframeMixin:
                                 "python_s": (t_py - t_start) + (t_end - t_py2), "factors": n_added,
                                 "update_s": t_upd - t_py, "visual_s": t_py - t_vis, "bookkeeping_s": t_end - t_py2})
         return state
+
+    def _set_lag(self, ts: float) -> None:
+        """Batch marginalisation (``marginalise_every_s``): the smoother's lag is window_s + the
+        batch period, except on the update where a batch is due. An update that marginalises
+        re-eliminates the cliques of the leaving states (1-1.5 ms of a 2-3 ms stereo update), so
+        doing it for several keyframes at once makes most updates cheaper."""
+        every = self.config.marginalise_every_s
+        if every <= 0:
+            return
+        due = ts - self._marg_ts >= every
+        self._smoother.setSmootherLag(self.window_s if due else self.window_s + every)
+        if due:
+            self._marg_ts = ts
 
     def _note_tracking(self, t_ns: int, n_visual: int) -> None:
         """Count and log a tracking loss (a keyframe without visual observations: the state is then

@@ -153,6 +153,7 @@ class LandmarkMixin:
         fast = self._triangulate_batch([pend[t] for t in live], k, T_pred)
         created = 0
         use_raw = not self._rectified
+        prior = cfg.landmark_prior_sigma > 0 and (not stereo or cfg.landmark_prior_stereo)
         for tid, P in zip(live, fast):
             if created >= budget:
                 break
@@ -165,7 +166,7 @@ class LandmarkMixin:
             self.stats["landmarks_created"] += 1
             pt = gtsam.Point3(*P)
             vals.insert(key, pt)
-            if cfg.landmark_prior_sigma > 0:
+            if prior:
                 # weak prior: keeps a landmark whose factors all drop out (behind a camera ->
                 # zero Jacobian) from making the system indeterminate
                 graph.add(gtsam.PriorFactorPoint3(key, pt, self._noise_lm_prior))

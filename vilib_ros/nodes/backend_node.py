@@ -69,8 +69,10 @@ Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backe
 choices and help live once, in :data:`vilib_ros.nodes.params.BACKEND_PARAMS`. This table is the second
 part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_launch_files checks):
   window_s (double, default 1.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
-  mono_window_s (double, default 6.0, range [0.1, 600.0], read-only): mono mode uses max(window_s,
+  mono_window_s (double, default 3.0, range [0.1, 600.0], read-only): mono mode uses max(window_s,
       mono_window_s): scale needs it
+  marginalise_every_s (double, default 0.0, range [0.0, 60.0], read-only): old states leave the smoother in
+      batches this often; the window then spans window_s .. window_s + this, s (0 = every keyframe)
   mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo if
       cam1 is given)
   kf_min_interval_s (double, default 0.08, range [0.001, 10.0], read-only): shortest time between keyframes, s
@@ -97,6 +99,8 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
   pixel_sigma (double, default 1.0, range [1e-06, 100.0], read-only): reprojection noise sigma, px
   landmark_prior_sigma (double, default 5.0, range [0.0, 1000000.0], read-only): weak landmark prior at
       creation, m (0 = none)
+  landmark_prior_stereo (bool, default False, read-only): stereo mode: new landmarks get the weak prior too (a
+      stereo observation alone fixes the point)
   huber_k (double, default 1.345, range [1e-06, 100.0], read-only): Huber threshold of the visual factors, in
       sigmas
   chi2_stereo (double, default 11.34, range [0.0, 1000000.0], read-only): stereo outlier gate (99 % of

@@ -151,6 +151,10 @@ BACKEND_PARAMS = {
     'mono_min_parallax_deg': Meta('triangulation angle before a mono landmark is created', range=(0.0, 90.0)),
     'pixel_sigma': Meta('reprojection noise sigma, px', range=(1e-06, 100.0)),
     'landmark_prior_sigma': Meta('weak landmark prior at creation, m (0 = none)', range=(0.0, 1000000.0)),
+    'landmark_prior_stereo': Meta('stereo mode: new landmarks get the weak prior too (a stereo observation alone '
+                                  'fixes the point)'),
+    'marginalise_every_s': Meta('old states leave the smoother in batches this often; the window then spans '
+                                'window_s .. window_s + this, s (0 = every keyframe)', range=(0.0, 60.0)),
     'huber_k': Meta('Huber threshold of the visual factors, in sigmas', range=(1e-06, 100.0)),
     'chi2_stereo': Meta('stereo outlier gate (99 % of chi2(3))', range=(0.0, 1000000.0)),
     'chi2_mono': Meta('mono outlier gate (99 % of chi2(2))', range=(0.0, 1000000.0)),
