@@ -94,7 +94,6 @@ class SmootherMixin:
 
     def _start_smoother(self, t_ns, T, v, bias6, rot_sigma, pos_sigma, v_sigma, ba_sigma, bg_sigma, first=False):
         gtsam = self._g
-        cfg = self.config
         self._smoother = gtsam.IncrementalFixedLagSmoother(self.window_s, self._isam2_params())
         if first:
             self._kf_idx = 0

@@ -16,7 +16,6 @@ trajectory, as in ``accuracy.md``. Writes ``backend_changes.json`` / ``.md`` int
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import logging
 import sys
 import tempfile
