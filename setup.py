@@ -9,7 +9,7 @@ setup(
     name=package_name,
     version="0.1.0",
     packages=find_packages(exclude=["test", "test.*"]),
-    package_data={package_name: ["kernels/*.cu", "kernels/*.cuh"]},
+    package_data={package_name: ["kernels/*.cu", "kernels/*.cuh", "nodes/fastdds_profile.xml"]},
     include_package_data=True,
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),

@@ -13,11 +13,12 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, SetEnvironmentVariable
 from launch.conditions import IfCondition
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from vilib_ros.nodes.processes import with_fastdds_profile
 
 
 def generate_launch_description():
@@ -67,4 +68,7 @@ def generate_launch_description():
         arguments=["-d", rviz_config],
         condition=IfCondition(LaunchConfiguration("rviz")),
     )
-    return LaunchDescription(args + [player, vio, rviz])
+    # the project's Fast DDS profile (a shared-memory segment that holds stereo pairs) unless one is chosen
+    profile = with_fastdds_profile(dict(os.environ)).get("FASTRTPS_DEFAULT_PROFILES_FILE")
+    env = [SetEnvironmentVariable("FASTRTPS_DEFAULT_PROFILES_FILE", profile)] if profile else []
+    return LaunchDescription(env + args + [player, vio, rviz])

@@ -12,9 +12,10 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+from launch.actions import DeclareLaunchArgument, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from vilib_ros.nodes.processes import with_fastdds_profile
 
 
 def generate_launch_description():
@@ -55,4 +56,7 @@ def generate_launch_description():
                     ("tracks", LaunchConfiguration("tracks")),
                     ("diagnostics", "/diagnostics")],
     )
-    return LaunchDescription(args + [frontend])
+    # the project's Fast DDS profile (a shared-memory segment that holds stereo pairs) unless one is chosen
+    profile = with_fastdds_profile(dict(os.environ)).get("FASTRTPS_DEFAULT_PROFILES_FILE")
+    env = [SetEnvironmentVariable("FASTRTPS_DEFAULT_PROFILES_FILE", profile)] if profile else []
+    return LaunchDescription(env + args + [frontend])

@@ -24,6 +24,12 @@ REPO = Path(__file__).resolve().parents[1]
 DOMAIN_SEED = int(os.environ.get("VILIB_ROS_DOMAIN_SEED", os.getpid()))
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+# the participants of this process (publishers of test images) use the project's Fast DDS profile,
+# as every node process does (vilib_ros.nodes.processes.ros_env)
+from vilib_ros.nodes.processes import with_fastdds_profile  # noqa: E402
+
+with_fastdds_profile(os.environ)
+
 #: Each module that starts nodes has a slot; its domain id is ros_domain(slot). Ids stay in
 #: 1..225 (Fast DDS maps ids above 232 to no ports) and two test runs with seeds that differ
 #: modulo DOMAIN_SEEDS never share an id.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import traceback
 
@@ -77,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    from vilib_ros.nodes.processes import with_fastdds_profile
+
+    with_fastdds_profile(os.environ)    # this process's own participants, as the nodes it starts
     if not args.command:
         parser.print_help()
         return 2

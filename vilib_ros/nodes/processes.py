@@ -51,9 +51,25 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+#: Fast DDS profile with a shared-memory segment that holds stereo pairs (see the file's comment)
+FASTDDS_PROFILE = Path(__file__).resolve().with_name("fastdds_profile.xml")
+_FASTDDS_CHOICES = ("FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE", "FASTDDS_BUILTIN_TRANSPORTS")
+
+
+def with_fastdds_profile(env: dict) -> dict:
+    """``env`` with FASTRTPS_DEFAULT_PROFILES_FILE set to :data:`FASTDDS_PROFILE`, unless the user
+    chose a Fast DDS profile or transports, or another RMW implementation. Returns ``env``."""
+    rmw = env.get("RMW_IMPLEMENTATION", "")
+    if (rmw in ("", "rmw_fastrtps_cpp", "rmw_fastrtps_dynamic_cpp") and not any(env.get(k) for k in _FASTDDS_CHOICES)
+            and FASTDDS_PROFILE.is_file()):
+        env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(FASTDDS_PROFILE)
+    return env
+
+
 def ros_env(domain_id: int, base: dict | None = None) -> dict:
-    """Environment for a node process: localhost-only discovery on ``domain_id``."""
-    env = dict(os.environ if base is None else base)
+    """Environment for a node process: localhost-only discovery on ``domain_id``, the project's
+    Fast DDS profile (:func:`with_fastdds_profile`)."""
+    env = with_fastdds_profile(dict(os.environ if base is None else base))
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["ROS_DOMAIN_ID"] = str(int(domain_id))
     env.setdefault("AMENT_PREFIX_PATH", sys.prefix)
