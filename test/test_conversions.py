@@ -422,3 +422,24 @@ class TestDecodeImu:
         b = serialize_message(arrays_to_imu(5, [0, 0, 0], [0, 0, 9.8]))
         with pytest.raises(CdrError):
             decode_imu(b[:-(72 + 8)])     # into the acceleration (its covariance follows: 9 doubles)
+
+
+class TestEncodeImage:
+    """cdr.encode_image (the player's images) read back by rclpy's own deserializer."""
+
+    @pytest.mark.parametrize("shape,dtype,encoding", [((480, 752), np.uint8, "mono8"), ((7, 5), np.uint8, "mono8"),
+                                                      ((6, 9, 3), np.uint8, "bgr8"), ((5, 3), np.uint16, "mono16")])
+    @pytest.mark.parametrize("frame_id", ["cam0", "", "abc12", "x"])
+    def test_rclpy_reads_what_we_write(self, shape, dtype, encoding, frame_id):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        from rclpy.serialization import deserialize_message
+        from sensor_msgs.msg import Image
+
+        from vilib_ros.nodes.cdr import encode_image
+
+        img = (np.arange(np.prod(shape)) % 250).astype(dtype).reshape(shape)
+        m = deserialize_message(encode_image(1_500_000_123_456_789, frame_id, img, encoding), Image)
+        assert (m.header.stamp.sec, m.header.stamp.nanosec) == (1_500_000_123, 456_789)
+        assert m.header.frame_id == frame_id and m.encoding == encoding and m.is_bigendian == 0
+        assert (m.height, m.width, m.step) == (shape[0], shape[1], img.strides[0])
+        assert bytes(m.data) == img.tobytes()

@@ -9,6 +9,7 @@ messages are plain in CDR: every field after the strings is 4-byte aligned, so
 * :func:`encode_pointcloud` writes a whole tracks message from arrays (no Python object per
   point) as ``bytes`` for ``Publisher.publish`` (rclpy publishes ``bytes`` as a serialized
   message), and :func:`decode_pointcloud` reads one back into arrays;
+* :func:`encode_image` writes a ``sensor_msgs/Image`` from an array (the player's images);
 * :func:`decode_image` reads a serialized ``sensor_msgs/Image`` (a ``raw=True`` subscription)
   into a :class:`RawImage` whose ``data`` is a zero-copy view of the received buffer;
   :func:`decode_imu` the stamp, angular velocity and acceleration of a ``sensor_msgs/Imu``
@@ -81,6 +82,19 @@ class PointCloudEncoder:
         for name, col in zip(self._name_bytes, cols):
             parts += (name, nb, col.tobytes())
         return b"".join(parts)
+
+
+def encode_image(stamp_ns: int, frame_id: str, img: np.ndarray, encoding: str) -> bytes:
+    """Serialized ``sensor_msgs/Image`` of a C-contiguous ``img`` (rows of ``img.strides[0]``
+    bytes) for ``Publisher.publish``: one copy of the pixels, no message object (rclpy's
+    serializer takes ~1-3 ms per 752x480 image, the player's cost per frame)."""
+    img = np.ascontiguousarray(img)
+    if img.dtype.byteorder == ">":
+        raise ValueError("big-endian pixel data is not supported")
+    head = _header(stamp_ns, frame_id) + struct.pack("<II", int(img.shape[0]), int(img.shape[1])) + _string(encoding)
+    head += b"\x00"                                # is_bigendian
+    head += _pad(len(head) - 4)
+    return b"".join((head, struct.pack("<II", int(img.strides[0]), img.nbytes), img.tobytes()))
 
 
 def encode_pointcloud(stamp_ns: int, frame_id: str, xyz, names, columns) -> bytes:
