@@ -85,18 +85,18 @@ FINDINGS = """## Where the error comes from (2026-11-24)
   backend trust a vibrating IMU over exact stereo geometry (5.6 cm with 0 px tracks). The white-noise density is
   now measured from the IMU stream (gyro ~22x, accelerometer ~57x the datasheet on V1_01 in flight, 1x on the
   synthetic IMU), with 60 observations per keyframe and a 0.01 relinearisation threshold: rows (a).
-- The tracks are the limit now: rows (a) are at or below cuVSLAM, rows (b) are not. The table of our tracks
-  against the exact flow shows why: the frontend tracks frame to frame (each frame's template is the previous
-  frame), so the error is a random walk that grows with the track's age (about 0.1 px after one frame, 0.5 px
-  median and 1.5-3 px p90 after 20-40 frames), and 5-15 % of the tracks are off by more than 2 px. The backend
-  copes as it can: a rejected observation ends its landmark and the track re-triangulates (instead of being
-  blacklisted), and a 1 s window keeps each landmark's observations short-lived.
-- What the frontend should change (vilib_ros/frontend, not changed here): (1) track against the feature's
-  reference patch from its detection frame (as the paper's vilib does: its Hessian is precomputed once per
-  template), using the frame-to-frame result only as the initial guess, so the error stops accumulating;
-  (2) turn on `ransac` (and `fb_check` where its time is affordable) by default: on V1_01 frames 600-645
-  they cut the tracks off by > 2 px from 5-18 % to 0-7 %; (3) report a per-track quality (final LK residual)
-  so the backend can weight observations."""
+- Then the tracks were the limit: with frame-to-frame tracking (each frame's template the previous frame) a
+  track's error was a random walk over its age (0.5 px median, 1.5-3 px p90 after 20-40 frames; 5-15 % of the
+  tracks off by more than 2 px), and our tracks gave 3.17 cm stereo where exact tracks gave 1.9 cm.
+- Fixed in the frontend (bench/results/tracks_quality.md, every variant measured): each track is tracked
+  against its detection frame's template with an affine warp (`tracker.template: reference`, `tracker.warp:
+  affine`, as the paper's vilib keeps the first observation's template), with the forward-backward check and
+  RANSAC on: the error stays at 0.05 px median (p90 0.15 px) up to age 40, and rows (b) are now at or below
+  rows (a) with 0.5 px noise. The default on both devices since 2026-11-24; the GPU tracks from a template
+  bank in the frame's graph (GPU against the CPU oracle: same ids, p99 < 0.01 px).
+- What is left: the per-track LK residual stays inside the frontend (as a weight or gate it helped the backend
+  no more than dropping observations at random, tracks_quality.md); mono remains 3-4x stereo (scale through
+  the IMU only, a 3 s window)."""
 
 
 def euroc_dir() -> Path | None:
