@@ -439,7 +439,18 @@ class TestEncodeImage:
 
         img = (np.arange(np.prod(shape)) % 250).astype(dtype).reshape(shape)
         m = deserialize_message(encode_image(1_500_000_123_456_789, frame_id, img, encoding), Image)
-        assert (m.header.stamp.sec, m.header.stamp.nanosec) == (1_500_000_123, 456_789)
+        assert (m.header.stamp.sec, m.header.stamp.nanosec) == (1_500_000, 123_456_789)
         assert m.header.frame_id == frame_id and m.encoding == encoding and m.is_bigendian == 0
         assert (m.height, m.width, m.step) == (shape[0], shape[1], img.strides[0])
         assert bytes(m.data) == img.tobytes()
+
+
+class TestHeaderStamp:
+    def test_stamp_of_a_serialized_tracks_message(self):
+        """The player reads only the stamp of each tracks message (raw subscription)."""
+        from vilib_ros.nodes.cdr import CdrError, encode_pointcloud, header_stamp_ns
+
+        buf = encode_pointcloud(1_700_000_000_987_654_321, "cam0", np.zeros((3, 3)), ["id_of_point"], np.zeros((1, 3)))
+        assert header_stamp_ns(buf) == 1_700_000_000_987_654_321
+        with pytest.raises(CdrError):
+            header_stamp_ns(b"\x00\x01\x00\x00\x01")

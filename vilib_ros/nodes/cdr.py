@@ -186,6 +186,11 @@ def decode_image(buf) -> RawImage:
     return RawImage(stamp, frame_id, height, width, encoding, big, step, data)
 
 
+def header_stamp_ns(buf) -> int:
+    """The ``header.stamp`` of any serialized message that starts with a ``std_msgs/Header``."""
+    return _Reader(buf).time_ns()
+
+
 _IMU_AT = struct.Struct("<3d")
 
 

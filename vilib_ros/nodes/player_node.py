@@ -78,8 +78,8 @@ from sensor_msgs.msg import Image, Imu, PointCloud
 from std_msgs.msg import Bool
 
 from vilib_ros.nodes._common import exit_main, latched_qos, reliable_qos
-from vilib_ros.nodes.cdr import encode_image
-from vilib_ros.nodes.conversions import arrays_to_imu, stamp_to_ns
+from vilib_ros.nodes.cdr import CdrError, encode_image, header_stamp_ns
+from vilib_ros.nodes.conversions import arrays_to_imu
 from vilib_ros.nodes.params import ParamSpec, check_on_set, declare_all
 
 #: Skipped frames logged one by one per reason; the rest only in the summary.
@@ -144,7 +144,8 @@ class PlayerNode(Node):
         self.last_tracks_ns = -1
         self.tracks_received = 0
         if self.p["rate"] <= 0.0:
-            self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(10))
+            # raw: only the stamp is read (a PointCloud object of ~200 points costs ~1 ms to build)
+            self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(10), raw=True)
         self.stats = {"images": [0] * self.n_cams, "imu": 0, "backpressure_timeouts": 0, "skipped": {},
                       "dataset_stats": dict(getattr(self.ds, "stats", {})),
                       "dataset_warnings": list(getattr(self.ds, "warnings", []))}
@@ -152,9 +153,13 @@ class PlayerNode(Node):
         for w in self.stats["dataset_warnings"]:
             self.get_logger().warning(w)
 
-    def _on_tracks(self, msg) -> None:
+    def _on_tracks(self, msg: bytes) -> None:
+        try:
+            t = header_stamp_ns(msg)
+        except CdrError:
+            return
         self.tracks_received += 1
-        self.last_tracks_ns = max(self.last_tracks_ns, stamp_to_ns(msg.header.stamp))
+        self.last_tracks_ns = max(self.last_tracks_ns, t)
 
     # --- replay -------------------------------------------------------------------------
     def _spin_for(self, seconds: float) -> None:
