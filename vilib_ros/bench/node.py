@@ -341,7 +341,7 @@ def replay(duration: float, device: str, domain: int) -> dict:
                         recv[r["topic"]].append(r["recv_mono_ns"])
             pipeline_s = (max(recv["tracks"] + recv["odometry"]) - min(recv["tracks"])) * 1e-9
             dur = max(replay_s, pipeline_s)
-            res.update(frames=frames, replay_s=dur, player_s=replay_s, first_tracks_to_last_odometry_s=pipeline_s,
+            res.update(player_time_s=player.get("time_s"), frames=frames, replay_s=dur, player_s=replay_s, first_tracks_to_last_odometry_s=pipeline_s,
                        odometry=len(recv["odometry"]), replay_wall_s=wall,
                        fps=frames / dur if dur > 0 else None, wall_fps=frames / wall if wall > 0 else None)
             report = (out / "report.md").read_text()
@@ -349,7 +349,7 @@ def replay(duration: float, device: str, domain: int) -> dict:
         except (OSError, KeyError, ValueError, TypeError) as exc:
             res["error"] = f"{exc.__class__.__name__}: {exc}; last output: {proc.stderr[-400:]}"
     print(f"  replay: {res.get('frames')} stereo frames in {res.get('replay_s')} s -> {res.get('fps')} frames/s "
-          f"(whole run {res.get('replay_wall_s')} s)", file=sys.stderr)
+          f"(whole run {res.get('replay_wall_s')} s; the player's time: {res.get('player_time_s')})", file=sys.stderr)
     return res
 
 

@@ -55,6 +55,8 @@ def decode_image_file(path: Path) -> np.ndarray:
 class AslDataset(Dataset):
     """The EuRoC ASL folder layout (``<root>/mav0/...``)."""
 
+    parallel_loads = True       # one PNG file per image: decoded on several threads by the replay
+
     def __init__(self, root: str | Path):
         root = Path(root)
         if root.name == "mav0" and (root / "cam0").is_dir():

@@ -211,8 +211,10 @@ class Dataset:
     """Common interface of every dataset source (subclasses fill the attributes).
 
     ``warnings`` lists what a user must know about the data (a default calibration, no IMU, a
-    truncated bag); ``stats`` counts what was dropped while opening it."""
+    truncated bag); ``stats`` counts what was dropped while opening it. ``parallel_loads``: whether
+    ``load_image`` may run on several threads at once (plain image files; not a bag reader)."""
 
+    parallel_loads = False
     name: str
     cameras: list[CameraModel]
     imu_stamps: np.ndarray   # int64 (M,)

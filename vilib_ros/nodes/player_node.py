@@ -230,11 +230,19 @@ class PlayerNode(Node):
         t0_data = None
         prev_cam0 = None
         t_start = time.monotonic()
-        for ev in self.feed:
-            if not rclpy.ok():
+        # where the replay's time goes (player_stats.json "time_s"): waiting for decoded events,
+        # waiting for the frontend's tracks (backpressure), publishing
+        spent = self.stats["time_s"] = {"feed": 0.0, "backpressure": 0.0, "publish": 0.0}
+        feed, rate = iter(self.feed), None
+        while True:
+            t_a = time.monotonic()
+            ev = next(feed, None)
+            spent["feed"] += time.monotonic() - t_a
+            if ev is None or not rclpy.ok():
                 break
             t_ev = ev[1] if ev[0] == "imu" else ev[2]
-            rate = float(self.get_parameter("rate").value)
+            if ev[0] != "imu" or rate is None:       # the live value, read once per image
+                rate = float(self.get_parameter("rate").value)
             if rate > 0.0:
                 if t0_wall is None:
                     t0_wall, t0_data = time.monotonic(), t_ev
@@ -242,7 +250,9 @@ class PlayerNode(Node):
                 if target - time.monotonic() > 0:
                     self._spin_for(target - time.monotonic())
             if ev[0] == "imu":
+                t_a = time.monotonic()
                 self.pub_imu.publish(arrays_to_imu(t_ev, ev[2], ev[3], self.p["imu_frame_id"]))
+                spent["publish"] += time.monotonic() - t_a
                 self.stats["imu"] += 1
                 continue
             cam, index = ev[1], ev[3]
@@ -251,11 +261,15 @@ class PlayerNode(Node):
                 if cam == 0:
                     bar.update(1)
                 continue
+            t_a = time.monotonic()
             if cam == 0 and rate <= 0.0 and prev_cam0 is not None:
                 self._wait_backpressure(prev_cam0)
+            t_b = time.monotonic()
+            spent["backpressure"] += t_b - t_a
             frame_id = self.p["cam0_frame_id"] if cam == 0 else self.p["cam1_frame_id"]
             # serialized here (rclpy's serializer took 1-3 ms per 752x480 image)
             self.pub_img[cam].publish(encode_image(t_ev, frame_id, ev[4], "mono8"))
+            spent["publish"] += time.monotonic() - t_b
             self.stats["images"][cam] += 1
             if cam == 0:
                 prev_cam0 = t_ev
