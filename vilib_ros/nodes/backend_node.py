@@ -18,10 +18,10 @@ Frames follow REP 105: the estimate is the pose of ``base_frame`` (the body = IM
 
 Subscribed
 ----------
-  tracks (sensor_msgs/PointCloud, reliable, depth 100): from frontend_node, either tracks
+  tracks (sensor_msgs/PointCloud, reliable, depth 2000): from frontend_node, either tracks
       layout (vins_mono, or vins_fusion: camera id 1 = right observations); the right-camera
       observations are used when ``stereo``
-  imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 2000)
+  imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 20000)
 
 Published
 ---------
@@ -174,6 +174,10 @@ from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, 
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
 
+#: subscription depths: at 20 Hz, 100 s of tracks and of 200 Hz IMU
+TRACKS_DEPTH, IMU_DEPTH = 2000, 20000
+
+
 def _backend_config_class():
     from vilib_ros.backend.config import BackendConfig
 
@@ -271,8 +275,11 @@ class BackendNode(Node):
         if self.p["publish_tf"]:
             self._start_tf()
         imu_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
-        self.create_subscription(Imu, "imu", self._on_imu, imu_qos(2000))
-        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(100), raw=True)
+        # deep queues: the backend is not paced by a replay (the player waits for the frontend's
+        # tracks only), and behind a slow keyframe it must catch up, not drop (with depth 100 / 2000
+        # a replay at ~90 frames/s on the GPU machine lost 240 of 601 frames and the trajectory)
+        self.create_subscription(Imu, "imu", self._on_imu, imu_qos(IMU_DEPTH))
+        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(TRACKS_DEPTH), raw=True)
         # Frames wait here until the IMU has caught up with their stamp (IMU and tracks come on
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
         self.pending: collections.deque = collections.deque()
