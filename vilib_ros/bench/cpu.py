@@ -150,7 +150,7 @@ def bench_frontend(frames, kind, repeats):
             os.environ["VILIB_ROS_CPU_IMPL"] = kind.split("-")[0]
             cfg = FrontendConfig() if kind.endswith("-default") else same_job_config()
             fe = FeatureTracker(euroc_cam0(), cfg, device="cpu")
-            impl = f"{type(fe.detector).__name__} + {type(fe.tracker).__name__}"
+            impl = f"{type(fe._pipe.detector).__name__} + {type(fe._pipe.tracker).__name__}"
 
             def step(img, k, fe=fe):
                 return fe.process(img, STAMP0 + k * DT_NS).ids

@@ -1,0 +1,22 @@
+"""``vilib-ros bench-cpu``'s frontend rows on a few frames (not a speed test).
+
+Regression guarded: after the frontend became a facade over a CPU / GPU pipeline, the bench
+still read ``FeatureTracker.detector`` and failed before measuring anything; no test ran it.
+"""
+from __future__ import annotations
+
+import pytest
+
+from vilib_ros.bench.cpu import bench_frontend, same_job_config
+
+
+class TestBenchFrontend:
+    @pytest.mark.parametrize("kind", ["numba", "numba-default", "opencv"])
+    def test_rows(self, generated_frames, kind):
+        pytest.importorskip("numba", reason="numba not installed")
+        r = bench_frontend(generated_frames[:4], kind, 1)
+        assert r["frames"] == 4 and r["median_ms"] > 0 and r["tracks_per_frame"] > 0
+
+    def test_same_job_is_frame_to_frame_without_outlier_rejection(self):
+        c = same_job_config()
+        assert (c.tracker.template, c.tracker.warp, c.fb_check, c.ransac) == ("previous", "translation", False, False)
