@@ -154,6 +154,9 @@ def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
                                             # frontend on the images; frontend and backend on the IMU
                                             "wait_for_subscribers": 1, "wait_for_imu_subscribers": 2,
                                             "wait_timeout_s": 120.0, "backpressure_timeout_s": 10.0,
+                                            # the backend may lag the frontend by 2 s of frames, no
+                                            # more: it catches up instead of overflowing its queues
+                                            "backend_lag_frames": 0 if args.no_backend or not ds.has_imu else 40,
                                             "stats_path": str(out / "player_stats.json")}},
         "recorder_node": {"ros__parameters": {"output": str(out / "recorded.jsonl"), "topics": [
             "tracks:sensor_msgs/msg/PointCloud", "odometry:nav_msgs/msg/Odometry"]}},

@@ -39,6 +39,8 @@ Published
       (and ``-> cam1`` in stereo) from ``T_BS``, ``base_frame -> imu_frame_id`` (identity: the
       body is the IMU)
   diagnostics (diagnostic_msgs/DiagnosticArray): rates, per-frame time, keyframes, resets, skip counts
+  backend_processed (std_msgs/Header, reliable, depth 10): the stamp of each tracks message the
+      backend has finished (estimated, or taken while it initialises); a replay paces on it
 
 Parameters
 ----------
@@ -163,13 +165,14 @@ from nav_msgs.msg import Odometry
 from nav_msgs.msg import Path as PathMsg
 from rclpy.node import Node
 from sensor_msgs.msg import Imu, PointCloud
+from std_msgs.msg import Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.nodes._common import (RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
                                      write_json)
 from vilib_ros.nodes.backend_outputs import TrajectoryLog, odom_transform, odometry_msg, static_transforms
-from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, pointcloud_to_trackframe
+from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, ns_to_stamp, pointcloud_to_trackframe
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
@@ -271,6 +274,7 @@ class BackendNode(Node):
         self.pub_path = self.create_publisher(PathMsg, "path", reliable_qos(2))
         self.pub_lm = self.create_publisher(MarkerArray, "landmarks", reliable_qos(2))
         self.pub_diag = self.create_publisher(DiagnosticArray, "diagnostics", reliable_qos(10))
+        self.pub_processed = self.create_publisher(Header, "backend_processed", reliable_qos(10))
         self.pub_tf = None
         if self.p["publish_tf"]:
             self._start_tf()
@@ -418,6 +422,7 @@ class BackendNode(Node):
         self.frame_clock.accept(frame.stamp_ns)
         self.frames_rx.tick()
         if self.estimator is None:
+            self._processed(frame.stamp_ns)
             return
         if not self.p["stereo"]:
             frame.uv_right = frame.xy_right = None
@@ -434,6 +439,14 @@ class BackendNode(Node):
                 return
             self.pending.popleft()
             self._process_frame(frame)
+            self._processed(frame.stamp_ns)
+
+    def _processed(self, stamp_ns: int) -> None:
+        """``backend_processed``: this frame is done (a replay waits for it, bounded)."""
+        if self.pub_processed.get_subscription_count() > 0:
+            h = Header()
+            h.stamp = ns_to_stamp(stamp_ns)
+            self.pub_processed.publish(h)
 
     def _process_frame(self, frame, publish: bool = True) -> None:
         t0 = time.monotonic()

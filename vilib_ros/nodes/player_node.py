@@ -18,7 +18,11 @@ then ``start_delay_s`` later.
 Timing: ``rate`` > 0 replays at ``rate`` x real time (1.0 = real time). ``rate`` = 0 is the
 backpressure mode: before each cam0 image the player waits until the frontend's ``tracks``
 message for the previous cam0 image has arrived (at most ``backpressure_timeout_s``, then
-it goes on and counts a timeout), so nothing is dropped however slow the pipeline is.
+it goes on and counts a timeout), so nothing is dropped however slow the pipeline is. With
+``backend_lag_frames`` = N > 0 it also waits until the backend has finished the cam0 image sent
+N images before (``backend_processed``; same timeout, counted apart): the backend is not paced
+by the frontend's tracks, and without this a backend slower than the frontend falls further
+behind until its queues overflow.
 
 A tqdm progress bar (images) goes to stderr. When the replay ends the player publishes
 ``True`` on ``player_done`` (latched: transient local) and, with ``exit_when_done``, exits
@@ -27,6 +31,7 @@ A tqdm progress bar (images) goes to stderr. When the replay ends the player pub
 Subscribed
 ----------
   tracks (sensor_msgs/PointCloud, reliable): only in backpressure mode (``rate`` = 0)
+  backend_processed (std_msgs/Header, reliable): in backpressure mode with ``backend_lag_frames`` > 0
 
 Published
 ---------
@@ -53,6 +58,8 @@ Parameters
       subscribers after this long (then start anyway)
   backpressure_timeout_s (double, default 5.0, range [0.01, 3600]): longest wait for a tracks
       message in backpressure mode
+  backend_lag_frames (integer, default 0, range [0, 100000], read-only): in backpressure mode, how
+      many cam0 images the backend may be behind (0 = not paced by the backend)
   start_delay_s (double, default 0.5, range [0, 60], read-only): pause after discovery before the first message
   exit_when_done (bool, default false, read-only): exit the process when the replay is over
   done_linger_s (double, default 1.0, range [0, 60], read-only): stay alive this long after
@@ -67,6 +74,7 @@ Parameters
 """
 from __future__ import annotations
 
+import collections
 import json
 import sys
 import time
@@ -75,7 +83,7 @@ from pathlib import Path
 import rclpy
 from rclpy.node import Node
 from sensor_msgs.msg import Image, Imu, PointCloud
-from std_msgs.msg import Bool
+from std_msgs.msg import Bool, Header
 
 from vilib_ros.nodes._common import exit_main, latched_qos, reliable_qos
 from vilib_ros.nodes.cdr import CdrError, encode_image, header_stamp_ns
@@ -105,6 +113,8 @@ def parameter_table() -> list[ParamSpec]:
                   range=(0.0, 3600.0), read_only=True),
         ParamSpec("backpressure_timeout_s", 5.0, "longest wait for a tracks message in backpressure mode",
                   range=(0.01, 3600.0)),
+        ParamSpec("backend_lag_frames", 0, "in backpressure mode, how many cam0 images the backend may be behind "
+                  "(0 = not paced by the backend)", range=(0, 100000), read_only=True),
         ParamSpec("start_delay_s", 0.5, "pause after discovery before the first message", range=(0.0, 60.0),
                   read_only=True),
         ParamSpec("exit_when_done", False, "exit the process when the replay is over", read_only=True),
@@ -146,7 +156,11 @@ class PlayerNode(Node):
         if self.p["rate"] <= 0.0:
             # raw: only the stamp is read (a PointCloud object of ~200 points costs ~1 ms to build)
             self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(10), raw=True)
-        self.stats = {"images": [0] * self.n_cams, "imu": 0, "backpressure_timeouts": 0, "skipped": {},
+        self.last_backend_ns = -1
+        if self.p["rate"] <= 0.0 and self.p["backend_lag_frames"] > 0:
+            self.create_subscription(Header, "backend_processed", self._on_backend, reliable_qos(10), raw=True)
+        self.stats = {"images": [0] * self.n_cams, "imu": 0, "backpressure_timeouts": 0,
+                      "backend_backpressure_timeouts": 0, "skipped": {},
                       "dataset_stats": dict(getattr(self.ds, "stats", {})),
                       "dataset_warnings": list(getattr(self.ds, "warnings", []))}
         self.get_logger().info(f"opened {self.ds!r}")
@@ -160,6 +174,23 @@ class PlayerNode(Node):
             return
         self.tracks_received += 1
         self.last_tracks_ns = max(self.last_tracks_ns, t)
+
+    def _on_backend(self, msg: bytes) -> None:
+        try:
+            self.last_backend_ns = max(self.last_backend_ns, header_stamp_ns(msg))
+        except CdrError:
+            pass
+
+    def _wait_backend(self, stamp: int) -> None:
+        """Until the backend has finished ``stamp`` (bounded; only while it publishes progress)."""
+        if self.last_backend_ns >= stamp or self.count_publishers("backend_processed") < 1:
+            return
+        t_end = time.monotonic() + self.p["backpressure_timeout_s"]
+        while rclpy.ok() and self.last_backend_ns < stamp:
+            if time.monotonic() > t_end:
+                self.stats["backend_backpressure_timeouts"] += 1
+                return
+            rclpy.spin_once(self, timeout_sec=0.01)
 
     # --- replay -------------------------------------------------------------------------
     def _spin_for(self, seconds: float) -> None:
@@ -234,6 +265,8 @@ class PlayerNode(Node):
         # waiting for the frontend's tracks (backpressure), publishing
         spent = self.stats["time_s"] = {"feed": 0.0, "backpressure": 0.0, "publish": 0.0}
         feed, rate = iter(self.feed), None
+        lag = int(self.p["backend_lag_frames"])
+        sent: collections.deque = collections.deque(maxlen=max(1, lag))   # the last cam0 stamps sent
         while True:
             t_a = time.monotonic()
             ev = next(feed, None)
@@ -264,6 +297,8 @@ class PlayerNode(Node):
             t_a = time.monotonic()
             if cam == 0 and rate <= 0.0 and prev_cam0 is not None:
                 self._wait_backpressure(prev_cam0)
+                if lag and len(sent) >= lag:
+                    self._wait_backend(sent[-lag])
             t_b = time.monotonic()
             spent["backpressure"] += t_b - t_a
             frame_id = self.p["cam0_frame_id"] if cam == 0 else self.p["cam1_frame_id"]
@@ -273,6 +308,7 @@ class PlayerNode(Node):
             self.stats["images"][cam] += 1
             if cam == 0:
                 prev_cam0 = t_ev
+                sent.append(t_ev)
                 bar.update(1)
             rclpy.spin_once(self, timeout_sec=0)
         bar.close()
