@@ -183,12 +183,16 @@ class PlayerNode(Node):
 
     def _wait_backend(self, stamp: int) -> None:
         """Until the backend has finished ``stamp`` (bounded; only while it publishes progress)."""
-        if self.last_backend_ns >= stamp or self.count_publishers("backend_processed") < 1:
-            return
+        if self.last_backend_ns < stamp and self.count_publishers("backend_processed") >= 1:
+            self._wait_until("last_backend_ns", stamp, "backend_backpressure_timeouts")
+
+    def _wait_until(self, attr: str, stamp: int, timeouts: str) -> None:
+        """Spin until ``self.<attr>`` reaches ``stamp``, at most ``backpressure_timeout_s`` (then
+        count one in ``stats[timeouts]``)."""
         t_end = time.monotonic() + self.p["backpressure_timeout_s"]
-        while rclpy.ok() and self.last_backend_ns < stamp:
+        while rclpy.ok() and getattr(self, attr) < stamp:
             if time.monotonic() > t_end:
-                self.stats["backend_backpressure_timeouts"] += 1
+                self.stats[timeouts] += 1
                 return
             rclpy.spin_once(self, timeout_sec=0.01)
 
@@ -231,12 +235,7 @@ class PlayerNode(Node):
             rclpy.spin_once(self, timeout_sec=0.05)
 
     def _wait_backpressure(self, prev_stamp: int) -> None:
-        t_end = time.monotonic() + self.p["backpressure_timeout_s"]
-        while rclpy.ok() and self.last_tracks_ns < prev_stamp:
-            if time.monotonic() > t_end:
-                self.stats["backpressure_timeouts"] += 1
-                return
-            rclpy.spin_once(self, timeout_sec=0.01)
+        self._wait_until("last_tracks_ns", prev_stamp, "backpressure_timeouts")
 
     def _skip(self, cam: int, index: int, reason: str, message: str) -> None:
         n = self.stats["skipped"].get(reason, 0) + 1
