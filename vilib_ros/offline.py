@@ -47,6 +47,30 @@ def owned(fr):
 # ---------------------------------------------------------------------------------------------
 # the backend process
 # ---------------------------------------------------------------------------------------------
+class BackendFrame:
+    """What the backend reads of a :class:`~vilib_ros.types.TrackFrame` (stamp, ids, xy, xy_right):
+    the frame as it crosses the queue to the backend process (4 arrays pickled instead of 9 and
+    two dicts)."""
+
+    __slots__ = ("stamp_ns", "ids", "xy", "xy_right")
+
+    def __init__(self, stamp_ns: int, ids: np.ndarray, xy: np.ndarray, xy_right: np.ndarray | None = None):
+        self.stamp_ns, self.ids, self.xy, self.xy_right = int(stamp_ns), ids, xy, xy_right
+
+    @classmethod
+    def of(cls, fr) -> "BackendFrame":
+        return cls(fr.stamp_ns, fr.ids, fr.xy, fr.xy_right)
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def __getstate__(self):
+        return self.stamp_ns, self.ids, self.xy, self.xy_right
+
+    def __setstate__(self, st):
+        self.stamp_ns, self.ids, self.xy, self.xy_right = st
+
+
 def _backend_worker(inbox, outbox, cam0, cam1, imu_noise, config_kwargs) -> None:
     """Child process: IMU and tracks from ``inbox`` in time order; one result dict into ``outbox``."""
     import logging
@@ -62,9 +86,10 @@ def _backend_worker(inbox, outbox, cam0, cam1, imu_noise, config_kwargs) -> None
             msg = inbox.get()
             a = time.perf_counter()
             if msg[0] == "imu":
-                for t, d in zip(msg[1], msg[2]):
-                    est.add_imu(int(t), d[:3], d[3:])
-            elif msg[0] == "frame":
+                est.add_imu_batch(msg[1], msg[2])
+            elif msg[0] == "frame":      # ("frame", BackendFrame, IMU stamps up to it, IMU samples)
+                if len(msg[2]):
+                    est.add_imu_batch(msg[2], msg[3])
                 est.add_frame(msg[1])
                 frame_s.append(time.perf_counter() - a)
             else:
@@ -179,15 +204,13 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
             j0 = j
             while j < len(ist) and ist[j] <= t:
                 j += 1
-            if be is not None and j > j0:
-                be.put(("imu", ist[j0:j], idata[j0:j]))
             gyro = np.column_stack([ist[max(0, j0 - 1):j], idata[max(0, j0 - 1):j, :3]]) if has_imu else None
             a = time.perf_counter()
             fr = owned(ft.process(left, t, gyro=gyro, image_right=right))
             fe_s.append(time.perf_counter() - a)
             tracks.append(fr)
-            if be is not None:
-                be.put(("frame", fr))
+            if be is not None:      # one message per frame: its tracks and the IMU before it
+                be.put(("frame", BackendFrame.of(fr), ist[j0:j], idata[j0:j]))
             if progress is not None:
                 progress(k + 1, n)
         if be is not None:
