@@ -15,7 +15,10 @@ shutdown), ``trajectory.png``, ``tracks.mp4`` (unless ``--no-video``), ``timing.
 ``recorded.jsonl`` in the recorder's format; in addition ``odometry_tum.txt``, the causal
 per-frame odometry. With several datasets, ``summary.md`` / ``summary.json`` in the output root
 hold one row per sequence: ATE (SE3) of the causal and the smoothed trajectory, RPE per metre,
-frames/s, keyframes, resets. A dataset without IMU says so up front ("no IMU: the backend
+frames/s, keyframes, resets, and the batch's aggregate frames/s (all frames over the batch's wall
+time). ``--jobs N`` runs N datasets at a time in worker processes (each with its own backend
+child): the aggregate is then the batch's throughput, and each row's frames/s that of a sequence
+sharing the machine with the others; neither is the speed of one sequence alone. A dataset without IMU says so up front ("no IMU: the backend
 cannot estimate; tracks only") and is tracked only.
 """
 from __future__ import annotations
@@ -327,7 +330,9 @@ def run_one(ds_path, args, out: Path, name: str) -> dict:
         print(f"vilib-ros run --offline: {name}: {NO_IMU}", file=sys.stderr)
     from tqdm import tqdm
 
-    bar = tqdm(total=n_images, unit="frame", desc=name, file=sys.stderr, mininterval=0.5)
+    # with --jobs N several runs share the console: one line per run at its end instead of bars
+    bar = tqdm(total=n_images, unit="frame", desc=name, file=sys.stderr, mininterval=0.5,
+               disable=getattr(args, "jobs", 1) > 1)
 
     def progress(k, n):
         bar.update(k - bar.n)
@@ -384,12 +389,16 @@ def run_one(ds_path, args, out: Path, name: str) -> dict:
             "resets": be["stats"].get("resets") if be is not None else None, "out": str(out)}
 
 
-def summary_markdown(rows: list[dict]) -> str:
+def summary_markdown(rows: list[dict], batch: dict | None = None) -> str:
+    """The summary table; ``batch`` (several sequences in parallel with ``--jobs``): the batch's
+    aggregate throughput, labelled as such below the table."""
     def f(v, fmt):
         return "-" if v is None else fmt.format(v)
 
+    jobs = (batch or {}).get("jobs", 1)
+    fps_head = "frames/s" if jobs <= 1 else f"frames/s (while {jobs} ran in parallel)"
     L = ["# vilib_ros offline run: summary", "",
-         "| sequence | frames | mode | ATE causal [m] | ATE smoothed [m] | RPE [m/m] | frames/s | keyframes | resets |",
+         f"| sequence | frames | mode | ATE causal [m] | ATE smoothed [m] | RPE [m/m] | {fps_head} | keyframes | resets |",
          "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("error"):
@@ -399,7 +408,33 @@ def summary_markdown(rows: list[dict]) -> str:
         L.append(f"| {r['name']} | {r['frames']} | {mode} | {f(r['ate_causal_m'], '{:.4f}')} | "
                  f"{f(r['ate_smoothed_m'], '{:.4f}')} | {f(r['rpe_m_per_m'], '{:.4f}')} | {r['frames_per_s']:.1f} | "
                  f"{f(r['keyframes'], '{}')} | {f(r['resets'], '{}')} |")
+    if batch:
+        L += ["", f"Batch: {batch['frames']} frames of {batch['sequences']} sequences in {batch['wall_s']:.1f} s with "
+              f"{jobs} parallel job(s) (start-up, evaluation and output files included): **aggregate {batch['aggregate_frames_per_s']:.1f} frames/s** over all sequences "
+              "together; this is the batch's throughput, not the speed of one sequence (the per-sequence column "
+              + ("is each sequence's own speed)." if jobs <= 1 else
+                 f"is each sequence's own speed while it shared the machine with {jobs - 1} other(s))."), ]
     return "\n".join(L) + "\n"
+
+
+def _run_one_job(ds_path, args, out: Path, name: str) -> dict:
+    """:func:`run_one` in a worker process of ``--jobs``: a failure becomes a row."""
+    try:
+        return run_one(ds_path, args, out, name)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"vilib-ros run --offline: {name}: FAILED: {exc}", file=sys.stderr)
+        return {"name": name, "error": str(exc).splitlines()[0]}
+
+
+def _run_parallel(targets, args, jobs: int) -> list[dict]:
+    """The datasets in ``jobs`` worker processes (each with its own backend child), rows in the
+    order of ``targets``."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futs = [pool.submit(_run_one_job, ds_path, args, out.resolve(), name) for ds_path, out, name in targets]
+        return [f.result() for f in futs]
 
 
 def run_offline(args) -> int:
@@ -418,21 +453,39 @@ def run_offline(args) -> int:
             name = pp.stem if pp.suffix == ".bag" else pp.resolve().name
             out = base if (args.out and len(paths) == 1) else base / name
             targets.append((pp, out, name))
+    jobs = max(1, min(int(getattr(args, "jobs", 1) or 1), len(targets)))
+    if getattr(args, "jobs", 1) < 1:
+        print(f"vilib-ros run --offline: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        return 2
     rows, rc = [], 0
-    for ds_path, out, name in targets:
+    t0 = time.perf_counter()
+    if jobs > 1:
+        print(f"vilib-ros run --offline: {len(targets)} datasets in {jobs} parallel jobs", file=sys.stderr)
         try:
-            rows.append(run_one(ds_path, args, out.resolve(), name))
+            rows = _run_parallel(targets, args, jobs)
         except KeyboardInterrupt:
             print("vilib-ros run --offline: interrupted", file=sys.stderr)
             return 130
-        except (FileNotFoundError, ValueError, RuntimeError) as exc:
-            print(f"vilib-ros run --offline: {name}: FAILED: {exc}", file=sys.stderr)
-            rows.append({"name": name, "error": str(exc).splitlines()[0]})
-            rc = 1
+        rc = 1 if any(r.get("error") for r in rows) else 0
+    else:
+        for ds_path, out, name in targets:
+            try:
+                rows.append(run_one(ds_path, args, out.resolve(), name))
+            except KeyboardInterrupt:
+                print("vilib-ros run --offline: interrupted", file=sys.stderr)
+                return 130
+            except (FileNotFoundError, ValueError, RuntimeError) as exc:
+                print(f"vilib-ros run --offline: {name}: FAILED: {exc}", file=sys.stderr)
+                rows.append({"name": name, "error": str(exc).splitlines()[0]})
+                rc = 1
+    wall = time.perf_counter() - t0
     if len(targets) > 1:
         base = Path(args.out) if args.out else Path("vilib_ros_output")
-        md = summary_markdown(rows)
+        frames = sum(r.get("frames", 0) for r in rows if not r.get("error"))
+        batch = {"jobs": jobs, "sequences": len(targets), "frames": frames, "wall_s": wall,
+                 "aggregate_frames_per_s": frames / wall if wall > 0 else 0.0}
+        md = summary_markdown(rows, batch)
         (base / "summary.md").write_text(md)
-        (base / "summary.json").write_text(json.dumps(rows, indent=2, default=float))
+        (base / "summary.json").write_text(json.dumps({"sequences": rows, "batch": batch}, indent=2, default=float))
         print(md)
     return rc

@@ -49,6 +49,9 @@ def configure_parser(p) -> None:
     p.add_argument("--offline", action="store_true",
                    help="player, frontend and backend in one process tree without ROS (vilib_ros.offline); "
                         "several datasets give a summary table")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="with --offline and several datasets: run this many at a time in parallel processes "
+                        "(the summary gives the batch's aggregate frames/s beside each sequence's)")
     p.add_argument("--out", default=None, help="output folder (default ./vilib_ros_output/<name>)")
     p.add_argument("--rate", type=float, default=0.0,
                    help="replay speed, 1.0 = real time; 0 = as fast as the frontend accepts (default)")

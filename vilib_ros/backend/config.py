@@ -27,6 +27,8 @@ class BackendConfig:
     still_velocity_sigma: float = 0.005  # m/s
     # --- landmarks ---
     max_landmarks_per_kf: int = 60      # observations added per keyframe (longest tracks first)
+    landmark_grid: int = 0              # > 0: spread them over a grid of this many cells per side (each
+                                        # cell's longest track first, then each cell's second, ...)
     min_depth: float = 0.3
     max_depth: float = 25.0
     min_disparity_px: float = 1.0
@@ -89,6 +91,8 @@ class BackendConfig:
             raise ValueError("kf_max_interval_s must be shorter than window_s")
         if self.pixel_sigma <= 0 or self.huber_k <= 0:
             raise ValueError("pixel_sigma and huber_k must be > 0")
+        if self.landmark_grid < 0:
+            raise ValueError(f"landmark_grid must be >= 0, got {self.landmark_grid}")
         if self.max_landmarks_per_kf < 1:
             raise ValueError("max_landmarks_per_kf must be >= 1")
         if not (self.imu_max_gap_s > 0 and self.imu_max_gyro > 0 and self.imu_max_acc > 0):

@@ -81,6 +81,8 @@ class LandmarkMixin:
                     self.stats["landmarks_split"] += 1
         ex = [j for j, i in enumerate(ids_l) if i in lmd]
         ex.sort(key=lambda j: -lmd[ids_l[j]].n_obs)
+        if cfg.landmark_grid > 0 and len(ex) > cfg.max_landmarks_per_kf:
+            ex = [ex[n] for n in self._spread(xy[ex])]
         ex = ex[:cfg.max_landmarks_per_kf]
         n_added = 0
         if ex:
@@ -150,6 +152,9 @@ class LandmarkMixin:
                 obs = pend[tid] = [o for o in obs if o[0] in valid]
             if len(obs) >= 2:
                 live.append(tid)
+        if cfg.landmark_grid > 0 and len(live) > budget:
+            pos = {i: j for j, i in enumerate(ids_l)}
+            live = [live[n] for n in self._spread(xy[[pos[t] for t in live]])]
         live = live[:2 * budget + 8]
         fast = self._triangulate_lazily([pend[t] for t in live], budget + 8, k, T_pred)
         created = 0
@@ -184,6 +189,21 @@ class LandmarkMixin:
         for tid in [t for t in pend if t not in seen]:
             del pend[tid]
         return n_added
+
+    def _spread(self, xy: np.ndarray) -> np.ndarray:
+        """An order of ``xy`` (normalised cam0 coordinates, in order of preference) that takes the
+        best of every cell of a ``landmark_grid`` x ``landmark_grid`` image grid first, then the
+        second best of every cell, and so on (stable: preference decides within a rank)."""
+        g, c = self.config.landmark_grid, self.cam0
+        u = np.clip((xy[:, 0] * c.fx + c.cx) * (g / c.width), 0, g - 1).astype(np.int64)
+        v = np.clip((xy[:, 1] * c.fy + c.cy) * (g / c.height), 0, g - 1).astype(np.int64)
+        cell = np.where(np.isfinite(xy).all(axis=1), v * g + u, g * g)
+        order = np.argsort(cell, kind="stable")
+        cs = cell[order]
+        start = np.searchsorted(cs, cs, side="left")
+        rank = np.empty(len(cell), np.int64)
+        rank[order] = np.arange(len(cs)) - start
+        return np.lexsort((np.arange(len(cell)), rank))
 
     def _rectify_right(self, xr: np.ndarray) -> np.ndarray:
         """Right normalised coordinates re-expressed in a camera with cam0's orientation."""
