@@ -319,7 +319,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
             bias = self._last_kf.bias
             state = VioState(t, T_pred[:3, 3].copy(), _rot_to_quat_xyzw(T_pred[:3, :3]), v_pred,
                              bias[3:].copy(), bias[:3].copy(), False)
-            self._emit(t, self._last_kf.idx, np.linalg.inv(self._last_kf.T) @ T_pred, T_pred, state)
+            self._emit(t, self._last_kf.idx, self._last_kf.T_inv() @ T_pred, T_pred, state)
         self._imu.trim_before(self._last_kf.t_ns - int(2e9))
         return state
 

@@ -24,6 +24,26 @@ class _Keyframe:
     bias: np.ndarray              # (6,) [ba, bg] like gtsam ConstantBias.vector()
     obs: tuple = (np.zeros(0, np.int64), np.zeros((0, 2)))   # (track ids, xy) for keyframe selection
     _lookup: tuple | None = None  # (sorted ids, their order in obs), built on first use
+    _cache: dict | None = None    # per-frame helpers of this estimate (see nav, T_inv)
+
+    def _cached(self, name: str, src: tuple, make):
+        """``make()`` once per state of the fields in ``src`` (compared by identity: the estimator
+        replaces T, v and bias, never writes into them)."""
+        c = self._cache if self._cache is not None else {}
+        self._cache = c
+        hit = c.get(name)
+        if hit is None or any(a is not b for a, b in zip(hit[0], src)):
+            hit = c[name] = (src, make())
+        return hit[1]
+
+    def nav(self, gtsam):
+        """(NavState, ConstantBias) of this estimate: what every frame's IMU prediction starts from."""
+        return self._cached("nav", (self.T, self.v, self.bias), lambda: (
+            gtsam.NavState(gtsam.Pose3(self.T), self.v), gtsam.imuBias.ConstantBias(self.bias[:3], self.bias[3:])))
+
+    def T_inv(self) -> np.ndarray:
+        """inv(T), for every frame's pose relative to this keyframe."""
+        return self._cached("T_inv", (self.T,), lambda: np.linalg.inv(self.T))
 
     def match(self, ids: np.ndarray):
         """(indices into obs, mask over ``ids``) of the tracks this keyframe also saw."""
@@ -45,9 +65,8 @@ class KeyframeMixin:
     def _predict(self):
         """NavState at the end of the current preintegration from the last keyframe estimate."""
         gtsam = self._g
-        kf = self._last_kf
-        bias = gtsam.imuBias.ConstantBias(kf.bias[:3], kf.bias[3:])
-        ns = self._pim.predict(gtsam.NavState(gtsam.Pose3(kf.T), kf.v), bias)
+        nav, bias = self._last_kf.nav(gtsam)
+        ns = self._pim.predict(nav, bias)
         T = ns.pose().matrix()
         return T, np.asarray(ns.velocity())
 
