@@ -423,6 +423,56 @@ class TestLandmarkLifecycle:
         assert longest > 2.0
 
 
+class TestLandmarkGrid:
+    """``landmark_grid``: which observations a keyframe adds when it has more than
+    ``max_landmarks_per_kf`` (``LandmarkMixin._spread``)."""
+
+    @staticmethod
+    def _reference(xy, cam, g):
+        """Brute force: every cell's list in order of preference, dealt out round by round."""
+        cells: dict = {}
+        for n, (x, y) in enumerate(xy):
+            if not (np.isfinite(x) and np.isfinite(y)):
+                c = g * g
+            else:
+                u = min(max(int((x * cam.fx + cam.cx) * g / cam.width), 0), g - 1)
+                v = min(max(int((y * cam.fy + cam.cy) * g / cam.height), 0), g - 1)
+                c = v * g + u
+            cells.setdefault(c, []).append(n)
+        out, r = [], 0
+        while len(out) < len(xy):
+            out += sorted(lst[r] for lst in cells.values() if len(lst) > r)
+            r += 1
+        return out
+
+    def test_order_against_brute_force(self):
+        from vilib_ros.backend.simulation import MiniSim, MiniSimConfig
+
+        sim = MiniSim(MiniSimConfig(duration_s=2, seed=0))
+        cam = sim.cam0
+        rng = np.random.default_rng(3)
+        for g in (1, 2, 4, 7):
+            est = VioEstimator(BackendConfig(landmark_grid=g), cam, sim.cam1)
+            uv = rng.uniform([-20, -20], [cam.width + 20, cam.height + 20], (300, 2))
+            uv[:40] = rng.uniform([0, 0], [cam.width / 5, cam.height / 5], (40, 2))   # a crowded corner
+            xy = np.column_stack([(uv[:, 0] - cam.cx) / cam.fx, (uv[:, 1] - cam.cy) / cam.fy])
+            xy[7] = np.nan
+            order = est._spread(xy)
+            assert sorted(order.tolist()) == list(range(len(xy)))
+            assert order.tolist() == self._reference(xy, cam, g)
+            # the first picks hold one point of every occupied cell, each cell's first in preference
+            u = np.clip(((xy[:, 0] * cam.fx + cam.cx) * g / cam.width).astype(int), 0, g - 1)
+            v = np.clip(((xy[:, 1] * cam.fy + cam.cy) * g / cam.height).astype(int), 0, g - 1)
+            cell = np.where(np.isfinite(xy).all(1), v * g + u, g * g)
+            k = len(np.unique(cell))
+            assert len(set(cell[order[:k]].tolist())) == k
+            assert all(cell[n] not in cell[:n] for n in order[:k])
+
+    def test_negative_grid_is_an_error(self):
+        with pytest.raises(ValueError, match="landmark_grid"):
+            BackendConfig(landmark_grid=-1).validate()
+
+
 class TestKeyframeSelection:
     def test_time_criterion_at_rest_and_parallax_when_moving(self):
         from vilib_ros.backend.simulation import MiniSim, MiniSimConfig
