@@ -99,6 +99,47 @@ def run_once(seq, frames, imu, mode: str, label: str = "", isam2: dict | None = 
             "ate_alignment": "sim3" if mode == "mono" else "se3"}
 
 
+_AGAINST_CODE = """
+import json, logging, sys
+logging.disable(logging.WARNING)
+from vilib_ros.backend.simulation import synthetic_track_frames
+from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
+from vilib_ros.bench.backend import run_once
+seq = SyntheticSequence(SequenceConfig(duration_s=float(sys.argv[1]), seed=0))
+st, data, _, _ = seq.imu()
+r = run_once(seq, synthetic_track_frames(seq), (st, data), sys.argv[2])
+print("RESULT " + json.dumps(r, default=float))
+"""
+
+
+def against_label(src: str) -> str:
+    """``code of <short commit>`` of another checkout (or its path where it is no git work tree)."""
+    import subprocess
+
+    try:
+        rev = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return f"(code of {rev or src})"
+
+
+def run_against(src: str, duration: float, mode: str, label: str) -> dict:
+    """:func:`run_once` with today's defaults by the vilib_ros of another checkout ``src`` (a
+    subprocess with ``src`` first on the path): the same data, the code before a change."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
+    p = subprocess.run([sys.executable, "-c", _AGAINST_CODE, str(duration), mode], capture_output=True, text=True,
+                       env=env, cwd=src, timeout=1800)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    if p.returncode or not line:
+        raise RuntimeError(f"bench-backend --against {src}: the run failed:\n{p.stderr[-2000:]}")
+    r = json.loads(line[-1][len("RESULT "):])
+    r["label"] = label
+    return r
+
+
 def profile_top(seq, frames, imu, n=12) -> list[dict]:
     """cProfile of one stereo run: the functions with the most own time."""
     import cProfile
@@ -149,7 +190,10 @@ def markdown(res: dict) -> str:
           "per keyframe or a shorter window are faster but cost accuracy (see there), so the defaults stay "
           "where accuracy is. Timings on this shared 2-core machine vary by about +-20 % between runs (see the "
           "load averages); the first four rows are each the best median of "
-          f"{res.get('repeat', 1)} runs (`--repeat`), interleaved.", ""]
+          f"{res.get('repeat', 1)} runs (`--repeat`), interleaved."
+          + (" The rows `(code of ...)` ran the same defaults on the same data with the code of that commit "
+             f"(`--against`, in a subprocess), interleaved with the others: {res['against']}." if res.get("against")
+             else ""), ""]
     if res.get("profile"):
         L += ["Profile (stereo, default config, own time):", "", "| function | calls | own [s] | cumulative [s] |",
               "|---|---|---|---|"]
@@ -164,6 +208,10 @@ def configure_parser(p) -> None:
     p.add_argument("--repeat", type=int, default=1,
                    help="repeat the runs of today's and the previous defaults, interleaved (best median kept)")
     p.add_argument("--no-sweep", action="store_true", help="skip the max_landmarks_per_kf sweep")
+    p.add_argument("--against", default="",
+                   help="another checkout of vilib_ros (e.g. a git worktree of an earlier commit): its code runs "
+                        "today's defaults on the same data in a subprocess, interleaved with the rows of this code "
+                        "(what a code change did to the time per keyframe)")
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--changes", nargs="?", const="v101,synthetic60", default="",
                    help="instead: the table of backend changes (time per keyframe and ATE, each change one row, all "
@@ -191,10 +239,16 @@ def run_command(args) -> int:
     confs = [("stereo", {}), ("mono", {}),
              ("stereo", {"label": "(2026-11-24 07:05 defaults)", "isam2": before_isam, **before}),
              ("mono", {"label": "(2026-11-24 07:05 defaults)", "isam2": before_isam, **before})]
+    if args.against:
+        lab = against_label(args.against)
+        confs += [("stereo", {"against": lab}), ("mono", {"against": lab})]
     runs = [None] * len(confs)
     for _ in range(max(1, args.repeat)):
         for n, (mode, kw) in enumerate(confs):
-            r = run_once(seq, frames, imu, mode, **kw)
+            if "against" in kw:
+                r = run_against(args.against, args.duration, mode, kw["against"])
+            else:
+                r = run_once(seq, frames, imu, mode, **kw)
             if runs[n] is None or r["keyframe_ms"]["median"] < runs[n]["keyframe_ms"]["median"]:
                 runs[n] = r
     best = runs[0]
@@ -222,6 +276,8 @@ def run_command(args) -> int:
                     "EuRoC noise and bias walk), GT projections of scene points with 1 px noise, 3 % dropouts, "
                     "1 % outliers, <= 150 tracks/frame"),
            "runs": runs, "verdict": verdict, "repeat": max(1, args.repeat)}
+    if args.against:
+        res["against"] = f"{against_label(args.against)[1:-1]} at {args.against}"
     if not args.no_profile:
         res["profile"] = profile_top(seq, frames, imu)
     res["load_end"] = _load()
