@@ -11,8 +11,8 @@ class BackendConfig:
     # --- sliding window ---
     window_s: float = 1.0               # IncrementalFixedLagSmoother lag, seconds (frame-to-frame tracks drift:
                                         # a short window keeps their observations consistent; 2.0 before)
-    mono_window_s: float = 3.0          # mono mode uses max(window_s, mono_window_s): scale needs it (6 s
-                                        # before: 40 % more time per keyframe, the same ATE within its noise)
+    mono_window_s: float = 2.5          # mono mode uses max(window_s, mono_window_s): scale needs it (6 s, then
+                                        # 3 s before; with the grid below 2.5 s kept the ATE, backend_changes.md)
     marginalise_every_s: float = 0.0    # old states leave the smoother in batches, this often: the window
                                         # then spans window_s .. window_s + this (0 = every keyframe)
     mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given)
@@ -29,6 +29,9 @@ class BackendConfig:
     max_landmarks_per_kf: int = 60      # observations added per keyframe (longest tracks first)
     landmark_grid: int = 0              # > 0: spread them over a grid of this many cells per side (each
                                         # cell's longest track first, then each cell's second, ...)
+    mono_max_landmarks_per_kf: int = 45  # mono mode's max_landmarks_per_kf (60 before; with the grid, 45 gave a
+                                        # lower ATE in less time, backend_changes.md)
+    mono_landmark_grid: int = 4         # mono mode's landmark_grid (stereo: off, its ATE on v101 went up)
     min_depth: float = 0.3
     max_depth: float = 25.0
     min_disparity_px: float = 1.0
@@ -91,10 +94,11 @@ class BackendConfig:
             raise ValueError("kf_max_interval_s must be shorter than window_s")
         if self.pixel_sigma <= 0 or self.huber_k <= 0:
             raise ValueError("pixel_sigma and huber_k must be > 0")
-        if self.landmark_grid < 0:
-            raise ValueError(f"landmark_grid must be >= 0, got {self.landmark_grid}")
-        if self.max_landmarks_per_kf < 1:
-            raise ValueError("max_landmarks_per_kf must be >= 1")
+        if self.landmark_grid < 0 or self.mono_landmark_grid < 0:
+            raise ValueError(f"landmark_grid and mono_landmark_grid must be >= 0, got {self.landmark_grid} and "
+                             f"{self.mono_landmark_grid}")
+        if self.max_landmarks_per_kf < 1 or self.mono_max_landmarks_per_kf < 1:
+            raise ValueError("max_landmarks_per_kf and mono_max_landmarks_per_kf must be >= 1")
         if not (self.imu_max_gap_s > 0 and self.imu_max_gyro > 0 and self.imu_max_acc > 0):
             raise ValueError("imu_max_gap_s, imu_max_gyro and imu_max_acc must be > 0")
         if not (self.imu_noise_scale > 0 and self.imu_walk_scale > 0 and self.imu_noise_window_s > 0

@@ -24,8 +24,11 @@ sooner than ``kf_min_interval_s``). Other frames get the IMU prediction from the
 Landmarks: a track becomes a landmark on its second keyframe observation (stereo: at least one
 with a right match; mono: once the ray angle exceeds ``mono_min_parallax_deg``), triangulated by
 linear DLT over all its left (and right) rays in the window, observations failing the chi2 gate
-dropped one by one. Per keyframe at most ``max_landmarks_per_kf`` observations of existing
-landmarks are added (longest tracks first), plus as many new landmarks. In mono mode each new
+dropped one by one. Per keyframe at most ``max_landmarks_per_kf`` (mono:
+``mono_max_landmarks_per_kf``) observations are added: of existing landmarks (longest tracks
+first), then of new ones (tracks with the most keyframe observations first); with
+``landmark_grid`` (mono: ``mono_landmark_grid``) > 0 the preference is dealt out over a grid of
+image cells, each cell's best first, so that the observations spread over the image. In mono mode each new
 landmark gets a weak prior (``landmark_prior_sigma``) so that a landmark whose factors all lose
 their Jacobian (point behind a camera) cannot make the system indeterminate; in stereo mode a
 stereo observation fixes the point by itself and the prior (``landmark_prior_stereo``) would
@@ -140,6 +143,9 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
             raise ValueError("mode='stereo' needs cam1")
         self.mode = mode
         self.window_s = max(cfg.window_s, cfg.mono_window_s) if mode == "mono" else cfg.window_s
+        # observations per keyframe and their grid in this mode (mono has its own: LandmarkMixin)
+        self.max_obs_per_kf = cfg.mono_max_landmarks_per_kf if mode == "mono" else cfg.max_landmarks_per_kf
+        self.landmark_grid = cfg.mono_landmark_grid if mode == "mono" else cfg.landmark_grid
         self.imu_noise = normalise_imu_noise(imu_noise)
         self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
                                                   cfg.imu_walk_scale)

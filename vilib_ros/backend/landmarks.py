@@ -81,9 +81,10 @@ class LandmarkMixin:
                     self.stats["landmarks_split"] += 1
         ex = [j for j, i in enumerate(ids_l) if i in lmd]
         ex.sort(key=lambda j: -lmd[ids_l[j]].n_obs)
-        if cfg.landmark_grid > 0 and len(ex) > cfg.max_landmarks_per_kf:
+        max_obs = self.max_obs_per_kf
+        if self.landmark_grid > 0 and len(ex) > max_obs:
             ex = [ex[n] for n in self._spread(xy[ex])]
-        ex = ex[:cfg.max_landmarks_per_kf]
+        ex = ex[:max_obs]
         n_added = 0
         if ex:
             P = np.array([lmd[ids_l[j]].p for j in ex])
@@ -136,7 +137,7 @@ class LandmarkMixin:
                 n_added += 1
         # --- new tracks: record, then create landmarks from pending observations
         self._record_pending(fr, k)
-        budget = cfg.max_landmarks_per_kf - n_added
+        budget = max_obs - n_added
         if budget <= 0:
             return n_added
         pend = self._pending
@@ -152,7 +153,7 @@ class LandmarkMixin:
                 obs = pend[tid] = [o for o in obs if o[0] in valid]
             if len(obs) >= 2:
                 live.append(tid)
-        if cfg.landmark_grid > 0 and len(live) > budget:
+        if self.landmark_grid > 0 and len(live) > budget:
             pos = {i: j for j, i in enumerate(ids_l)}
             live = [live[n] for n in self._spread(xy[[pos[t] for t in live]])]
         live = live[:2 * budget + 8]
@@ -192,9 +193,10 @@ class LandmarkMixin:
 
     def _spread(self, xy: np.ndarray) -> np.ndarray:
         """An order of ``xy`` (normalised cam0 coordinates, in order of preference) that takes the
-        best of every cell of a ``landmark_grid`` x ``landmark_grid`` image grid first, then the
-        second best of every cell, and so on (stable: preference decides within a rank)."""
-        g, c = self.config.landmark_grid, self.cam0
+        best of every cell of a ``landmark_grid`` x ``landmark_grid`` image grid first (mono:
+        ``mono_landmark_grid``), then the second best of every cell, and so on (stable: preference
+        decides within a rank)."""
+        g, c = self.landmark_grid, self.cam0
         u = np.clip((xy[:, 0] * c.fx + c.cx) * (g / c.width), 0, g - 1).astype(np.int64)
         v = np.clip((xy[:, 1] * c.fy + c.cy) * (g / c.height), 0, g - 1).astype(np.int64)
         cell = np.where(np.isfinite(xy).all(axis=1), v * g + u, g * g)

@@ -55,27 +55,31 @@ log = logging.getLogger(__name__)
 #: Backend changes measured in ``--changes``: (what changed, BackendConfig overrides), cumulative.
 #: The first row restores the 2026-11-24 defaults; the last row is today's defaults.
 #: the backend-time changes of bench/results/backend_changes.md, undone in the rows before them
-_BEFORE_ISSUE12 = {"mono_window_s": 6.0, "landmark_prior_stereo": True}
+_BEFORE_ISSUE12 = {"mono_window_s": 6.0, "landmark_prior_stereo": True, "mono_max_landmarks_per_kf": 60,
+                   "mono_landmark_grid": 0}
+_MONO_BEFORE_GRID = {"mono_window_s": 3.0, "mono_max_landmarks_per_kf": 60, "mono_landmark_grid": 0}
 CHANGES = [
     ("2026-11-24 defaults (datasheet IMU noise, 2 s window, 40 obs/keyframe, relinearize 0.05, 3 outliers "
      "blacklist a track)",
      {"imu_noise_measured": False, "imu_noise_scale": 1.0, "imu_walk_scale": 1.0, "max_landmarks_per_kf": 40,
       "relinearize_threshold": 0.05, "window_s": 2.0, "kf_max_interval_s": 0.5, "max_outlier_count": 3,
-      "retriangulate_outliers": False, **_BEFORE_ISSUE12}),
+      "retriangulate_outliers": False, **_BEFORE_ISSUE12, "mono_max_landmarks_per_kf": 40}),
     ("+ IMU white noise x30, bias walk x5 (fixed)",
      {"imu_noise_measured": False, "imu_noise_scale": 30.0, "max_landmarks_per_kf": 40, "relinearize_threshold": 0.05,
       "window_s": 2.0, "kf_max_interval_s": 0.5, "max_outlier_count": 3, "retriangulate_outliers": False,
-      **_BEFORE_ISSUE12}),
+      **_BEFORE_ISSUE12, "mono_max_landmarks_per_kf": 40}),
     ("+ IMU white noise measured from the stream instead",
      {"max_landmarks_per_kf": 40, "relinearize_threshold": 0.05, "window_s": 2.0, "kf_max_interval_s": 0.5,
-      "max_outlier_count": 3, "retriangulate_outliers": False, **_BEFORE_ISSUE12}),
+      "max_outlier_count": 3, "retriangulate_outliers": False, **_BEFORE_ISSUE12, "mono_max_landmarks_per_kf": 40}),
     ("+ relinearize threshold 0.01, 60 observations per keyframe",
      {"window_s": 2.0, "kf_max_interval_s": 0.5, "max_outlier_count": 3, "retriangulate_outliers": False,
       **_BEFORE_ISSUE12}),
     ("+ a rejected observation ends its landmark (the drifting track re-triangulates), blacklist after 10",
      {"window_s": 2.0, "kf_max_interval_s": 0.5, **_BEFORE_ISSUE12}),
     ("+ 1 s window, keyframe at least every 0.4 s", dict(_BEFORE_ISSUE12)),
-    ("+ no landmark prior in stereo, mono window 3 s (time per keyframe; today's defaults)", {}),
+    ("+ no landmark prior in stereo, mono window 3 s (time per keyframe)", dict(_MONO_BEFORE_GRID)),
+    ("+ mono: 45 observations per keyframe spread over a 4x4 grid, window 2.5 s (time per keyframe; today's "
+     "defaults)", {}),
 ]
 
 

@@ -71,7 +71,7 @@ Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backe
 choices and help live once, in :data:`vilib_ros.nodes.params.BACKEND_PARAMS`. This table is the second
 part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_launch_files checks):
   window_s (double, default 1.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
-  mono_window_s (double, default 3.0, range [0.1, 600.0], read-only): mono mode uses max(window_s,
+  mono_window_s (double, default 2.5, range [0.1, 600.0], read-only): mono mode uses max(window_s,
       mono_window_s): scale needs it
   marginalise_every_s (double, default 0.0, range [0.0, 60.0], read-only): old states leave the smoother in
       batches this often; the window then spans window_s .. window_s + this, s (0 = every keyframe)
@@ -92,6 +92,11 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       zero-velocity prior at rest, m/s
   max_landmarks_per_kf (integer, default 60, range [1, 100000], read-only): observations added per keyframe
       (longest tracks first)
+  landmark_grid (integer, default 0, range [0, 1000], read-only): > 0: the observations of a keyframe spread
+      over a grid of this many cells per side, each cell's longest track first (0 = off)
+  mono_max_landmarks_per_kf (integer, default 45, range [1, 100000], read-only): mono mode's
+      max_landmarks_per_kf
+  mono_landmark_grid (integer, default 4, range [0, 1000], read-only): mono mode's landmark_grid
   min_depth (double, default 0.3, range [0.0, 1000.0], read-only): nearest landmark depth accepted, m
   max_depth (double, default 25.0, range [0.0, 100000.0], read-only): farthest landmark depth accepted, m
   min_disparity_px (double, default 1.0, range [0.0, 1000.0], read-only): smallest stereo disparity for a

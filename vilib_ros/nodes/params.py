@@ -145,6 +145,10 @@ BACKEND_PARAMS = {
     'still_parallax_px': Meta('rest = median parallax below this AND a static IMU window', range=(0.0, 1000.0)),
     'still_velocity_sigma': Meta('velocity sigma of the zero-velocity prior at rest, m/s', range=(1e-06, 100.0)),
     'max_landmarks_per_kf': Meta('observations added per keyframe (longest tracks first)', range=(1, 100000)),
+    'landmark_grid': Meta('> 0: the observations of a keyframe spread over a grid of this many cells per side, '
+                          "each cell's longest track first (0 = off)", range=(0, 1000)),
+    'mono_max_landmarks_per_kf': Meta("mono mode's max_landmarks_per_kf", range=(1, 100000)),
+    'mono_landmark_grid': Meta("mono mode's landmark_grid", range=(0, 1000)),
     'min_depth': Meta('nearest landmark depth accepted, m', range=(0.0, 1000.0)),
     'max_depth': Meta('farthest landmark depth accepted, m', range=(0.0, 100000.0)),
     'min_disparity_px': Meta('smallest stereo disparity for a landmark, px', range=(0.0, 1000.0)),
