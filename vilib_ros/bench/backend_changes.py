@@ -65,46 +65,54 @@ TRIED_EARLIER = [
     ("mono window 6 s, batch marginalisation every 1 s", {"mono_window_s": 6.0, "marginalise_every_s": 1.0}, {}),
 ]
 
-FINDINGS = """## What the table shows (2026-11-24, this machine)
+FINDINGS = """## What the table shows (2026-11-24 15:13 UTC, this machine)
 
-Times in this table are higher than in `backend_cpu.md` (15 estimators in one process share the caches and
-the load); compare them within a column.
+This run shared the 2 cores with the other engineers' test runs (load average 3-6, per column in the json):
+the times are 1.5-3x those of `backend_cpu.md`; compare them within a column only. ATEs are deterministic.
 
-- **Adopted.** (1) iSAM2 reuses the slots of marginalised factors (`findUnusedFactorSlots`, gtsam's advice
-  for fixed-lag smoothing): the same estimates (identical ATEs), 0.4-1.2 ms (2-14 %) less per keyframe.
-  (2) No landmark prior in stereo: a stereo observation fixes a new landmark by itself, the prior only added
-  a factor per landmark: 0.3-0.8 ms less per keyframe, causal ATE 1.89 -> 1.90, 2.73 -> 2.63, 0.68 -> 0.67,
-  1.56 -> 1.58 cm. Mono keeps it (without it: a reset on V1_01 with our tracks). (3) Mono window 3 s
-  instead of 6 s: 36-42 % less per keyframe; causal ATE 4.08 -> 4.36, 5.38 -> 4.69, 1.59 -> 1.55,
-  2.00 -> 2.28 cm, up in two columns and down in two (sum 13.05 -> 12.88 cm): within the noise of the mono
-  ATE, which near-neutral settings move as much (on v101 with our tracks a partial relinearisation check
-  gives 6.04 cm, relinearising every 2nd update 5.07 cm). On `bench-backend`'s own data (1 px, 1 %
-  outliers) the causal ATE went 1.33 -> 1.40 cm stereo and 3.95 -> 4.16 cm mono (+5 %).
-- **Where the time goes.** The iSAM2 update is 65-75 % of a keyframe, and it is elimination, not
-  linearisation: with relinearisation switched off altogether (a probe, not a setting) the update took the
-  same time (v101 exact tracks, stereo: 3.03 against 3.09 ms); no cached linearised factors, a partial
-  relinearisation check or relinearising every 2nd update change the time by less than the noise; QR
-  instead of Cholesky is 3-5x slower. Each update re-eliminates the landmarks the new keyframe observes
-  with the window's states, so the time follows the observations per keyframe (50 instead of 60: 0.6-0.9 ms
-  less, ATE +16 % with our tracks in stereo, +29-70 % in mono) and the window (0.8 s: 0.3-0.5 ms less, ATE
-  +4-37 %).
-- **Marginalisation.** An update that marginalises costs more than one that does not (synthetic60, stereo:
-  3.8 against 2.1 ms, the window then 1-2 s). Batch marginalisation (`marginalise_every_s`) makes most
-  updates cheaper but keeps up to one batch more in the window, which moved the stereo ATE on v101 with our
-  tracks (2.63 -> 2.79 / 3.51 cm at 0.5 / 1 s): off by default. With the 6 s mono window it keeps the ATE
-  (4.03, 5.46, 1.59, 2.00 cm) for 1-24 % less time, far less than the 3 s window gives.
-- **Not in the table** (explored on this machine the same day): `calculateEstimate(keys)` for only the keys
-  a keyframe needs was slower than the whole estimate (0.18 against 0.16 ms: the window is small);
-  `BatchFixedLagSmoother` (Levenberg-Marquardt, 3 iterations) 3-5x slower; a keyframe policy with fewer
-  keyframes (parallax 20 px, or at least every 0.6 s) did not make a keyframe cheaper and raised the ATE on
-  v101 (1.90 -> 2.30 / 2.74 cm).
-- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`: 4.85 / 8.05 ms median, of
-  which gtsam 3.15 / 6.12 ms and Python 1.63 / 1.93 ms; the previous defaults in the same run: 5.24 /
-  12.59 ms). Python at zero would still leave stereo above
-  3 ms at 60 observations: the update itself must get cheaper per observation, e.g. landmarks anchored in
-  their first keyframe by inverse depth (one variable instead of three, as VINS-Mono does) or landmarks
-  eliminated inside their factors (smart factors, which DESIGN.md found to break under this smoother's
-  marginalisation), written as C++ factors; not done here."""
+- **Adopted (mono).** 45 observations per keyframe instead of 60, dealt out over a 4x4 image grid (each
+  cell's longest track first, then each cell's second, ...: `mono_max_landmarks_per_kf`,
+  `mono_landmark_grid`), with a 2.5 s mono window instead of 3 s: 29-35 % less time per keyframe in every
+  mono column (24.0 -> 15.6, 22.0 -> 14.9, 13.2 -> 9.4, 31.8 -> 21.8 ms here), and the causal ATE went
+  down in all four (4.36 -> 4.03, 3.06 -> 3.00, 1.55 -> 1.26, 1.55 -> 1.47 cm); on `bench-backend`'s own data
+  too (`backend_cpu.md`). The grid makes fewer observations as informative as more: 60 over the grid gave
+  the lowest mono ATEs (3.50, 2.88, 1.56, 1.48 cm) but cost more time than the old defaults' 60; 45 over the
+  grid with the 3 s window 3.81 / 3.00 / 1.30 / 1.47 cm. Not adopted: 40 observations (one column up,
+  1.55 -> 1.59 cm, though 15 % faster than 45), a 3x3 grid (1.55 -> 1.57 cm on synthetic60 exact tracks).
+- **Stereo: nothing adopted.** The grid raised the stereo ATE on v101 with exact tracks (1.90 -> 2.34 cm:
+  stereo landmarks are fixed by their own disparity, and the grid passes over long tracks for spread;
+  why it helps mono and not stereo was not analysed further); 50 observations per keyframe cut 10-25 % of the time but raised
+  the ATE with our tracks on v101 (0.83 -> 1.01 cm); a 0.75 s window with batch marginalisation every
+  0.5 s raised it on v101 (1.90 -> 2.45 cm).
+- **Python (same estimates, not a row: the code changed, not the configuration).** Observation factors
+  built through constructors bound once per keyframe, the mono parallax test vectorised, candidates
+  triangulated lazily in two batches, SVDs without U, the per-frame IMU prediction from a cached
+  NavState; the offline runner's backend gets one queue message per frame (4 arrays and the IMU before
+  it, `add_imu_batch`). Identical trajectories in stereo, equal mono ATE (to 1e-9 m); the time is in
+  `backend_cpu.md` (`--against`: the code before, same data, same run). Measured and left: gtsam's
+  `integrateMeasurement` is 1.6-3.5 us per IMU sample through pybind (~10 per frame) and the Python
+  wrapper has no batch form; a stereo factor costs ~3 us to construct (~90 per keyframe).
+- **gtsam, looked up or measured, not adopted.** Smart factors: with IncrementalFixedLagSmoother's
+  marginalisation they fail (borglab/gtsam#1976: a VariableIndex assertion; the workaround, as Kimera
+  does, removes and rebuilds the smart factors of marginalised poses, and removing factors while the
+  smoother marginalises is itself a known failure, borglab/gtsam#2479): not tried. Elimination ordering:
+  201 of 246 updates (synthetic60, stereo) marginalise, and on those the smoother already passes a
+  constrained ordering (marginalised keys first, the rest, landmarks included, free for CCOLAMD); the
+  other updates cannot be given one through the Python `IncrementalFixedLagSmoother.update`, and a fixed-lag
+  smoother of our own on `ISAM2.update(constrainedKeys=...)` would need the Bayes tree's cliques to mark
+  what marginalisation re-eliminates (gtsam's `recursiveMarkAffectedKeys`), which the wrapper does not
+  expose. `enableDetailedResults` and `evaluateNonlinearError` are already off by default (checked);
+  there is one update per keyframe (`extra_updates` = 0; the smoother marginalises inside that update).
+- **Tried on 2026-11-24 09:22** (`TRIED_EARLIER`; that table is in git history, `bench/results/
+  backend_changes.md` at bb036d8): QR instead of Cholesky 3-5x slower; no cached linearised factors, a
+  partial relinearisation check, relinearising every 2nd update or a threshold of 0.02: time within the
+  noise (the update is elimination, not linearisation); batch marginalisation (0.5 / 1 s): most updates
+  cheaper but the window longer, ATE up on v101; `calculateEstimate(keys)` slower than the whole estimate;
+  `BatchFixedLagSmoother` 3-5x slower; fewer keyframes (parallax 20 px, every 0.6 s): ATE up.
+- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`). Stereo is unchanged in
+  gtsam: the update re-eliminates the landmarks each keyframe observes, and every cheaper selection
+  tried costs ATE; what would cut it is a cheaper update per observation (landmarks anchored by inverse
+  depth, one variable instead of three, or landmarks eliminated inside C++ factors), not done here."""
 
 
 def estimator_class(isam: dict):
