@@ -65,7 +65,7 @@ TRIED_EARLIER = [
     ("mono window 6 s, batch marginalisation every 1 s", {"mono_window_s": 6.0, "marginalise_every_s": 1.0}, {}),
 ]
 
-FINDINGS = """## What the table shows (2026-11-24 15:13 UTC, this machine)
+FINDINGS = """## What the table shows (2026-11-24, 14:57-15:13 UTC, this machine)
 
 This run shared the 2 cores with the other engineers' test runs (load average 3-6, per column in the json):
 the times are 1.5-3x those of `backend_cpu.md`; compare them within a column only. ATEs are deterministic.
