@@ -269,7 +269,7 @@ def smallest_eigenvector(a, x) -> bool:
         for i in range(9):
             if abs(x[i]) > abs(mx):
                 mx = x[i]
-        if not (abs(mx) > 0.0 and abs(mx) < math.inf):
+        if not (abs(mx) > 0.0 and math.isfinite(mx)):
             return False
         for i in range(9):
             x[i] = x[i] / mx

@@ -173,7 +173,7 @@ RS_HD bool rs_smallest_eigenvector(double* a, double* x)
         double mx = 0.0;
         for (int i = 0; i < 9; ++i)
             if (fabs(x[i]) > fabs(mx)) mx = x[i];
-        if (!(fabs(mx) > 0.0 && fabs(mx) < INFINITY)) return false;
+        if (!(fabs(mx) > 0.0 && isfinite(mx))) return false;
         for (int i = 0; i < 9; ++i) x[i] = x[i] / mx;
     }
     return true;
