@@ -13,10 +13,11 @@
 //                      normalised 8-point F by elimination with full pivoting.
 //   ransac_score       one block of RS_SCORE_THREADS per hypothesis: its inliers, thread k taking
 //                      candidates k, k + blockDim.x, ...; warp sums, one atomic per warp.
-//   ransac_select      one block of RS_SELECT_THREADS: thread 0 applies the adaptive rule to the
-//                      counts in hypothesis order; then the LO refits (warp w sums quantities w,
-//                      w + warps, ...: lane l over candidates l, l + 32, ..., a butterfly adds the
-//                      lanes; thread 0 solves); then the outliers into the reject flags
+//   ransac_select      one block of RS_SELECT_THREADS, thread h holding hypothesis h's count: the
+//                      records (block max-scan, ballot), thread 0 applies the adaptive rule at
+//                      them in hypothesis order; then the LO refits (warp 0: lane l sums the
+//                      inliers l, l + 32, ... in registers, a butterfly adds the lanes, lane 0
+//                      solves in registers); then the outliers into the reject flags
 //                      (table_update drops them and counts ransac_rejected).
 // Defines (vilib_ros.frontend.ransac.kernel_defines, one name for one thing): RS_HYPOTHESES,
 // RS_SAMPLE, RS_MIN_INLIERS, RS_LO_ITERATIONS, RS_INVERSE_ITERATIONS, RS_LANES, RS_SQRT2 and the
@@ -87,38 +88,66 @@ RS_HD bool rs_hypothesis(const double2* x1, const double2* x2, const int* idx, d
     if (!(d1 > 1e-300 && d2 > 1e-300)) return false;
     const double s1 = RS_SQRT2 / d1, s2 = RS_SQRT2 / d2;
     const double tx1 = -s1 * cx1, ty1 = -s1 * cy1, tx2 = -s2 * cx2, ty2 = -s2 * cy2;
-    double a[72];
+    // Null vector of the 8x9 design matrix: elimination with full pivoting. Fully unrolled with
+    // the pivot's row and column swapped in place (predicated), so that the matrix stays in
+    // registers; the same arithmetic as cpu_ransac.hypothesis, which permutes column indices.
+    double a[8][9];
+#pragma unroll
     for (int j = 0; j < RS_SAMPLE; ++j) {
         const int k = idx[j];
-        rs_design_row(s1 * x1[k].x + tx1, s1 * x1[k].y + ty1, s2 * x2[k].x + tx2, s2 * x2[k].y + ty2, a + j * 9);
+        rs_design_row(s1 * x1[k].x + tx1, s1 * x1[k].y + ty1, s2 * x2[k].x + tx2, s2 * x2[k].y + ty2, a[j]);
     }
     int perm[9];
+#pragma unroll
     for (int c = 0; c < 9; ++c) perm[c] = c;
+#pragma unroll
     for (int i = 0; i < 8; ++i) {
         int br = i, bc = i;
         double big = -1.0;
+#pragma unroll
         for (int r = i; r < 8; ++r)
+#pragma unroll
             for (int c = i; c < 9; ++c) {
-                const double x = fabs(a[r * 9 + perm[c]]);
+                const double x = fabs(a[r][c]);
                 if (x > big) { big = x; br = r; bc = c; }
             }
         if (!(big > 1e-12)) return false;
-        if (br != i)
-            for (int c = 0; c < 9; ++c) { const double t = a[i * 9 + c]; a[i * 9 + c] = a[br * 9 + c]; a[br * 9 + c] = t; }
-        const int t = perm[i]; perm[i] = perm[bc]; perm[bc] = t;
-        const double piv = a[i * 9 + perm[i]];
+#pragma unroll
+        for (int r = i + 1; r < 8; ++r)
+            if (r == br) {
+#pragma unroll
+                for (int c = 0; c < 9; ++c) { const double t = a[i][c]; a[i][c] = a[r][c]; a[r][c] = t; }
+            }
+#pragma unroll
+        for (int c = i + 1; c < 9; ++c)
+            if (c == bc) {
+#pragma unroll
+                for (int r = 0; r < 8; ++r) { const double t = a[r][i]; a[r][i] = a[r][c]; a[r][c] = t; }
+                const int t = perm[i]; perm[i] = perm[c]; perm[c] = t;
+            }
+        const double piv = a[i][i];
+#pragma unroll
         for (int r = i + 1; r < 8; ++r) {
-            const double m = a[r * 9 + perm[i]] / piv;
-            for (int c = i; c < 9; ++c) a[r * 9 + perm[c]] = a[r * 9 + perm[c]] - m * a[i * 9 + perm[c]];
+            const double m = a[r][i] / piv;
+#pragma unroll
+            for (int c = i; c < 9; ++c) a[r][c] = a[r][c] - m * a[i][c];
         }
     }
-    double f[9];
-    f[perm[8]] = 1.0;
+    double fl[9];
+    fl[8] = 1.0;
+#pragma unroll
     for (int i = 7; i >= 0; --i) {
         double acc = 0.0;
-        for (int c = i + 1; c < 9; ++c) acc += a[i * 9 + perm[c]] * f[perm[c]];
-        f[perm[i]] = -acc / a[i * 9 + perm[i]];
+#pragma unroll
+        for (int c = i + 1; c < 9; ++c) acc += a[i][c] * fl[c];
+        fl[i] = -acc / a[i][i];
     }
+    double f[9];
+#pragma unroll
+    for (int j = 0; j < 9; ++j)
+#pragma unroll
+        for (int c = 0; c < 9; ++c)
+            if (perm[c] == j) f[j] = fl[c];
     rs_denormalise(f, s1, tx1, ty1, s2, tx2, ty2, F);
     return true;
 }
@@ -140,40 +169,61 @@ RS_HD bool rs_inlier(const double* F, double X1, double Y1, double X2, double Y2
 }
 
 // Inverse iteration on the pivoted LU of the 9x9 a (overwritten) from all-ones, each step scaled
-// by its largest |entry| (the first); false where it gives no finite vector.
+// by its largest |entry| (the first); false where it gives no finite vector. Fully unrolled, the
+// pivot rows swapped by predicated moves, so that a stays in registers (cpu_ransac's arithmetic).
 RS_HD bool rs_smallest_eigenvector(double* a, double* x)
 {
     int piv[9];
+#pragma unroll
     for (int i = 0; i < 9; ++i) {
         int p = i;
         double big = fabs(a[i * 9 + i]);
+#pragma unroll
         for (int r = i + 1; r < 9; ++r) {
             const double v = fabs(a[r * 9 + i]);
             if (v > big) { big = v; p = r; }
         }
         piv[i] = p;
-        if (p != i)
-            for (int c = 0; c < 9; ++c) { const double t = a[i * 9 + c]; a[i * 9 + c] = a[p * 9 + c]; a[p * 9 + c] = t; }
+#pragma unroll
+        for (int r = i + 1; r < 9; ++r)
+            if (r == p) {
+#pragma unroll
+                for (int c = 0; c < 9; ++c) { const double t = a[i * 9 + c]; a[i * 9 + c] = a[r * 9 + c]; a[r * 9 + c] = t; }
+            }
         const double d = a[i * 9 + i];
+#pragma unroll
         for (int r = i + 1; r < 9; ++r) {
             const double m = a[r * 9 + i] / d;
             a[r * 9 + i] = m;
+#pragma unroll
             for (int c = i + 1; c < 9; ++c) a[r * 9 + c] = a[r * 9 + c] - m * a[i * 9 + c];
         }
     }
+#pragma unroll
     for (int i = 0; i < 9; ++i) x[i] = 1.0;
+#pragma unroll
     for (int it = 0; it < RS_INVERSE_ITERATIONS; ++it) {
-        for (int i = 0; i < 9; ++i) { const double t = x[i]; x[i] = x[piv[i]]; x[piv[i]] = t; }
+#pragma unroll
         for (int i = 0; i < 9; ++i)
+#pragma unroll
+            for (int r = i + 1; r < 9; ++r)
+                if (r == piv[i]) { const double t = x[i]; x[i] = x[r]; x[r] = t; }
+#pragma unroll
+        for (int i = 0; i < 9; ++i)
+#pragma unroll
             for (int j = 0; j < i; ++j) x[i] = x[i] - a[i * 9 + j] * x[j];
+#pragma unroll
         for (int i = 8; i >= 0; --i) {
+#pragma unroll
             for (int j = i + 1; j < 9; ++j) x[i] = x[i] - a[i * 9 + j] * x[j];
             x[i] = x[i] / a[i * 9 + i];
         }
         double mx = 0.0;
+#pragma unroll
         for (int i = 0; i < 9; ++i)
             if (fabs(x[i]) > fabs(mx)) mx = x[i];
         if (!(fabs(mx) > 0.0 && isfinite(mx))) return false;
+#pragma unroll
         for (int i = 0; i < 9; ++i) x[i] = x[i] / mx;
     }
     return true;
@@ -282,37 +332,73 @@ extern "C" __global__ void __launch_bounds__(RS_SCORE_THREADS) ransac_score(
     if (t == 0) count[h] = (int)s_cnt;
 }
 
-// One lane-partial sum over the inliers (cpu_ransac._lane_sum, the same `what` codes), by a warp.
-__device__ __forceinline__ double rs_lane_sum(const double2* x1, const double2* x2, const signed char* inl, int n,
-                                              int what, double s1, double tx1, double ty1, double s2, double tx2,
-                                              double ty2)
+__device__ __forceinline__ double rs_butterfly(double v)
+{
+#pragma unroll
+    for (int o = RS_LANES / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+// The LO refit's sums by one warp (cpu_ransac.refit / _lane_sum): lane l adds rows l, l + 32, ...
+// of the inliers in order, into registers (centroids, then distances, then the 45 entries of the
+// normal matrix), a butterfly adds the lanes; every lane ends with the same sums. Lane 0 then
+// solves (rs_smallest_eigenvector) and writes F to G; false where the refit fails.
+__device__ __forceinline__ bool rs_refit_warp(const double2* x1, const double2* x2, const signed char* inl, int n,
+                                              int cur, double* G)
 {
     const int lane = threadIdx.x & 31;
-    int pi = 0, qi = 0;
-    if (what >= 6) {
-        int e = what - 6;
-        while (e >= 9 - pi) { e -= 9 - pi; ++pi; }
-        qi = pi + e;
-    }
-    double acc = 0.0;
+    double c0 = 0.0, c1 = 0.0, c2 = 0.0, c3 = 0.0;
     for (int k = lane; k < n; k += RS_LANES) {
         if (!inl[k]) continue;
         const double2 p = x1[k], q = x2[k];
-        if (what == 0) acc += p.x;
-        else if (what == 1) acc += p.y;
-        else if (what == 2) acc += q.x;
-        else if (what == 3) acc += q.y;
-        else if (what == 4) { const double dx = p.x - tx1, dy = p.y - ty1; acc += sqrt(dx * dx + dy * dy); }
-        else if (what == 5) { const double dx = q.x - tx2, dy = q.y - ty2; acc += sqrt(dx * dx + dy * dy); }
-        else {
-            double r[9];
-            rs_design_row(s1 * p.x + tx1, s1 * p.y + ty1, s2 * q.x + tx2, s2 * q.y + ty2, r);
-            acc += r[pi] * r[qi];
-        }
+        c0 += p.x; c1 += p.y; c2 += q.x; c3 += q.y;
     }
+    const double cx1 = rs_butterfly(c0) / (double)cur, cy1 = rs_butterfly(c1) / (double)cur;
+    const double cx2 = rs_butterfly(c2) / (double)cur, cy2 = rs_butterfly(c3) / (double)cur;
+    double e1 = 0.0, e2 = 0.0;
+    for (int k = lane; k < n; k += RS_LANES) {
+        if (!inl[k]) continue;
+        const double2 p = x1[k], q = x2[k];
+        double dx = p.x - cx1, dy = p.y - cy1;
+        e1 += sqrt(dx * dx + dy * dy);
+        dx = q.x - cx2; dy = q.y - cy2;
+        e2 += sqrt(dx * dx + dy * dy);
+    }
+    const double d1 = rs_butterfly(e1) / (double)cur, d2 = rs_butterfly(e2) / (double)cur;
+    if (!(d1 > 1e-300 && d2 > 1e-300)) return false;
+    const double s1 = RS_SQRT2 / d1, s2 = RS_SQRT2 / d2;
+    const double tx1 = -s1 * cx1, ty1 = -s1 * cy1, tx2 = -s2 * cx2, ty2 = -s2 * cy2;
+    double acc[45];
 #pragma unroll
-    for (int o = RS_LANES / 2; o > 0; o >>= 1) acc = acc + __shfl_xor_sync(FULL_MASK, acc, o);
-    return acc;
+    for (int e = 0; e < 45; ++e) acc[e] = 0.0;
+    for (int k = lane; k < n; k += RS_LANES) {
+        if (!inl[k]) continue;
+        const double2 p = x1[k], q = x2[k];
+        double r[9];
+        rs_design_row(s1 * p.x + tx1, s1 * p.y + ty1, s2 * q.x + tx2, s2 * q.y + ty2, r);
+        int e = 0;
+#pragma unroll
+        for (int pi = 0; pi < 9; ++pi)
+#pragma unroll
+            for (int qi = pi; qi < 9; ++qi) acc[e++] += r[pi] * r[qi];
+    }
+    double a[81];
+    int e = 0;
+#pragma unroll
+    for (int pi = 0; pi < 9; ++pi)
+#pragma unroll
+        for (int qi = pi; qi < 9; ++qi) {
+            const double v = rs_butterfly(acc[e++]);
+            a[pi * 9 + qi] = v;
+            a[qi * 9 + pi] = v;
+        }
+    bool ok = false;
+    if (lane == 0) {
+        double f[9];
+        ok = rs_smallest_eigenvector(a, f);
+        if (ok) rs_denormalise(f, s1, tx1, ty1, s2, tx2, ty2, G);
+    }
+    return ok;
 }
 
 // The inliers of F into inl[0..n); returns their count (block-wide).
@@ -334,29 +420,55 @@ __device__ __forceinline__ int rs_mark(const double* F, const double2* x1, const
     return (int)*s_cnt;
 }
 
+static_assert(RS_HYPOTHESES <= RS_SELECT_THREADS, "ransac_select holds one count per thread");
+
 extern "C" __global__ void __launch_bounds__(RS_SELECT_THREADS) ransac_select(
     const long long* __restrict__ hdr, const double2* __restrict__ x1, const double2* __restrict__ x2,
     const int* __restrict__ cand, const signed char* __restrict__ flag, const double* __restrict__ F,
     const int* __restrict__ count, double thr2, double confidence, signed char* __restrict__ inl,
     signed char* __restrict__ reject, int* __restrict__ state)
 {
-    __shared__ int s_best;
-    __shared__ unsigned int s_cnt;
-    __shared__ double s_F[9], s_G[9], s_a[81], s_sum[6];
+    __shared__ int s_best, s_wmax[RS_SELECT_THREADS / 32];
+    __shared__ unsigned int s_cnt, s_rec[RS_SELECT_THREADS / 32];
+    __shared__ double s_F[9], s_G[9];
     __shared__ bool s_ok;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = RS_SELECT_THREADS / 32;
     const int n = state[RS_N];
     if (n < RS_SAMPLE) return;            // block-uniform: no RANSAC, no rejects
-    if (t == 0) {
-        int best = -1, bc = RS_MIN_INLIERS - 1, k = RS_HYPOTHESES, h = 0;
-        while (h < k) {
-            const int c = count[h];
-            if (c > bc) { best = h; bc = c; k = rs_update(confidence, c, n, k); }
-            ++h;
+    {   // The adaptive rule reads the counts in order and acts only at a record (more inliers than
+        // every earlier hypothesis, at least RS_MIN_INLIERS): the records by a block max-scan and
+        // a ballot, then thread 0 walks them (a handful) instead of every count.
+        const int c = t < RS_HYPOTHESES ? count[t] : -1;
+        int m = c;                                    // inclusive max over the warp's lanes
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(FULL_MASK, m, o);
+            if (lane >= o) m = max(m, y);
         }
-        s_best = best;
-        state[RS_BEST] = best;
-        state[RS_EVALUATED] = h;
+        if (lane == 31) s_wmax[warp] = m;
+        int before = __shfl_up_sync(FULL_MASK, m, 1);
+        if (lane == 0) before = -1;
+        __syncthreads();
+        for (int w = 0; w < warp; ++w) before = max(before, s_wmax[w]);
+        const unsigned int rec = __ballot_sync(FULL_MASK, c >= RS_MIN_INLIERS && c > before);
+        if (lane == 0) s_rec[warp] = rec;
+        __syncthreads();
+        if (t == 0) {
+            int best = -1, k = RS_HYPOTHESES;
+            for (int w = 0; w < warps && w * 32 < k; ++w) {
+                unsigned int bits = s_rec[w];
+                while (bits) {
+                    const int h = w * 32 + __ffs(bits) - 1;
+                    bits &= bits - 1;
+                    if (h >= k) break;
+                    best = h;
+                    k = rs_update(confidence, count[h], n, k);
+                }
+            }
+            s_best = best;
+            state[RS_BEST] = best;
+            state[RS_EVALUATED] = best < 0 ? RS_HYPOTHESES : max(k, best + 1);   // the hypotheses the rule read
+        }
     }
     __syncthreads();
     const int best = s_best;
@@ -365,37 +477,9 @@ extern "C" __global__ void __launch_bounds__(RS_SELECT_THREADS) ransac_select(
     __syncthreads();
     int cur = rs_mark(s_F, x1, x2, n, thr2, inl, true, &s_cnt);
     for (int it = 0; it < RS_LO_ITERATIONS; ++it) {
-        // centroids, then mean distances, then the normal matrix (45 sums), each by one warp
-        if (warp < 4) {
-            const double v = rs_lane_sum(x1, x2, inl, n, warp, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-            if (lane == 0) s_sum[warp] = v / (double)cur;
-        }
-        __syncthreads();
-        const double cx1 = s_sum[0], cy1 = s_sum[1], cx2 = s_sum[2], cy2 = s_sum[3];
-        if (warp == 4 || warp == 5) {
-            const double v = rs_lane_sum(x1, x2, inl, n, warp, 0.0, cx1, cy1, 0.0, cx2, cy2);
-            if (lane == 0) s_sum[warp] = v / (double)cur;
-        }
-        __syncthreads();
-        const double d1 = s_sum[4], d2 = s_sum[5];
-        if (!(d1 > 1e-300 && d2 > 1e-300)) break;     // block-uniform
-        const double s1 = RS_SQRT2 / d1, s2 = RS_SQRT2 / d2;
-        const double tx1 = -s1 * cx1, ty1 = -s1 * cy1, tx2 = -s2 * cx2, ty2 = -s2 * cy2;
-        for (int e = warp; e < 45; e += warps) {
-            const double v = rs_lane_sum(x1, x2, inl, n, 6 + e, s1, tx1, ty1, s2, tx2, ty2);
-            if (lane == 0) {
-                int pi = 0, r = e;
-                while (r >= 9 - pi) { r -= 9 - pi; ++pi; }
-                const int qi = pi + r;
-                s_a[pi * 9 + qi] = v;
-                s_a[qi * 9 + pi] = v;
-            }
-        }
-        __syncthreads();
-        if (t == 0) {
-            double f[9];
-            s_ok = rs_smallest_eigenvector(s_a, f);
-            if (s_ok) rs_denormalise(f, s1, tx1, ty1, s2, tx2, ty2, s_G);
+        if (warp == 0) {                  // the refit by warp 0 (cpu_ransac.refit)
+            const bool ok = rs_refit_warp(x1, x2, inl, n, cur, s_G);
+            if (t == 0) s_ok = ok;
         }
         __syncthreads();
         if (!s_ok) break;                 // block-uniform
