@@ -37,6 +37,13 @@ def _sample(table, h, n, idx) -> None:
         idx[j] = v
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _similarity(cx, cy, d):
+    """Hartley's normalisation p' = s p + t of points with centroid (cx, cy), mean distance d."""
+    s = SQRT2 / d
+    return s, -s * cx, -s * cy
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _denormalise(f, s1, tx1, ty1, s2, tx2, ty2, g, F) -> None:
     """F = T2^T f T1 (f: row-major 3x3 in normalised coordinates; g: (9,) scratch)."""
@@ -96,12 +103,8 @@ def hypothesis(x1, x2, idx, a, f, g, F) -> bool:
     d2 = d2 / 8.0
     if not (d1 > 1e-300 and d2 > 1e-300):
         return False
-    s1 = SQRT2 / d1
-    s2 = SQRT2 / d2
-    tx1 = -s1 * cx1
-    ty1 = -s1 * cy1
-    tx2 = -s2 * cx2
-    ty2 = -s2 * cy2
+    s1, tx1, ty1 = _similarity(cx1, cy1, d1)
+    s2, tx2, ty2 = _similarity(cx2, cy2, d2)
     for j in range(SAMPLE):
         k = idx[j]
         _design_row(s1 * x1[k, 0] + tx1, s1 * x1[k, 1] + ty1, s2 * x2[k, 0] + tx2, s2 * x2[k, 1] + ty2, a, j * 9)
@@ -207,12 +210,8 @@ def refit(x1, x2, inl, count, a, f, g, F) -> bool:
     d2 = _lane_sum(x1, x2, inl, 5, 0.0, cx1, cy1, 0.0, cx2, cy2, p, r) / m
     if not (d1 > 1e-300 and d2 > 1e-300):
         return False
-    s1 = SQRT2 / d1
-    s2 = SQRT2 / d2
-    tx1 = -s1 * cx1
-    ty1 = -s1 * cy1
-    tx2 = -s2 * cx2
-    ty2 = -s2 * cy2
+    s1, tx1, ty1 = _similarity(cx1, cy1, d1)
+    s2, tx2, ty2 = _similarity(cx2, cy2, d2)
     e = 0
     for pi in range(9):
         for qi in range(pi, 9):
