@@ -148,76 +148,75 @@ def hypothesis(x1, x2, idx, a, f, g, F) -> bool:
     return True
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _butterfly(p) -> float:
-    """The sum of the LANES partials as a warp's xor-shuffle butterfly adds them."""
-    o = LANES // 2
-    while o > 0:
-        q = p.copy()
-        for lane in range(LANES):
-            p[lane] = q[lane] + q[lane ^ o]
-        o //= 2
-    return p[0]
-
-
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _lane_sum(x1, x2, inl, what, s1, tx1, ty1, s2, tx2, ty2, p, r) -> float:
-    """Sum over the inliers of one quantity, lane l summing rows l, l + LANES, ... (a warp):
-    what 0..3: x1, y1, x2, y2; 4 / 5: distance to the centroid (tx, ty) in image 1 / 2; 6 + e:
-    the normal-matrix entry e (upper triangle, row-major) of the normalised pair."""
-    n = x1.shape[0]
-    for lane in range(LANES):
-        acc = 0.0
-        for k in range(lane, n, LANES):
-            if not inl[k]:
-                continue
-            if what < 4:
-                acc += x1[k, what] if what < 2 else x2[k, what - 2]
-            elif what == 4:
-                dx = x1[k, 0] - tx1
-                dy = x1[k, 1] - ty1
-                acc += math.sqrt(dx * dx + dy * dy)
-            elif what == 5:
-                dx = x2[k, 0] - tx2
-                dy = x2[k, 1] - ty2
-                acc += math.sqrt(dx * dx + dy * dy)
-            else:
-                e = what - 6
-                pi = 0
-                while e >= 9 - pi:
-                    e -= 9 - pi
-                    pi += 1
-                qi = pi + e
-                _design_row(s1 * x1[k, 0] + tx1, s1 * x1[k, 1] + ty1, s2 * x2[k, 0] + tx2, s2 * x2[k, 1] + ty2, r,
-                            0)
-                acc += r[pi] * r[qi]
-        p[lane] = acc
-    return _butterfly(p)
+def _butterfly(p, q) -> None:
+    """Each row of the (m, LANES) lane partials ``p`` summed as a warp's xor-shuffle butterfly adds
+    them (lane l: its own plus lane l ^ o, o = 16 .. 1); the sums in column 0. ``q``: scratch."""
+    for e in range(p.shape[0]):
+        o = LANES // 2
+        while o > 0:
+            for lane in range(LANES):
+                q[lane] = p[e, lane] + p[e, lane ^ o]
+            for lane in range(LANES):
+                p[e, lane] = q[lane]
+            o //= 2
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def refit(x1, x2, inl, count, a, f, g, F) -> bool:
     """Least-squares normalised 8-point F over the ``count`` inliers into ``F`` (the LO step);
-    False where it fails. ``a``: (81,) scratch."""
-    p = np.empty(LANES)
+    False where it fails. Every sum as kernels/ransac.cu's warp forms it: lane l adds the inliers
+    among rows l, l + LANES, ... in order, a butterfly adds the lanes. ``a``: (81,) scratch."""
+    n = x1.shape[0]
+    p = np.zeros((45, LANES))
+    q = np.empty(LANES)
     r = np.empty(9)
     m = float(count)
-    cx1 = _lane_sum(x1, x2, inl, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, p, r) / m
-    cy1 = _lane_sum(x1, x2, inl, 1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, p, r) / m
-    cx2 = _lane_sum(x1, x2, inl, 2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, p, r) / m
-    cy2 = _lane_sum(x1, x2, inl, 3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, p, r) / m
-    d1 = _lane_sum(x1, x2, inl, 4, 0.0, cx1, cy1, 0.0, cx2, cy2, p, r) / m
-    d2 = _lane_sum(x1, x2, inl, 5, 0.0, cx1, cy1, 0.0, cx2, cy2, p, r) / m
+    for k in range(n):
+        if inl[k]:
+            lane = k % LANES
+            p[0, lane] += x1[k, 0]
+            p[1, lane] += x1[k, 1]
+            p[2, lane] += x2[k, 0]
+            p[3, lane] += x2[k, 1]
+    _butterfly(p[:4], q)
+    cx1 = p[0, 0] / m
+    cy1 = p[1, 0] / m
+    cx2 = p[2, 0] / m
+    cy2 = p[3, 0] / m
+    p[:2] = 0.0
+    for k in range(n):
+        if inl[k]:
+            lane = k % LANES
+            dx = x1[k, 0] - cx1
+            dy = x1[k, 1] - cy1
+            p[0, lane] += math.sqrt(dx * dx + dy * dy)
+            dx = x2[k, 0] - cx2
+            dy = x2[k, 1] - cy2
+            p[1, lane] += math.sqrt(dx * dx + dy * dy)
+    _butterfly(p[:2], q)
+    d1 = p[0, 0] / m
+    d2 = p[1, 0] / m
     if not (d1 > 1e-300 and d2 > 1e-300):
         return False
     s1, tx1, ty1 = _similarity(cx1, cy1, d1)
     s2, tx2, ty2 = _similarity(cx2, cy2, d2)
+    p[:] = 0.0
+    for k in range(n):
+        if inl[k]:
+            lane = k % LANES
+            _design_row(s1 * x1[k, 0] + tx1, s1 * x1[k, 1] + ty1, s2 * x2[k, 0] + tx2, s2 * x2[k, 1] + ty2, r, 0)
+            e = 0
+            for pi in range(9):
+                for qi in range(pi, 9):
+                    p[e, lane] += r[pi] * r[qi]
+                    e += 1
+    _butterfly(p, q)
     e = 0
     for pi in range(9):
         for qi in range(pi, 9):
-            v = _lane_sum(x1, x2, inl, 6 + e, s1, tx1, ty1, s2, tx2, ty2, p, r)
-            a[pi * 9 + qi] = v
-            a[qi * 9 + pi] = v
+            a[pi * 9 + qi] = p[e, 0]
+            a[qi * 9 + pi] = p[e, 0]
             e += 1
     if not smallest_eigenvector(a, f):
         return False
