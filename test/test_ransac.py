@@ -65,6 +65,21 @@ def _impls():
     return out + [pytest.param(lambda *a: ransac_numba(*a)[0], id="numba")]
 
 
+def _score(impl, outliers, seeds=12):
+    """(planted outliers found, detectable ones, true inliers kept, true inliers) over the seeds."""
+    found = detectable = kept = inliers = 0
+    for seed in range(seeds):
+        x1, x2, bad, F = scene(seed, outliers=outliers)
+        out = impl(x1, x2, THR, CONF)
+        assert out is not None and out.dtype == bool and out.shape == (len(x1),)
+        vis = bad & (true_error(F, x1, x2) > (2 * THR) ** 2)
+        found += np.count_nonzero(out & vis)
+        detectable += np.count_nonzero(vis)
+        kept += np.count_nonzero(~out & ~bad)
+        inliers += np.count_nonzero(~bad)
+    return found, detectable, kept, inliers
+
+
 class TestRansacOutliers:
     """ransac_outliers (the CPU pipeline's call) and both CPU implementations against the planted
     outliers and against OpenCV's FM_RANSAC on the same correspondences."""
@@ -72,23 +87,17 @@ class TestRansacOutliers:
     @pytest.mark.parametrize("impl", _impls())
     @pytest.mark.parametrize("outliers", [0.2, 0.3])
     def test_planted_outliers(self, impl, outliers):
-        found = detectable = kept = inliers = 0
-        for seed in range(12):
-            x1, x2, bad, F = scene(seed, outliers=outliers)
-            out = impl(x1, x2, THR, CONF)
-            assert out is not None and out.dtype == bool and out.shape == (len(x1),)
-            vis = bad & (true_error(F, x1, x2) > (2 * THR) ** 2)
-            found += np.count_nonzero(out & vis)
-            detectable += np.count_nonzero(vis)
-            kept += np.count_nonzero(~out & ~bad)
-            inliers += np.count_nonzero(~bad)
+        """Recall of the planted outliers that are off their epipolar line >= 0.95; true inliers
+        kept >= 0.8 (a minimal-sample model at 0.3 px noise and a 1 px threshold drops the noisiest
+        10-20 %, as OpenCV's does; TestRefit: with the LO refits >= 0.95)."""
+        found, detectable, kept, inliers = _score(impl, outliers)
         assert found / detectable >= 0.95, (found, detectable)
-        assert kept / inliers >= 0.95, (kept, inliers)
+        assert kept / inliers >= 0.8, (kept, inliers)
 
     def test_against_opencv(self):
-        """OpenCV's FM_RANSAC on the same data: every planted outlier it finds we find too (>= 95 %),
-        and we keep at least as many true inliers (its minimal-sample model drops 10-20 % of them
-        at 0.3 px noise; ours is refitted on its inliers)."""
+        """OpenCV's FM_RANSAC on the same data: every planted outlier it finds we find too (>= 95 %)
+        and we keep as many true inliers (within 5 %). The labels agree on ~83 % of the points, not
+        more: both drop 10-20 % of the true inliers, each a different noisy subset."""
         cv2 = pytest.importorskip("cv2")
         both = cv_found = ours_kept = cv_kept = agree = total = 0
         for seed in range(12):
@@ -105,8 +114,8 @@ class TestRansacOutliers:
         print(f"\nRANSAC vs OpenCV: {both}/{cv_found} of OpenCV's planted-outlier finds, inliers kept "
               f"{ours_kept} vs {cv_kept}, labels agree {agree / total:.1%}")
         assert both >= 0.95 * cv_found
-        assert ours_kept >= cv_kept
-        assert agree / total >= 0.8
+        assert ours_kept >= 0.95 * cv_kept
+        assert agree / total >= 0.75
 
     @pytest.mark.parametrize("impl", _impls())
     def test_fewer_than_eight(self, impl):
@@ -159,6 +168,31 @@ class TestNumbaTwin:
             agree += np.count_nonzero(m == m_ref)
             total += len(m)
         assert same_best >= 28
+        assert agree / total > 0.995
+
+
+class TestRefit:
+    """The LO refits (off by default: ransac.LO_ITERATIONS): least-squares F over the inliers keeps
+    >= 95 % of the true inliers; the numba twin's refit (inverse iteration, lane sums) chooses as
+    the reference's (eigh)."""
+
+    @pytest.mark.parametrize("outliers", [0.2, 0.3])
+    def test_planted_outliers(self, outliers):
+        found, detectable, kept, inliers = _score(lambda *a: ransac_reference(*a, lo_iterations=2)[0], outliers)
+        assert found / detectable >= 0.9 and kept / inliers >= 0.95, (found, detectable, kept, inliers)
+
+    def test_numba_matches_reference(self):
+        pytest.importorskip("numba")
+        from vilib_ros.frontend.cpu_ransac import ransac_numba
+
+        agree = total = 0
+        for seed in range(12):
+            x1, x2, _, _ = scene(seed, outliers=[0.1, 0.3][seed % 2])
+            m_ref, b_ref, _ = ransac_reference(x1, x2, THR, CONF, lo_iterations=2)
+            m, b, _ = ransac_numba(x1, x2, THR, CONF, lo_iterations=2)
+            assert b == b_ref
+            agree += np.count_nonzero(m == m_ref)
+            total += len(m)
         assert agree / total > 0.995
 
 

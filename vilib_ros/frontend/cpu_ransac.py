@@ -301,9 +301,10 @@ def _mark(F, x1, x2, thr2, inl) -> int:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def ransac_fm(x1, x2, thr2, confidence, table, inlier):
+def ransac_fm(x1, x2, thr2, confidence, table, inlier, lo_iterations):
     """RANSAC over the (n, 2) float64 candidates; ``inlier`` (n,) bool is written where a model is
-    found. Returns (best hypothesis or -1, final inliers, hypotheses evaluated)."""
+    found; ``lo_iterations`` refits. Returns (best hypothesis or -1, final inliers, hypotheses
+    evaluated)."""
     n = x1.shape[0]
     if n < SAMPLE:
         return -1, 0, 0
@@ -333,7 +334,7 @@ def ransac_fm(x1, x2, thr2, confidence, table, inlier):
         return -1, 0, h
     count = _mark(bestF, x1, x2, thr2, inlier)
     trial = np.empty(n, np.bool_)
-    for it in range(LO_ITERATIONS):
+    for it in range(lo_iterations):
         if not refit(x1, x2, inlier, count, a, f, g, F):
             break
         c = _mark(F, x1, x2, thr2, trial)
@@ -344,7 +345,7 @@ def ransac_fm(x1, x2, thr2, confidence, table, inlier):
     return best, count, h
 
 
-def ransac_numba(xy_old, xy_new, threshold: float, confidence: float):
+def ransac_numba(xy_old, xy_new, threshold: float, confidence: float, lo_iterations: int = LO_ITERATIONS):
     """(outlier mask over the rows or None, best hypothesis, its inliers): as
     :func:`vilib_ros.frontend.ransac.ransac_reference`, compiled."""
     x1 = np.asarray(xy_old, np.float64).reshape(-1, 2)
@@ -353,7 +354,8 @@ def ransac_numba(xy_old, xy_new, threshold: float, confidence: float):
     cand = np.flatnonzero(fin)
     inl = np.zeros(cand.size, np.bool_)
     best, count, _ = ransac_fm(np.ascontiguousarray(x1[cand]), np.ascontiguousarray(x2[cand]),
-                               float(threshold) ** 2, float(confidence), TABLE[:HYPOTHESES], inl)
+                               float(threshold) ** 2, float(confidence), TABLE[:HYPOTHESES], inl,
+                               int(lo_iterations))
     if best < 0:
         return None, -1, 0
     out = np.ones(len(x1), bool)

@@ -23,7 +23,9 @@ The algorithm (all three make the same choices; the numba twin and the kernels b
   index. The CPU evaluates hypotheses in order and stops at ``K``; the GPU evaluates all of them
   in parallel and one thread applies the same rule to the counts, so both pick the same model.
   A best model with fewer than :data:`MIN_INLIERS` inliers is no model.
-* **local optimisation** (LO-RANSAC's simple form, :data:`LO_ITERATIONS` times): F refitted by
+* **local optimisation** (LO-RANSAC's simple form, ``lo_iterations`` times, default
+  :data:`LO_ITERATIONS` = 0, i.e. off, as OpenCV's FM_RANSAC: the refit keeps the noisiest inliers,
+  and the stereo trajectory on V1_01 came out worse with it, ``bench/results/ransac_device.md``): F refitted by
   least squares (normalised 8-point over every inlier: the smallest eigenvector of A^T A; in the
   twins by inverse iteration on its pivoted LU, every sum in :data:`LANES` lane partials
   combined by a butterfly, as a warp does), taken where it has at least as many inliers. A
@@ -41,7 +43,7 @@ HYPOTHESES = 256        # the most hypotheses a frame evaluates (the GPU evaluat
 SAMPLE = 8              # points per hypothesis (linear 8-point)
 MIN_INLIERS = 8         # a model needs at least this many inliers
 SEED = 0x5EED_F00D      # of the sample table
-LO_ITERATIONS = 2       # least-squares refits of the chosen model
+LO_ITERATIONS = 0       # least-squares refits of the chosen model: off (bench/results/ransac_device.md)
 LANES = 32              # lane partials of the refit's sums (a warp)
 INVERSE_ITERATIONS = 3  # of the refit's smallest eigenvector
 SQRT2 = 1.4142135623730951
@@ -165,10 +167,10 @@ def fundamental_8pt(x1, x2) -> np.ndarray:
     return F.reshape(x1.shape[:-2] + (9,))
 
 
-def refine(p1, p2, inlier, thr2: float):
-    """The LO step: (inlier mask, count) after up to LO_ITERATIONS least-squares refits."""
+def refine(p1, p2, inlier, thr2: float, lo_iterations: int = LO_ITERATIONS):
+    """The LO step: (inlier mask, count) after up to ``lo_iterations`` least-squares refits."""
     count = int(np.count_nonzero(inlier))
-    for _ in range(LO_ITERATIONS):
+    for _ in range(lo_iterations):
         F = fundamental_8pt(p1[inlier][None], p2[inlier][None])[0]
         new = epipolar_error(F[None], p1, p2)[0] <= thr2
         c = int(np.count_nonzero(new))
@@ -178,7 +180,7 @@ def refine(p1, p2, inlier, thr2: float):
     return inlier, count
 
 
-def ransac_reference(xy_old, xy_new, threshold: float, confidence: float):
+def ransac_reference(xy_old, xy_new, threshold: float, confidence: float, lo_iterations: int = LO_ITERATIONS):
     """The NumPy reference: (outlier mask over the rows or None, best hypothesis, its inliers)."""
     x1 = np.asarray(xy_old, np.float64).reshape(-1, 2)
     x2 = np.asarray(xy_new, np.float64).reshape(-1, 2)
@@ -196,7 +198,7 @@ def ransac_reference(xy_old, xy_new, threshold: float, confidence: float):
     best, _, _ = adaptive_best(counts, n, confidence)
     if best < 0:
         return None, -1, 0
-    inlier, count = refine(p1, p2, err[best] <= thr2, thr2)
+    inlier, count = refine(p1, p2, err[best] <= thr2, thr2, lo_iterations)
     out = np.ones(len(x1), bool)
     out[cand] = ~inlier
     return out, best, count

@@ -339,7 +339,7 @@ __device__ __forceinline__ double rs_butterfly(double v)
     return v;
 }
 
-// The LO refit's sums by one warp (cpu_ransac.refit / _lane_sum): lane l adds rows l, l + 32, ...
+// The LO refit's sums by one warp (cpu_ransac.refit): lane l adds rows l, l + 32, ...
 // of the inliers in order, into registers (centroids, then distances, then the 45 entries of the
 // normal matrix), a butterfly adds the lanes; every lane ends with the same sums. Lane 0 then
 // solves (rs_smallest_eigenvector) and writes F to G; false where the refit fails.
