@@ -275,3 +275,22 @@ class TestGpuRansac:
         g.v["reject"].fill(1)
         assert g.run(x1, x2, THR, CONF)[0] is None
         assert not g.v["reject"].get().any()
+
+
+@pytest.mark.gpu
+class TestGpuPipelineRansac:
+    def test_one_compute_graph_per_frame(self, euroc_frames):
+        """Regression: with RANSAC on, the GPU frame's compute graph was split in two around a host
+        RANSAC (a stream synchronisation mid-frame, three graph launches per frame). Now: the upload
+        graph and one compute graph per frame, RANSAC's rejects counted on the device."""
+        from vilib_ros.camera import euroc_cam0
+        from vilib_ros.frontend import FeatureTracker, FrontendConfig
+
+        cfg = FrontendConfig()
+        assert cfg.ransac
+        ft = FeatureTracker(euroc_cam0(), cfg, device="cuda")
+        n = 30
+        for k in range(n):
+            ft.process(euroc_frames[k], 1_000_000_000 + 50_000_000 * k)
+        assert ft.stats["graph_launches"] == 2 * n
+        assert ft.stats["tracked_total"] > 0 and ft.stats["ransac_rejected"] >= 0
