@@ -5,18 +5,21 @@ from pathlib import Path
 
 import pytest
 
+from vilib_ros.frontend.ransac import kernel_defines as ransac_defines
 from vilib_ros.frontend.track_table import kernel_defines
 
 KERNELS = sorted((Path(__file__).resolve().parents[1] / "vilib_ros" / "kernels").glob("*.cu"))
 VARIANTS = {"fast.cu": [[f"-DFAST_N={n}", f"-DFAST_SCORE={s}"] for n in (9, 12) for s in (0, 1, 2)],
             "nms.cu": [[f"-DNMS_R={r}"] for r in (1, 2, 3, 4)],
-            "frontend.cu": [[f"-D{k}={v}" for k, v in kernel_defines().items()]]}
+            "frontend.cu": [[f"-D{k}={v}" for k, v in kernel_defines().items()]],
+            "ransac.cu": [["-fmad=false", *(f"-D{k}={v}" for k, v in {**ransac_defines(), "RS_LO_ITERATIONS": lo}.items())]
+                          for lo in (0, 2)]}      # the refits: off by default, on here
 
 pytestmark = pytest.mark.nvcc
 
 
 def test_kernel_sources_found():
-    assert {"pyramid.cu", "fast.cu", "nms.cu", "lk.cu", "frontend.cu"} <= {k.name for k in KERNELS}
+    assert {"pyramid.cu", "fast.cu", "nms.cu", "lk.cu", "frontend.cu", "ransac.cu"} <= {k.name for k in KERNELS}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")

@@ -123,11 +123,11 @@ def kernel_source(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _load(device_id: int, name: str, defines: tuple):
+def _load(device_id: int, name: str, defines: tuple, extra: tuple = ()):
     import cupy
 
     code = kernel_source(name)
-    options = ["-std=c++17", f"-I{KERNEL_DIR}"]
+    options = ["-std=c++17", f"-I{KERNEL_DIR}", *extra]
     options += [f"-D{k}={v}" for k, v in defines]
     with cupy.cuda.Device(device_id):
         mod = cupy.RawModule(code=code, options=tuple(options))
@@ -138,11 +138,12 @@ def _load(device_id: int, name: str, defines: tuple):
     return mod
 
 
-def get_module(name: str, defines: Mapping[str, int | float | str] | None = None):
-    """The compiled ``kernels/<name>.cu`` for the current device, cached."""
+def get_module(name: str, defines: Mapping[str, int | float | str] | None = None, options: tuple[str, ...] = ()):
+    """The compiled ``kernels/<name>.cu`` for the current device, cached; ``options``: further
+    NVRTC options (e.g. ``-fmad=false`` where results must match the CPU bit for bit)."""
     import cupy
 
-    return _load(cupy.cuda.Device().id, name, _defines_key(defines))
+    return _load(cupy.cuda.Device().id, name, _defines_key(defines), tuple(options))
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,8 @@ parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline
 * :meth:`~FrameKernels.enqueue_compute` (compute stream): ``lk_frontend`` (previous -> current
   frame, from the IMU-predicted position, undistorted result; with stored templates
   ``lk_template_<warp>_<mode>`` from each track's template) [-> ``lk_frontend`` backward: the
-  forward-backward check] -> ``table_update`` (status, compaction, velocity, age, cell
+  forward-backward check] [-> the RANSAC kernels (:mod:`vilib_ros.frontend.ransac_gpu`): its
+  outliers flagged] -> ``table_update`` (status, compaction, velocity, age, cell
   occupancy, redetection flag; templates due flagged) -> ``fast_crf_levels`` -> ``nms_cell`` (both
   return at once unless the flag is set) -> ``finalize`` (new tracks where the flag is set; the
   result) [-> ``lk_extract``: the templates of the new and flagged tracks] [stereo frames: ->
@@ -19,8 +20,8 @@ parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline
 
 Stored templates (``tracker.template: reference`` or ``tracker.warp: affine``,
 :mod:`vilib_ros.frontend.templates`): the template bank (``bank`` float32 (S, levels,
-PATCH_AREA), ``bank_valid`` uint8 (S, levels)) is its own device buffer, not part of the table
-(the table is copied to the host per frame for RANSAC); the table holds per slot the bank row
+PATCH_AREA), ``bank_valid`` uint8 (S, levels)) is its own device buffer, not part of the table;
+the table holds per slot the bank row
 ``tslot``, ``gain`` / ``offset`` / ``affine`` / ``residual`` of the last LK, ``tmpl_age`` and
 ``refresh``.
 
@@ -33,6 +34,7 @@ import numpy as np
 
 from vilib_ros._cuda import CudaUnavailable, Layout, get_module, launch
 from vilib_ros.frontend.pyramid import GpuPyramid
+from vilib_ros.frontend.ransac_gpu import GpuRansac
 from vilib_ros.frontend.stereo import cam_params, essential_rl
 from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, HEADER, N_HEADER, kernel_defines
 
@@ -141,6 +143,8 @@ class FrameKernels:
             raise
         except Exception as exc:
             raise CudaUnavailable(f"frontend kernels failed to load: {exc.__class__.__name__}: {exc}") from exc
+        self.ransac = GpuRansac(self.S)      # allocated whether on or not: `ransac` may be switched live
+        self.fx = float(camera.fx)
         self._k_lk = tracker.frontend_kernel
         self._k_tpl, self._k_extract = tracker.template_kernel, tracker.extract_kernel
         self.crf_block_rows = 8             # CRF grid rows: few blocks, so that a gated-off launch is cheap
@@ -221,11 +225,8 @@ class FrameKernels:
                 count, t["uv"], t["tslot"], t["refresh"], self.bank, self.bank_valid)
         return self._k_extract, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
 
-    def enqueue_compute(self, s, stereo, phase, stream, checked: bool, out_offsets: tuple, reject_dev: int = 0,
-                        mirror_host: int = 0, probe=None) -> None:
-        """Tracking, table, redetection and result of the frame in slot ``s`` (``phase``: 'all';
-        'A' = up to the table copy for a host RANSAC into ``mirror_host``; 'B' = the rest, with
-        the host's rejects at ``reject_dev``)."""
+    def enqueue_compute(self, s, stereo, stream, checked: bool, out_offsets: tuple, probe=None) -> None:
+        """Tracking, RANSAC, table, redetection and result of the frame in slot ``s``."""
         t, c, d = self.t, self.config, self.detector
         null = np.uint64(0)
         sp = (s - 1) % RING                 # the previous frame's slot (an empty table after a reset)
@@ -238,28 +239,27 @@ class FrameKernels:
             if name:
                 probe(name)
 
-        if phase in ("all", "A"):
-            if self.templates:
-                go(*self._lk_templates(s, count), name="lk")
-            else:
-                go(*self._lk(self._lk_tab[sp], self._lk_tab[s], count, t["uv"], t["uv"],
-                             (t["lk_pos"], t["lk_status"], t["lk_xy"], t["lk_iters"]), xy=t["xy"], M=self._M[s],
-                             cam_pred=t["cam"], cam_out=t["cam"]), name="lk")
-            if c.fb_check:
-                go(*self._lk(self._lk_tab[s], self._lk_tab[sp], count, t["lk_pos"], t["uv"],
-                             (t["fb_pos"], t["fb_status"], None, None), gate=t["lk_status"]), name="fb")
-        if phase == "A":
-            cp = self._cp
-            cp.cuda.runtime.memcpyAsync(mirror_host, self.table.data.ptr, self.layout.nbytes,
-                                        cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-            return
+        if self.templates:
+            go(*self._lk_templates(s, count), name="lk")
+        else:
+            go(*self._lk(self._lk_tab[sp], self._lk_tab[s], count, t["uv"], t["uv"],
+                         (t["lk_pos"], t["lk_status"], t["lk_xy"], t["lk_iters"]), xy=t["xy"], M=self._M[s],
+                         cam_pred=t["cam"], cam_out=t["cam"]), name="lk")
+        if c.fb_check:
+            go(*self._lk(self._lk_tab[s], self._lk_tab[sp], count, t["lk_pos"], t["uv"],
+                         (t["fb_pos"], t["fb_status"], None, None), gate=t["lk_status"]), name="fb")
+        if c.ransac:
+            self.ransac.enqueue(stream, checked, t["hdr"], t["lk_status"], t["uv"], t["xy"], t["lk_xy"], t["fb_pos"],
+                                t["fb_status"] if c.fb_check else None, c.fb_threshold, c.ransac_threshold / self.fx,
+                                c.ransac_confidence)
+            probe("ransac")
         rows, cols = d.grid_shape
         dc = c.detector
         go(self._k_update, (1, 1, 1), (1024, 1, 1),
            (t["hdr"], t["cnt"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
             t["lk_pos"], t["lk_status"], t["lk_xy"], t["lk_iters"],
             t["fb_pos"] if c.fb_check else null, t["fb_status"] if c.fb_check else null, np.float32(c.fb_threshold),
-            np.uint64(reject_dev) if phase == "B" else null, prm, t["occ"],
+            self.ransac.reject if c.ransac else null, prm, t["occ"],
             np.int32(dc.cell_width), np.int32(dc.cell_height), np.int32(rows), np.int32(cols),
             np.float64(c.min_track_fraction * self.S), *self._template_update_args()), "table")
         gate = self.hdr("detect")

@@ -19,9 +19,9 @@ How the frame gets to the device (``upload``):
 Slots: :data:`~vilib_ros.frontend.gpu_frame.RING` frame slots (staging buffer, device pyramid,
 frame parameters) and :data:`RESULT_SLOTS` result slots. A frame's result stays valid until
 ``RESULT_SLOTS - 1`` further frames have been submitted; a result not yet collected when its
-slot comes round again is copied first. With RANSAC on, the compute graph is split around a host
-RANSAC (a synchronisation per frame). The decisions are those of
-:class:`~vilib_ros.frontend.track_table.TrackTable`.
+slot comes round again is copied first. RANSAC runs on the device inside the compute graph
+(:mod:`vilib_ros.frontend.ransac_gpu`): no synchronisation within a frame. The decisions are
+those of :class:`~vilib_ros.frontend.track_table.TrackTable`.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
 from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
-from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS, fb_passed, ransac_outliers
+from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS
 from vilib_ros.types import FrameStats, TrackFrame
 
 RESULT_SLOTS = 8
@@ -70,7 +70,7 @@ class GpuPipeline:
         self.W, self.H, self.S, self.stereo_on = self.k.W, self.k.H, S, self.k.stereo_on
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.up_stream = cp.cuda.Stream(non_blocking=True)
-        # page-locked host memory: frame staging, frame parameters, result slots, RANSAC exchange
+        # page-locked host memory: frame staging, frame parameters, result slots
         keep = self._keep = []
         n_img = self.W * self.H
         self._img = [[pinned_buffer(n_img, keep).reshape(self.H, self.W) for _ in range(RING)]
@@ -83,12 +83,8 @@ class GpuPipeline:
         nb = self._rl.nbytes
         res = pinned_buffer(RESULT_SLOTS * nb, keep)
         self._out = [self._rl.views(res[o * nb:(o + 1) * nb]) for o in range(RESULT_SLOTS)]
-        self._reject = pinned_buffer(max(S, 16), keep)[:S].view(np.int8)
-        mirror = pinned_buffer(self.k.layout.nbytes, keep)
-        self._mirror = self.k.layout.views(mirror)
-        self._mirror_ptr = mirror.ctypes.data
         self._dev = {a.ctypes.data: host_device_pointer(a.ctypes.data)
-                     for a in [x for cam in self._img for x in cam] + [prm, res, self._reject]}
+                     for a in [x for cam in self._img for x in cam] + [prm, res]}
         if not all(self._dev.values()):
             from vilib_ros._cuda import CudaUnavailable
 
@@ -124,7 +120,7 @@ class GpuPipeline:
         self._prm_u64[0, _U64_OUT] = self._out_dev[0]
         self._prm_i32[0, _I32_STEREO] = 1 if self.stereo_on else 0
         self.k.enqueue_upload(0, self.stereo_on, self._prm_dev[0], self.stream, True)
-        self.k.enqueue_compute(0, self.stereo_on, "all", self.stream, True, self._out_offsets)
+        self.k.enqueue_compute(0, self.stereo_on, self.stream, True, self._out_offsets)
         self.stream.synchronize()
         self.k.table.set(self.k.initial)
         cp.cuda.Device().synchronize()
@@ -208,11 +204,8 @@ class GpuPipeline:
         if up is not self.stream:
             self._ev_up[s].record(up)
             self.stream.wait_event(self._ev_up[s])
-        if self.config.ransac:
-            self._compute_ransac(s, stereo)
-        else:
-            self._launch(self.graphs, (s, stereo, "all"), self.stream, lambda checked: self.k.enqueue_compute(
-                s, stereo, "all", self.stream, checked, self._out_offsets, probe=self.probe))
+        self._launch(self.graphs, (s, stereo), self.stream, lambda checked: self.k.enqueue_compute(
+            s, stereo, self.stream, checked, self._out_offsets, probe=self.probe))
         self._ev_done[o].record(self.stream)
         if checked_launches():              # the graphs' kernels: a fault shows here
             self.stream.synchronize()
@@ -251,26 +244,6 @@ class GpuPipeline:
             self.graph_launches += 1
         else:
             enqueue(True)
-
-    def _compute_ransac(self, s, stereo) -> None:
-        """Phase A (LK, FB, table copied to the host), RANSAC here, phase B (the rest)."""
-        c = self.config
-        self._launch(self.graphs, (s, stereo, "A"), self.stream, lambda checked: self.k.enqueue_compute(
-            s, stereo, "A", self.stream, checked, self._out_offsets, mirror_host=self._mirror_ptr, probe=self.probe))
-        self.stream.synchronize()
-        m = self._mirror
-        n = int(m["hdr"][H["count"]])
-        ok = m["lk_status"][:n] == 0
-        if c.fb_check:
-            ok &= fb_passed(m["fb_pos"][:n], m["fb_status"][:n], m["uv"][:n], c.fb_threshold)
-        out = ransac_outliers(m["xy"][:n][ok], m["lk_xy"][:n][ok], c.ransac_threshold / float(self.camera.fx),
-                              c.ransac_confidence)
-        self._reject[:] = 0
-        if out is not None:
-            self._reject[np.flatnonzero(ok)[out]] = 1
-        self._launch(self.graphs, (s, stereo, "B"), self.stream, lambda checked: self.k.enqueue_compute(
-            s, stereo, "B", self.stream, checked, self._out_offsets, reject_dev=self._dev[self._reject.ctypes.data],
-            probe=self.probe))
 
     # ------------------------------------------------------------------ results
     def collect(self, tk: _Ticket) -> TrackFrame:

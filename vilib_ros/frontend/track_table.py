@@ -51,17 +51,16 @@ def fb_passed(fb_pos, fb_status, uv, threshold: float) -> np.ndarray:
 
 
 def ransac_outliers(xy_old, xy_new, threshold: float, confidence: float) -> np.ndarray | None:
-    """Outliers of a fundamental-matrix RANSAC (OpenCV) on undistorted normalised points, as a
-    bool mask over the rows; None where it cannot run (fewer than 8 points, no model)."""
-    if len(xy_old) < 8:
-        return None
-    import cv2
+    """Outliers of the fundamental-matrix RANSAC (:mod:`vilib_ros.frontend.ransac`; compiled where
+    numba is, else the NumPy reference) on undistorted normalised points, as a bool mask over the
+    rows; None where it cannot run (fewer than 8 finite points, no model)."""
+    from vilib_ros.frontend.cpu_backend import cpu_implementation
 
-    F, mask = cv2.findFundamentalMat(np.asarray(xy_old, np.float64), np.asarray(xy_new, np.float64), cv2.FM_RANSAC,
-                                     float(threshold), float(confidence))
-    if F is None or mask is None:
-        return None
-    return mask.ravel() == 0
+    if cpu_implementation() == "numba":
+        from vilib_ros.frontend.cpu_ransac import ransac_numba as ransac
+    else:
+        from vilib_ros.frontend.ransac import ransac_reference as ransac
+    return ransac(xy_old, xy_new, threshold, confidence)[0]
 
 
 class TrackTable:

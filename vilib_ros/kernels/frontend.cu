@@ -20,59 +20,10 @@
 // `tslot` is null these columns are not touched (frame-to-frame tracking).
 #include "camera.cuh"
 #include "frame.cuh"
+#include "table.cuh"
 
-#define TT_THREADS 1024          // table kernels: one block of 1024 threads
 #define TT_PER_THREAD 4          // slots per thread: capacity <= 4096
 #define TT_CELLS_PER_THREAD 8    // detector cells per thread: <= 8192 cells
-#define FULL_MASK 0xffffffffu
-#define ST_TRACKED 0             // vilib_ros.frontend.tracker.TrackStatus
-#define ST_LEFT_IMAGE 1
-#define ST_DIVERGED 2
-#define ST_NOT_CONVERGED 3
-
-__device__ __forceinline__ unsigned int warp_sum_u32(unsigned int v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
-
-// Add a per-thread count to a shared counter: a warp sum first, then one atomic per warp (many
-// threads adding to one address would serialise).
-__device__ __forceinline__ void block_count(unsigned int* counter, unsigned int v)
-{
-    v = warp_sum_u32(v);
-    if ((threadIdx.x & 31) == 0 && v) atomicAdd(counter, v);
-}
-
-// Exclusive prefix sum of `v` over the block (TT_THREADS threads, thread order); *total = sum.
-__device__ __forceinline__ int block_exclusive_scan(int v, int* total)
-{
-    __shared__ int warp_sums[TT_THREADS / 32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int x = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(FULL_MASK, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) warp_sums[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        int w = warp_sums[lane];
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(FULL_MASK, w, o);
-            if (lane >= o) w += y;
-        }
-        warp_sums[lane] = w;
-    }
-    __syncthreads();
-    const int excl = x - v + (warp > 0 ? warp_sums[warp - 1] : 0);
-    *total = warp_sums[TT_THREADS / 32 - 1];
-    __syncthreads();                      // warp_sums may be reused by the next scan
-    return excl;
-}
 
 // After LK: keep the tracked slots (forward-backward and RANSAC rejects dropped), compact them to
 // the front in their order, update position, undistorted position, velocity and age; mark the

@@ -1,0 +1,102 @@
+"""The fundamental-matrix RANSAC of :mod:`vilib_ros.frontend.ransac` on the device
+(``kernels/ransac.cu``): four launches inside the frame's CUDA graph, after LK and the
+forward-backward check, before ``table_update``, which drops the slots flagged in
+:attr:`GpuRansac.reject` and counts them as ``ransac_rejected``. No host round trip, no
+per-frame allocation: the sample table and every scratch array are allocated once, with the
+pipeline.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from vilib_ros._cuda import CudaUnavailable, Layout, get_module, launch
+from vilib_ros.frontend.ransac import HYPOTHESES, LANES, SAMPLE, STATE, TABLE, kernel_defines
+
+#: ``-fmad=false``: no fused multiply-add, so that the float64 results are those of the numba twin
+OPTIONS = ("-fmad=false",)
+SCORE_THREADS, SELECT_THREADS = 128, 256        # kernels/ransac.cu RS_SCORE_THREADS, RS_SELECT_THREADS
+
+
+def scratch_layout(S: int) -> Layout:
+    """The device scratch of :class:`GpuRansac` for ``S`` track slots."""
+    return Layout([("table", np.uint32, (HYPOTHESES, SAMPLE)), ("state", np.int32, len(STATE)),
+                   ("cand", np.int32, S), ("x1", np.float64, (S, 2)), ("x2", np.float64, (S, 2)),
+                   ("flag", np.int8, S), ("inl", np.int8, S), ("reject", np.int8, S),
+                   ("F", np.float64, (HYPOTHESES, 9)), ("valid", np.int8, HYPOTHESES),
+                   ("count", np.int32, HYPOTHESES)])
+
+
+class GpuRansac:
+    """Device RANSAC for a table of ``capacity`` slots; :meth:`enqueue` per frame."""
+
+    def __init__(self, capacity: int):
+        import cupy as cp
+
+        assert LANES == 32, "the LO sums are warp butterflies"
+        self.S = int(capacity)
+        self.layout = scratch_layout(self.S)
+        host = np.zeros(self.layout.nbytes, np.uint8)
+        self.layout.views(host)["table"][:] = TABLE[:HYPOTHESES]
+        self.buf = cp.asarray(host)
+        self.v = self.layout.views(self.buf)
+        try:
+            m = get_module("ransac", kernel_defines(), OPTIONS)
+            self._k = {n: m.get_function(f"ransac_{n}") for n in ("candidates", "hypotheses", "score", "select")}
+        except CudaUnavailable:
+            raise
+        except Exception as exc:
+            raise CudaUnavailable(f"RANSAC kernels failed to load: {exc.__class__.__name__}: {exc}") from exc
+
+    @property
+    def reject(self):
+        """int8 (capacity,) device flags: 1 = a RANSAC outlier of this frame (for table_update)."""
+        return self.v["reject"]
+
+    def state(self) -> dict[str, int]:
+        """The last frame's candidates, chosen hypothesis (-1: none), final inliers, hypotheses
+        read (synchronises: tests and diagnostics)."""
+        return dict(zip(STATE, (int(x) for x in self.v["state"].get())))
+
+    def enqueue(self, stream, checked: bool, hdr, lk_status, uv, xy, lk_xy, fb_pos, fb_status, fb_threshold: float,
+                threshold: float, confidence: float) -> None:
+        """The four launches on ``stream`` (``fb_status`` None: no forward-backward check);
+        ``threshold`` in the units of ``xy`` (normalised: ransac_threshold / fx)."""
+        v, k = self.v, self._k
+        null = np.uint64(0)
+        thr2 = np.float64(float(threshold) ** 2)
+        launch(k["candidates"], (1, 1, 1), (1024, 1, 1),
+               (hdr, lk_status, uv, xy, lk_xy, null if fb_status is None else fb_pos,
+                null if fb_status is None else fb_status, np.float32(fb_threshold), np.int32(self.S), v["cand"],
+                v["x1"], v["x2"], v["flag"], v["reject"], v["state"]), stream=stream, checked=checked)
+        launch(k["hypotheses"], ((HYPOTHESES + 127) // 128, 1, 1), (128, 1, 1),
+               (v["table"], v["x1"], v["x2"], v["state"], v["F"], v["valid"]), stream=stream, checked=checked)
+        launch(k["score"], (HYPOTHESES, 1, 1), (SCORE_THREADS, 1, 1),
+               (v["x1"], v["x2"], v["state"], v["F"], v["valid"], thr2, v["count"]), stream=stream, checked=checked)
+        launch(k["select"], (1, 1, 1), (SELECT_THREADS, 1, 1),
+               (hdr, v["x1"], v["x2"], v["cand"], v["flag"], v["F"], v["count"], thr2, np.float64(confidence),
+                v["inl"], v["reject"], v["state"]), stream=stream, checked=checked)
+
+    def run(self, xy_old, xy_new, threshold: float, confidence: float, status=None):
+        """One RANSAC of host arrays (tests, tools; allocates): (outlier mask over the rows or
+        None, best hypothesis, final inliers). The rows are the slots of a table whose ``status``
+        (default all TRACKED) LK gave; positions as float32, as the device table holds them."""
+        import cupy as cp
+
+        n = len(xy_old)
+        if n > self.S:
+            raise ValueError(f"{n} rows for a RANSAC of capacity {self.S}")
+        pad = np.zeros((self.S, 2), np.float32)
+        x1, x2 = pad.copy(), pad.copy()
+        x1[:n], x2[:n] = xy_old, xy_new
+        st = np.zeros(self.S, np.int8)
+        if status is not None:
+            st[:n] = status
+        hdr = cp.asarray(np.array([n, 0, 0, 0, 0, 0, 0, 0], np.int64))
+        stream = cp.cuda.Stream(non_blocking=True)
+        self.enqueue(stream, True, hdr, cp.asarray(st), cp.asarray(x1), cp.asarray(x1), cp.asarray(x2), None, None,
+                     0.0, threshold, confidence)
+        stream.synchronize()
+        s = self.state()
+        if s["best"] < 0:
+            return None, -1, 0
+        return self.v["reject"][:n].get().astype(bool), s["best"], s["count"]
