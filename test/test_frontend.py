@@ -419,7 +419,15 @@ def _common(fa, fb):
 @pytest.mark.gpu
 class TestGpuMatchesCpu:
     """The whole GPU pipeline (device-side track table) against the whole CPU pipeline (NumPy
-    table, NumPy reference LK and detector): the same ids at the same positions."""
+    table, NumPy reference LK and detector): the same ids at the same positions.
+
+    Agreement is counted per decision (a live track kept or ended, a new id), not per track-frame:
+    RANSAC's inlier test is a threshold on positions that the two LK implementations give within
+    0.02 px of each other, so a rare track near the threshold ends on one path and not the other;
+    counted per track-frame, that one decision in an early frame weighed as much as ~90 in the last.
+    (Measured on the CPU path over the 95 frames, 2026-11-24: a 0.005 px perturbation of the new
+    positions flips 89 of 112,505 RANSAC decisions.) Regression: with RANSAC on the device, the
+    id fraction read 97.7 % on the H100 from about five such decisions in 22,000."""
 
     def _compare(self, frames, stamps, cam, cfg, gyros=None, camera_right=None, right=None):
         g = FeatureTracker(cam, cfg, device="cuda", camera_right=camera_right)
@@ -427,6 +435,7 @@ class TestGpuMatchesCpu:
         assert g.device == "cuda" and c.device == "cpu"
         n_g = n_c = n_common = 0
         d_all, dx_all, dr_all = [], [], []
+        prev_g, prev_c, decisions, diverged = set(), set(), 0, 0
         for k, f in enumerate(frames):
             kw = {"gyro": gyros[k]} if gyros is not None else {}
             if right is not None:
@@ -435,6 +444,11 @@ class TestGpuMatchesCpu:
             fc = c.process(f, int(stamps[k]), **kw)
             ia, ib = _common(fg, fc)
             n_g, n_c, n_common = n_g + len(fg), n_c + len(fc), n_common + len(ia)
+            cur_g, cur_c = set(fg.ids.tolist()), set(fc.ids.tolist())
+            both = prev_g & prev_c                      # decided alike so far: kept or ended now
+            decisions += len(both) + len((cur_g | cur_c) - prev_g - prev_c)
+            diverged += len((cur_g ^ cur_c) & both) + len((cur_g ^ cur_c) - prev_g - prev_c)
+            prev_g, prev_c = cur_g, cur_c
             d_all.append(np.linalg.norm(fg.uv[ia] - fc.uv[ib], axis=1))
             assert np.array_equal(fg.age[ia], fc.age[ib])
             assert np.array_equal(fg.level[ia], fc.level[ib]) and np.array_equal(fg.score[ia], fc.score[ib])
@@ -448,8 +462,9 @@ class TestGpuMatchesCpu:
         frac = n_common / max(n_g, n_c)
         print(f"\nGPU vs CPU frontend over {len(frames)} frames: {frac:.2%} of the tracks with the same id "
               f"({n_g} GPU, {n_c} CPU), |uv| diff median {np.median(d):.5f}, p99 {np.percentile(d, 99):.4f}, "
-              f"max {d.max():.4f} px; stats GPU {dict(g.stats)}")
-        assert frac > 0.99
+              f"max {d.max():.4f} px; {diverged} of {decisions} decisions differ; stats GPU {dict(g.stats)}")
+        assert diverged <= 0.0005 * decisions + 1         # a RANSAC threshold 3 % off: 20 of 21,349 (CPU)
+        assert frac > 0.95
         assert np.median(d) < 0.002 and np.percentile(d, 99) < 0.02
         assert np.percentile(np.concatenate(dx_all), 99) < 0.02       # undistorted, in pixels
         for k in ("tracks_new", "redetections", "detection_runs"):
