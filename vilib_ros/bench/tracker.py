@@ -18,7 +18,7 @@ Measured in one run:
   mono and stereo, p50/p90/p99, host and GPU time per frame, submit-ahead frames/s, against the
   original implementation's 125 us / ~8,000 frames/s.
 
-Writes ``tracker_bench.json``, ``tracker_bench.md`` and ``frontend_per_frame.json`` to ``--out``.
+Writes ``tracker_bench.json``, ``tracker_bench.md`` and ``frontend_per_frame.{json,md}`` to ``--out``.
 """
 from __future__ import annotations
 
@@ -577,11 +577,12 @@ def run_command(args) -> int:
     if device == "cuda":
         res["host_profile"] = profile_frontend(frames, 2000, device)
         if args.per_frame > 0:
-            from vilib_ros.bench.frontend import bench_per_frame
+            from vilib_ros.bench.frontend import bench_per_frame, markdown
 
             pf = bench_per_frame(frames, args.per_frame)
             res["per_frame"] = pf
             (out / "frontend_per_frame.json").write_text(json.dumps(pf, indent=2, default=str))
+            (out / "frontend_per_frame.md").write_text(markdown(pf))
             log.info("per-frame table done (%.1f s)", time.time() - t0)
     res["verdicts"] = _verdicts(res)
     res["tracker"]["gpu"] = {str(k): v for k, v in res["tracker"]["gpu"].items()}
