@@ -222,12 +222,16 @@ class _Run:
         self.client.node.destroy_subscription(sub)
         sends = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else []
         lat = [(arrivals[s] - t) * 1e3 for s, t in sends if s in arrivals]
+        idx = [k for k, (s, _t) in enumerate(sends) if s in arrivals]
+        worst = sorted(zip(lat, idx), reverse=True)[:5]
         span = (max(arrivals.values()) - sends[0][1]) if arrivals and sends else 0.0
         if rss_pid is not None:
             rss.append((len(arrivals), _rss_kb(rss_pid)))
         return {"rss_kb": rss, "sent": len(sends), "received": len(arrivals), "dropped": len(sends) - len(lat),
                 "sustained_fps": len(arrivals) / span if span > 0 else 0.0,
                 "latency_p50_ms": _pct(lat, 50), "latency_p99_ms": _pct(lat, 99),
+                # where the tail is: the five worst frames (index in the send order, ms)
+                "latency_worst": [[k, round(v, 2)] for v, k in worst],
                 "publisher_log_tail": pub.tail(5) if not sends else ""}
 
 

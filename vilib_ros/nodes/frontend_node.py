@@ -176,7 +176,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
+from vilib_ros.nodes._common import diagnostic_status, exit_main, reliable_qos, sensor_qos, take_pending, write_json
 from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu
 from vilib_ros.nodes.conversions import (TRACKS_LAYOUTS, ImageConversionError, TracksEncoder, camera_from_camera_info,
                                          compressed_to_mono8, draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
@@ -445,16 +445,8 @@ class FrontendNode(Node):
         here, before an image is processed, also makes the gyro up to the image's stamp
         available to the tracker's motion prediction.
         """
-        sub = self.sub_imu
-        for _ in range(10000):
-            try:
-                with sub.handle:
-                    taken = sub.handle.take_message(sub.msg_type, sub.raw)
-            except Exception:  # noqa: BLE001 - internal API changed: the executor still delivers
-                return
-            if taken is None:
-                return
-            self._on_imu(taken[0])
+        for raw in take_pending(self.sub_imu):
+            self._on_imu(raw)
 
     def _wait_for_imu(self, stamp: int) -> None:
         """Drain the IMU until it covers ``stamp`` (bounded by imu_wait_s, and only while the IMU
