@@ -27,7 +27,8 @@ def test_bench_node_small(euroc_path, tmp_path):
     env["VILIB_ROS_EUROC"] = str(euroc_path)
     r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-node", "--device", "cpu", "--rates", "bp",
                         "--modes", "mono,stereo", "--frames", "12", "--burst", "40", "--out", str(tmp_path),
-                        "--domain-id", str(DOMAIN), "--replay-duration", "2"], env=env, capture_output=True, text=True, timeout=600)
+                        "--domain-id", str(DOMAIN), "--replay-duration", "2",
+                        "--backend-duration", "2"], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads((tmp_path / "node_bench.json").read_text())
     for key in ("device", "date", "overhead_p50_ms", "stereo_overhead_p50_ms", "mono_sustained_fps",
@@ -51,3 +52,9 @@ def test_bench_node_small(euroc_path, tmp_path):
     rp = d["replay"]
     assert rp["rc"] == 0 and rp["frames"] >= 40 and d["replay_fps"] == pytest.approx(rp["frames"] / rp["replay_s"])
     assert "Replay (`vilib-ros run --duration 2" in md
+    # the backend node against the offline backend on the same tracks: every frame processed
+    be = d["backend_node"]
+    assert be["offline"]["frames"] == be["node"]["frames"] == be["node"]["processed"] == 41
+    assert be["node_no_covariance"]["processed"] == 41 and be["node"]["odometry"] > 0
+    assert d["backend_node_fps"] > 0 and d["backend_offline_fps"] > 0
+    assert "| backend_node (defaults) | 41/41 |" in md

@@ -26,6 +26,10 @@ first to last frame (paced by the frontend's tracks) and the first tracks to the
 odometry (the backend is not paced), with the run's APE and its whole wall time (node
 start-up, the player's start-up and discovery, the backend's final 3 s of quiet) beside it.
 
+The backend node (``--backend-duration`` s, default 30; 0 = off): ``backend_node`` fed recorded
+tracks and IMU over DDS against the offline backend on the same tracks in the same run
+(:mod:`vilib_ros.bench.backend_node`; no frontend, so the device does not matter).
+
 Writes ``node_bench.json`` and ``node_bench.md`` into ``--out`` with device and date.
 """
 from __future__ import annotations
@@ -58,6 +62,10 @@ def configure_parser(p) -> None:
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: from the pid)")
     p.add_argument("--replay-duration", type=float, default=30.0,
                    help="seconds of the generated sequence replayed by `vilib-ros run` for replay_fps (0 = skip)")
+    p.add_argument("--backend-duration", type=float, default=30.0,
+                   help="seconds of synthetic tracks fed to the backend node and the offline backend (0 = skip)")
+    p.add_argument("--profile-backend", action="store_true",
+                   help="run the backend node under cProfile and add its top functions to the JSON")
 
 
 def _find_data(arg) -> Path:
@@ -312,6 +320,10 @@ def run_command(args) -> int:
                 results["burst"][rel] = r
     finally:
         client.close()
+    if args.backend_duration > 0:
+        from vilib_ros.bench.backend_node import run as backend_run
+
+        results["backend_node"] = backend_run(args.backend_duration, domain, args.profile_backend)
     if args.replay_duration > 0:
         results["replay"] = replay(args.replay_duration, args.device, domain)
     return _write(results, out, args, data, device_used)
@@ -394,6 +406,8 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                                      and c["dropped"] == 0] or [0.0]),
         "latency_p99_ms_at_200hz": get("mono_200", "latency_p99_ms"),
         "replay_fps": (results.get("replay") or {}).get("fps"),
+        "backend_node_fps": ((results.get("backend_node") or {}).get("node") or {}).get("fps"),
+        "backend_offline_fps": ((results.get("backend_node") or {}).get("offline") or {}).get("fps"),
     }
     summary.update(results)
     (out / "node_bench.json").write_text(json.dumps(summary, indent=2))
@@ -427,6 +441,22 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
             rss = "-" if not c.get("rss_start_kb") else (f"{c['rss_start_kb'] / 1024:.1f} / {c['rss_end_kb'] / 1024:.1f}"
                                                          f" / {c['rss_max_kb'] / 1024:.1f}")
             lines.append(f"| {rel} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | {rss} |")
+    be = results.get("backend_node")
+    if be:
+        off = be["offline"]
+        lines += ["", f"Backend node over DDS against the offline backend, same tracks, same run ({be['data']}; "
+                  "the node: stereo, reliable IMU, 4 frames in flight, paced on `backend_processed`, `odometry` "
+                  "subscribed):", "",
+                  "| backend | frames processed | frames/s | ms/frame | CPU ms/frame (all threads) | estimator ms/frame |",
+                  "|---|---|---|---|---|---|",
+                  f"| offline (in process) | {off['frames']} | {off['fps']:.0f} | {off['ms_per_frame']:.2f} | "
+                  f"{off['cpu_ms_per_frame']:.2f} | - |"]
+        for name in ("node", "node_no_covariance"):
+            nd = be.get(name)
+            if nd:
+                label = "backend_node" + (" (odometry_covariance off)" if name != "node" else " (defaults)")
+                lines.append(f"| {label} | {nd['processed']}/{nd['frames']} | {nd['fps']:.0f} | {nd['ms_per_frame']:.2f} "
+                             f"| {f(nd.get('cpu_ms_per_frame'))} | {f(nd.get('estimator_ms_per_frame'))} |")
     rp = results.get("replay")
     if rp:
         lines += ["", f"Replay (`{rp['command']}`, stereo, backend on, backpressure): "
