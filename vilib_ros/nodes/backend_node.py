@@ -177,7 +177,7 @@ from std_msgs.msg import Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import (RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
+from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
                                      take_pending, write_json)
 from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_transform, odometry_msg, static_transforms
 from vilib_ros.nodes.cdr import CdrError, decode_imu
@@ -310,6 +310,7 @@ class BackendNode(Node):
         self.imu_rx = RateMeter()
         self.odom_tx = RateMeter()
         self.frame_ms = Stat()
+        self.gc = GcPauses()
         threshold = int(self.p["time_jump_threshold_s"] * 1e9)
         self.frame_clock = TimeJump(threshold)
         # IMU ring: a time line of its own (a jump empties it); the estimator is fed from it up to
@@ -566,7 +567,8 @@ class BackendNode(Node):
                 "imu_received": self.imu_rx.count, "odometry_published": self.odom_tx.count,
                 "time_resets": self.time_resets, "tracks_gaps": self.tracks_gaps, "imu_time_resets": self.imu.resets, "imu_gaps": self.imu.gaps,
                 "imu_gap_samples": self.imu.gap_samples, "skipped": dict(self.skips.counts),
-                "frame_ms": self.frame_ms.summary(), "estimator": self._estimator_stats()}
+                "frame_ms": self.frame_ms.summary(), "estimator": self._estimator_stats(),
+                "gc_pauses": self.gc.summary()}
 
     def close(self) -> None:
         while self.pending and self.estimator is not None:
