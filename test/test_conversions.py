@@ -401,7 +401,9 @@ class TestCompressed:
 
 
 class TestDecodeImu:
-    @pytest.mark.parametrize("frame_id", ["", "imu0", "imu", "imu_link"])
+    # every frame id length mod 8: the doubles' offset follows from it (the decoder computes it)
+    @pytest.mark.parametrize("frame_id", ["", "i", "im", "imu", "imu0", "imu_l", "imu_li", "imu_lin", "imu_link",
+                                          "body/imu0_frame"])
     def test_against_rclpy(self, frame_id):
         from rclpy.serialization import serialize_message
 
@@ -422,6 +424,10 @@ class TestDecodeImu:
         b = serialize_message(arrays_to_imu(5, [0, 0, 0], [0, 0, 9.8]))
         with pytest.raises(CdrError):
             decode_imu(b[:-(72 + 8)])     # into the acceleration (its covariance follows: 9 doubles)
+        with pytest.raises(CdrError):
+            decode_imu(b[:10])            # inside the header
+        with pytest.raises(CdrError):
+            decode_imu(b"\x00\x00" + bytes(b[2:]))     # big-endian encapsulation
 
 
 class TestEncodeImage:

@@ -227,16 +227,24 @@ def header_stamp_ns(buf) -> int:
 _IMU_AT = struct.Struct("<3d")
 
 
+_IMU_HEAD = struct.Struct("<4xiII")     # encapsulation, sec, nanosec, frame id length
+
+
 def decode_imu(buf) -> tuple[int, tuple, tuple]:
-    """Serialized ``sensor_msgs/Imu`` -> (t_ns, (wx, wy, wz), (ax, ay, az)) without building the message."""
-    r = _Reader(buf)
-    stamp = r.time_ns()
-    r.string(4096)
-    r.align(8)                              # orientation (4 doubles) + its covariance (9)
-    base = r.pos
-    r.pos = base + 25 * 8 + 24
-    r._need(0)
-    return stamp, _IMU_AT.unpack_from(r.buf, base + 13 * 8), _IMU_AT.unpack_from(r.buf, base + 25 * 8)
+    """Serialized ``sensor_msgs/Imu`` -> (t_ns, (wx, wy, wz), (ax, ay, az)) without building the
+    message: the frame id's length fixes every later offset, so the fields are read where they are
+    (~1 us; a reader object per message cost ~10 us, at 10-50 samples per frame)."""
+    n = len(buf)
+    if n < 16 or buf[0] != 0 or buf[1] != 1:
+        raise CdrError("not a little-endian CDR message (encapsulation "
+                       f"{bytes(buf[:4]).hex() or 'missing'})")
+    sec, nsec, slen = _IMU_HEAD.unpack_from(buf, 0)
+    if slen > 4096:
+        raise CdrError(f"string of {slen} bytes (more than 4096)")
+    base = 4 + ((12 + slen + 7) & ~7)      # orientation (4 doubles) + its covariance (9), 8-aligned
+    if base + 25 * 8 + 24 > n:
+        raise CdrError(f"message truncated at byte {n} (needs {base + 25 * 8 + 24})")
+    return sec * 1_000_000_000 + nsec, _IMU_AT.unpack_from(buf, base + 13 * 8), _IMU_AT.unpack_from(buf, base + 25 * 8)
 
 
 @dataclass
