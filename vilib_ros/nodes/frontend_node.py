@@ -346,7 +346,8 @@ class FrontendNode(Node):
 
     def _warm_up(self, tracker) -> None:
         """``warm_up_frames`` frames of a blocky random texture moving 1 px per frame (corners to
-        detect, tracks to follow; the right image 8 px apart), then ``reset()``."""
+        detect, tracks to follow; the right image 8 px apart), then ``reset()``. A failure is
+        logged, never fatal: the real frames then pay for what the warm-up would have done."""
         n = int(self.p["warm_up_frames"])
         if n <= 0:
             return
@@ -357,8 +358,9 @@ class FrontendNode(Node):
         stereo = self.stereo and self.cam_right is not None
         try:
             for k in range(n):
-                img = np.ascontiguousarray(tex[8:8 + h, 8 + k:8 + k + w])
-                right = np.ascontiguousarray(tex[8:8 + h, 16 + k:16 + k + w]) if stereo else None
+                d = k % 8                   # 1 px a frame, back to the start every 8 (stays inside tex)
+                img = np.ascontiguousarray(tex[8:8 + h, 8 + d:8 + d + w])
+                right = np.ascontiguousarray(tex[8:8 + h, 16 + d:16 + d + w]) if stereo else None
                 tracker.process(img, (k + 1) * 50_000_000, image_right=right)
         except Exception as exc:  # noqa: BLE001 - the first real frame will say what is wrong
             self.get_logger().warning(f"tracker warm-up failed ({exc!r}); the first frames pay for it")
