@@ -373,8 +373,11 @@ class BackendNode(Node):
         """This IMU message and every one already waiting: into the node's ring (checks, gaps, time
         resets), then once for the batch into the estimator (when on the same time line as the
         frames, else when a frame is processed, see _feed_imu), frames waiting for it processed."""
-        added = self._add_imu(msg)
-        added += self._take_pending_imu()
+        self._imu_taken(self._add_imu(msg) + self._take_pending_imu())
+
+    def _imu_taken(self, added: list[int]) -> None:
+        """After IMU samples (these stamps) went into the ring: into the estimator, frames waiting
+        for them processed, ``odometry_imu`` at each stamp (while someone subscribes)."""
         if not added or self.estimator is None:
             return
         t = added[-1]
@@ -382,15 +385,16 @@ class BackendNode(Node):
         if self.fed_until is not None and last is not None and abs(t - last) < self.frame_clock.threshold_ns:
             self._feed_imu(t)
         self._drain()
-        if self.p["publish_odometry_imu"] and self.pub_odom_imu.get_subscription_count() > 0:
-            for ti in added:
-                try:
-                    s = self.estimator.propagate(ti)
-                except Exception as exc:  # noqa: BLE001
-                    self.skips.skip("estimator_error", "imu", f"IMU propagation failed: {exc!r}")
-                    return
-                if s is not None:
-                    self.pub_odom_imu.publish(self._odometry(s))
+        if not self.p["publish_odometry_imu"] or self.pub_odom_imu.get_subscription_count() == 0:
+            return
+        for ti in added:
+            try:
+                s = self.estimator.propagate(ti)
+            except Exception as exc:  # noqa: BLE001
+                self.skips.skip("estimator_error", "imu", f"IMU propagation failed: {exc!r}")
+                return
+            if s is not None:
+                self.pub_odom_imu.publish(self._odometry(s))
 
     def _take_pending_imu(self) -> list[int]:
         """Every IMU message already waiting in the subscription into the ring (the executor
@@ -431,7 +435,13 @@ class BackendNode(Node):
             self.fed_until = start
 
     def _on_tracks(self, msg) -> None:
-        self._take_pending_imu()        # the IMU up to this frame, if it is here already
+        added = self._take_pending_imu()        # the IMU up to this frame, if it is here already
+        try:
+            self._take_tracks(msg)
+        finally:
+            self._imu_taken(added)
+
+    def _take_tracks(self, msg) -> None:
         try:
             frame = pointcloud_to_trackframe(msg)
         except Exception as exc:  # noqa: BLE001
