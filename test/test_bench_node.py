@@ -25,9 +25,10 @@ def test_bench_node_small(euroc_path, tmp_path):
 
     env = ros_env(DOMAIN)
     env["VILIB_ROS_EUROC"] = str(euroc_path)
-    r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-node", "--device", "cpu", "--rates", "bp",
+    r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-node", "--device", "cpu", "--rates", "bp,bp4",
                         "--modes", "mono,stereo", "--frames", "12", "--burst", "40", "--out", str(tmp_path),
-                        "--domain-id", str(DOMAIN), "--replay-duration", "2"], env=env, capture_output=True, text=True, timeout=600)
+                        "--domain-id", str(DOMAIN), "--replay-duration", "2",
+                        "--backend-duration", "2"], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads((tmp_path / "node_bench.json").read_text())
     for key in ("device", "date", "overhead_p50_ms", "stereo_overhead_p50_ms", "mono_sustained_fps",
@@ -38,6 +39,10 @@ def test_bench_node_small(euroc_path, tmp_path):
     assert c["sent"] == c["received"] == c["frames_in"] == 12 and c["dropped"] == 0
     assert c["overhead_p50_ms"] > 0 and c["latency_p50_ms"] > 0 and c["cpu_ms_per_frame"] > 0
     assert d["mono_sustained_fps"] > 0
+    # at most 4 frames in flight: still every frame answered, none dropped
+    c4 = d["configs"]["mono_bp4"]
+    assert c4["sent"] == c4["received"] == c4["frames_in"] == 12 and c4["dropped"] == 0
+    assert len(c4["latency_worst"]) == 5 and c4["latency_p99_steady_ms"] is None    # 12 frames: none after 20
     # a stereo pair did not fit Fast DDS's default 512 KB shared-memory segment: repaired ~100 ms
     # later, with the IMU behind it, so nearly every stereo frame waited out imu_wait_s
     s = d["configs"]["stereo_bp"]
@@ -51,3 +56,9 @@ def test_bench_node_small(euroc_path, tmp_path):
     rp = d["replay"]
     assert rp["rc"] == 0 and rp["frames"] >= 40 and d["replay_fps"] == pytest.approx(rp["frames"] / rp["replay_s"])
     assert "Replay (`vilib-ros run --duration 2" in md
+    # the backend node against the offline backend on the same tracks: every frame processed
+    be = d["backend_node"]
+    assert be["offline"]["frames"] == be["node"]["frames"] == be["node"]["processed"] == 41
+    assert be["node_no_covariance"]["processed"] == 41 and be["node"]["odometry"] > 0
+    assert d["backend_node_fps"] > 0 and d["backend_offline_fps"] > 0
+    assert "| backend_node (defaults) | 41/41 |" in md

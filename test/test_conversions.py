@@ -401,7 +401,9 @@ class TestCompressed:
 
 
 class TestDecodeImu:
-    @pytest.mark.parametrize("frame_id", ["", "imu0", "imu", "imu_link"])
+    # every frame id length mod 8: the doubles' offset follows from it (the decoder computes it)
+    @pytest.mark.parametrize("frame_id", ["", "i", "im", "imu", "imu0", "imu_l", "imu_li", "imu_lin", "imu_link",
+                                          "body/imu0_frame"])
     def test_against_rclpy(self, frame_id):
         from rclpy.serialization import serialize_message
 
@@ -422,6 +424,10 @@ class TestDecodeImu:
         b = serialize_message(arrays_to_imu(5, [0, 0, 0], [0, 0, 9.8]))
         with pytest.raises(CdrError):
             decode_imu(b[:-(72 + 8)])     # into the acceleration (its covariance follows: 9 doubles)
+        with pytest.raises(CdrError):
+            decode_imu(b[:10])            # inside the header
+        with pytest.raises(CdrError):
+            decode_imu(b"\x00\x00" + bytes(b[2:]))     # big-endian encapsulation
 
 
 class TestEncodeImage:
@@ -454,3 +460,62 @@ class TestHeaderStamp:
         assert header_stamp_ns(buf) == 1_700_000_000_987_654_321
         with pytest.raises(CdrError):
             header_stamp_ns(b"\x00\x01\x00\x00\x01")
+
+
+class TestEncodePath:
+    """cdr.encode_path against rclpy's own deserializer: a nav_msgs/Path built pose by pose."""
+
+    @staticmethod
+    def _reference(stamp_ns, frame_id, t, P):
+        from geometry_msgs.msg import PoseStamped
+        from nav_msgs.msg import Path as PathMsg
+
+        from vilib_ros.nodes.conversions import ns_to_stamp
+
+        m = PathMsg()
+        m.header.frame_id, m.header.stamp = frame_id, ns_to_stamp(stamp_ns)
+        for ti, pi in zip(t.tolist(), P.tolist()):
+            ps = PoseStamped()
+            ps.header.frame_id, ps.header.stamp = frame_id, ns_to_stamp(ti)
+            ps.pose.position.x, ps.pose.position.y, ps.pose.position.z = pi[:3]
+            o = ps.pose.orientation
+            o.x, o.y, o.z, o.w = pi[3:]
+            m.poses.append(ps)
+        return m
+
+    # frame ids of every length mod 8: the pose doubles' alignment differs for the first pose
+    @pytest.mark.parametrize("frame_id", ["", "o", "od", "odo", "odom", "odom_", "world_", "map_odom", "odom/frame"])
+    @pytest.mark.parametrize("n", [0, 1, 2, 7])
+    def test_equals_message_built_pose_by_pose(self, frame_id, n):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        from nav_msgs.msg import Path as PathMsg
+        from rclpy.serialization import deserialize_message, serialize_message
+
+        from vilib_ros.nodes.cdr import encode_path
+
+        rng = np.random.default_rng(n + len(frame_id))
+        t = 1_403_715_000_000_000_000 + np.arange(n, dtype=np.int64) * 50_000_123 + 999_999_999
+        P = rng.normal(size=(n, 7))
+        ref = self._reference(1_403_715_999_000_000_007, frame_id, t, P)
+        got = encode_path(1_403_715_999_000_000_007, frame_id, t, P)
+        assert len(got) == len(serialize_message(ref))
+        assert deserialize_message(got, PathMsg) == ref
+
+
+class TestPathBuffer:
+    """backend_outputs.PathBuffer: the last ``capacity`` poses in order, against a plain list."""
+
+    @pytest.mark.parametrize("capacity,n", [(5, 3), (5, 5), (5, 12), (3000, 2500), (1500, 4000)])
+    def test_last_capacity_poses_oldest_first(self, capacity, n):
+        from vilib_ros.nodes.backend_outputs import PathBuffer
+
+        rng = np.random.default_rng(n)
+        P = rng.normal(size=(n, 7))
+        buf = PathBuffer(capacity)
+        for k in range(n):
+            buf.append(1000 + k, P[k, :3], P[k, 3:])
+        t, poses = buf.arrays()
+        keep = list(range(n))[-capacity:]
+        assert len(buf) == len(keep)
+        np.testing.assert_array_equal(t, [1000 + k for k in keep])
+        np.testing.assert_array_equal(poses, P[keep])

@@ -34,6 +34,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     import cv2
     from nav_msgs.msg import Odometry
+    from nav_msgs.msg import Path as PathMsg
     from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
     from vilib_ros.camera import CameraModel
@@ -63,7 +64,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     node = client.node
     procs = []
     got = {n: [] for n in FRONTENDS}
-    got.update(odom=[], tf=[], tf_static=[])
+    got.update(odom=[], tf=[], tf_static=[], path=[])
     try:
         for name in FRONTENDS:
             procs.append(NodeProcess(name, node_argv("frontend_node", name=name,
@@ -77,6 +78,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
         for name in FRONTENDS:
             node.create_subscription(PointCloud, f"tracks_{name}", lambda m, n=name: got[n].append(m), reliable_qos(200))
         node.create_subscription(Odometry, "odometry", lambda m: got["odom"].append(m), reliable_qos(200))
+        node.create_subscription(PathMsg, "path", lambda m: got["path"].append(m), reliable_qos(10))
         node.create_subscription(TFMessage, "/tf", lambda m: got["tf"].append(m), reliable_qos(200))
         node.create_subscription(TFMessage, "/tf_static", lambda m: got["tf_static"].append(m), latched_qos())
         pub_img = node.create_publisher(Image, "image", reliable_qos(200))
@@ -116,6 +118,8 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
         client.spin_until(done, 300, 0.2)
         client.spin_until(lambda: len(got["odom"]) and stamp_to_ns(got["odom"][-1].header.stamp) >= stamps[-3], 60)
         client.spin_for(1.0)
+        # the path is republished every path_publish_period_s (0.5 s): wait for one covering the last pose
+        client.spin_until(lambda: got["path"] and got["path"][-1].header.stamp == got["odom"][-1].header.stamp, 10)
         alive = {p.name: p.alive for p in procs}
         for p in procs:
             p.stop()
@@ -222,6 +226,22 @@ class TestTfAndOdometry:
         np.testing.assert_allclose(T, session["cam"].T_BS, atol=1e-6)
         i = st["imu0"].transform
         assert (i.translation.x, i.translation.y, i.translation.z, i.rotation.w) == (0.0, 0.0, 0.0, 1.0)
+
+    def test_path_holds_every_odometry_pose(self, session):
+        """Regression: the path (a growing nav_msgs/Path) was built from one PoseStamped object per
+        pose and republished whole every frame (O(length) per frame, a third of the backend node's
+        time on a 30 s replay); now it is serialized from arrays and republished periodically. Its
+        last message must still hold every published pose, in order, equal to the odometry."""
+        from vilib_ros.nodes.conversions import stamp_to_ns
+
+        odom, paths = session["got"]["odom"], session["got"]["path"]
+        assert paths, "no path received"
+        last = paths[-1]
+        assert last.header.frame_id == "odom" and {p.header.frame_id for p in last.poses} == {"odom"}
+        assert [stamp_to_ns(p.header.stamp) for p in last.poses] == [stamp_to_ns(o.header.stamp) for o in odom]
+        for ps, o in zip(last.poses, odom):
+            assert ps.pose == o.pose.pose
+        assert len(paths) < len(odom)          # decimated, not one whole path per frame
 
     def test_odometry_covariance_valid(self, session):
         covs = [np.asarray(o.pose.covariance).reshape(6, 6) for o in session["got"]["odom"]]

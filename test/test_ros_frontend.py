@@ -123,6 +123,14 @@ class TestIdsPersist:
         n = replay["n_images"]
         assert max(ages.values()) == n - 1   # a track born in the first frame has age n-1 in the last
 
+    def test_warm_up_leaves_no_track(self, replay):
+        """The node runs warm_up_frames synthetic frames through its tracker before the first
+        image, then resets it: no synthetic track may reach the output (the first frame's tracks
+        are all new, age 0) and the ids go on after the warm-up's, never repeating."""
+        tracks = [r for r in replay["records"] if r["topic"] == "tracks"]
+        assert tracks[0]["age"] and max(tracks[0]["age"]) == 0
+        assert min(tracks[0]["ids"]) > 0          # 8 warm-up frames gave out ids first
+
     def test_positions_agree_with_opencv_lk(self, replay):
         import cv2
 

@@ -4,14 +4,15 @@ Three processes: a publisher (its own process) sends the real EuRoC frames (mono
 pairs from cam0 + cam1 where the folder has cam1, else cam0 twice) with 10 IMU samples per
 frame, at a fixed frame rate (``--rates``, default 20, 200, 1000 Hz) and as fast as
 backpressure allows (``bp``: the next frame goes out when the previous one's tracks came
-back); the frontend node (``python -m vilib_ros.nodes.frontend_node``, reliable input) in its
+back, a round trip per frame; ``bp4``: at most 4 frames in flight, so that the transport of one
+overlaps the processing of another); the frontend node (``python -m vilib_ros.nodes.frontend_node``, reliable input) in its
 own process, restarted for every configuration; and this process, which records when each
 tracks message arrives. The publisher writes every frame's send time (``CLOCK_MONOTONIC``,
 shared by the processes of one machine).
 
 Per configuration: sustained frames/s (tracks received / time from the first send to the
 last tracks), frames sent / received by the node / tracks out (drops), latency from send to
-tracks received (p50 / p99), the node's own receive -> publish time minus ``process()``
+tracks received (p50 / p99, the p99 from frame 20 on, and the five worst frames), the node's own receive -> publish time minus ``process()``
 (overhead, p50 / p99, from its stats file), ``process()`` p50, and the node's CPU time per
 frame (all its threads, from its first frame on: start-up is not spread over the frames).
 The floor: the same images from the same publisher to a bare subscriber (no node), latency
@@ -25,6 +26,10 @@ stereo-inertial sequence of that length, backend on, no video, as fast as backpr
 first to last frame (paced by the frontend's tracks) and the first tracks to the backend's last
 odometry (the backend is not paced), with the run's APE and its whole wall time (node
 start-up, the player's start-up and discovery, the backend's final 3 s of quiet) beside it.
+
+The backend node (``--backend-duration`` s, default 30; 0 = off): ``backend_node`` fed recorded
+tracks and IMU over DDS against the offline backend on the same tracks in the same run
+(:mod:`vilib_ros.bench.backend_node`; no frontend, so the device does not matter).
 
 Writes ``node_bench.json`` and ``node_bench.md`` into ``--out`` with device and date.
 """
@@ -42,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 IMU_PER_FRAME = 10
+STEADY_FROM = 20        # latency_p99_steady_ms: from this frame on (start-up apart)
 PERIOD_NS = 50_000_000
 T0_NS = 1_500_000_000_000_000_000
 
@@ -51,13 +57,18 @@ def configure_parser(p) -> None:
                    "euroc_v101_head, .data/euroc_v101_head)")
     p.add_argument("--out", default="bench/results", help="folder for node_bench.json / .md")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="frontend device")
-    p.add_argument("--rates", default="20,200,1000,bp", help="frame rates (Hz) and/or 'bp' (backpressure)")
+    p.add_argument("--rates", default="20,200,1000,bp,bp4", help="frame rates (Hz) and/or 'bp' (backpressure: the "
+                   "next frame when the previous one's tracks came back) or 'bpN' (at most N frames in flight)")
     p.add_argument("--modes", default="mono,stereo", help="mono and/or stereo")
     p.add_argument("--frames", type=int, default=380, help="frames per configuration (the 95 frames looped)")
     p.add_argument("--burst", type=int, default=20000, help="images in the burst case (0 = skip it)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: from the pid)")
     p.add_argument("--replay-duration", type=float, default=30.0,
                    help="seconds of the generated sequence replayed by `vilib-ros run` for replay_fps (0 = skip)")
+    p.add_argument("--backend-duration", type=float, default=30.0,
+                   help="seconds of synthetic tracks fed to the backend node and the offline backend (0 = skip)")
+    p.add_argument("--profile-backend", action="store_true",
+                   help="run the backend node under cProfile and add its top functions to the JSON")
 
 
 def _find_data(arg) -> Path:
@@ -67,6 +78,14 @@ def _find_data(arg) -> Path:
         if c and (Path(c) / "mav0" / "cam0" / "data.csv").is_file():
             return Path(c)
     raise SystemExit("vilib-ros bench-node: error: no EuRoC folder (give --data, or set VILIB_ROS_EUROC)")
+
+
+def _window(rate: str) -> int:
+    """Frames in flight of a backpressure rate: ``bp`` 1 (the next frame goes out when the
+    previous one's tracks came back), ``bpN`` N; 0 for a fixed rate or ``max``."""
+    if not str(rate).startswith("bp"):
+        return 0
+    return int(rate[2:] or 1)
 
 
 def _pct(a, q):
@@ -93,7 +112,8 @@ def publisher_main(spec_path: str) -> int:
     pub_r = node.create_publisher(Image, "image_right", qos(100)) if spec["stereo"] else None
     pub_imu = node.create_publisher(Imu, "imu", qos(1000)) if spec["imu"] else None
     got = {"last": -1}
-    if spec["rate"] == "bp":
+    window = _window(spec["rate"])
+    if window:
         node.create_subscription(PointCloud, "tracks", lambda b: got.__setitem__("last", decode_pointcloud(b).stamp_ns),
                                  reliable_qos(100), raw=True)
 
@@ -111,7 +131,7 @@ def publisher_main(spec_path: str) -> int:
     end = time.monotonic() + 60
     while time.monotonic() < end and not all(node.count_subscribers(t) >= n for t, n in need.items()):
         rclpy.spin_once(node, timeout_sec=0.05)
-    if spec["rate"] == "bp":
+    if window:
         while time.monotonic() < end and node.count_publishers("tracks") < 1:
             rclpy.spin_once(node, timeout_sec=0.05)
     t_end = time.monotonic() + 1.0
@@ -126,12 +146,12 @@ def publisher_main(spec_path: str) -> int:
 
     sends = []
     n = int(spec["frames"])
-    period = 0.0 if spec["rate"] in ("bp", "max") else 1.0 / float(spec["rate"])
+    period = 0.0 if window or spec["rate"] == "max" else 1.0 / float(spec["rate"])
     t_start = time.monotonic()
     for k in range(n):
         stamp = T0_NS + (k + 1) * PERIOD_NS
-        if spec["rate"] == "bp" and k:
-            prev = T0_NS + k * PERIOD_NS
+        if window and k >= window:
+            prev = T0_NS + (k + 1 - window) * PERIOD_NS
             deadline = time.monotonic() + 10.0
             while got["last"] < prev and time.monotonic() < deadline:
                 rclpy.spin_once(node, timeout_sec=0.001)
@@ -222,12 +242,18 @@ class _Run:
         self.client.node.destroy_subscription(sub)
         sends = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else []
         lat = [(arrivals[s] - t) * 1e3 for s, t in sends if s in arrivals]
+        idx = [k for k, (s, _t) in enumerate(sends) if s in arrivals]
+        worst = sorted(zip(lat, idx), reverse=True)[:5]
+        steady = [v for v, k in zip(lat, idx) if k >= STEADY_FROM]
         span = (max(arrivals.values()) - sends[0][1]) if arrivals and sends else 0.0
         if rss_pid is not None:
             rss.append((len(arrivals), _rss_kb(rss_pid)))
         return {"rss_kb": rss, "sent": len(sends), "received": len(arrivals), "dropped": len(sends) - len(lat),
                 "sustained_fps": len(arrivals) / span if span > 0 else 0.0,
                 "latency_p50_ms": _pct(lat, 50), "latency_p99_ms": _pct(lat, 99),
+                # where the tail is: the five worst frames (index in the send order, ms)
+                "latency_worst": [[k, round(v, 2)] for v, k in worst],
+                "latency_p99_steady_ms": _pct(steady, 99),
                 "publisher_log_tail": pub.tail(5) if not sends else ""}
 
 
@@ -258,7 +284,7 @@ def run_command(args) -> int:
     try:
         with tempfile.TemporaryDirectory() as tmpd:
             run = _Run(client, env, Path(tmpd), data, args.device)
-            for rate in [r for r in rates if r != "bp"]:
+            for rate in [r for r in rates if not _window(r)]:
                 name = f"floor_{rate}"
                 print(f"bench-node: floor, bare publisher -> subscriber at {rate} Hz", file=sys.stderr)
                 results["floor"][rate] = run.publish(name, "bench_floor_image", "bench_floor_image", rate,
@@ -266,7 +292,8 @@ def run_command(args) -> int:
             for mode in modes:
                 for rate in rates:
                     name = f"{mode}_{rate}"
-                    print(f"bench-node: {mode} at {'backpressure' if rate == 'bp' else rate + ' Hz'}", file=sys.stderr)
+                    print(f"bench-node: {mode} at {f'backpressure, {_window(rate)} in flight' if _window(rate) else rate + ' Hz'}",
+                          file=sys.stderr)
                     node = run.node(name, mode == "stereo", "reliable")
                     try:
                         r = run.publish(name, "image", "tracks", rate, args.frames, mode == "stereo", True, node=node)
@@ -282,7 +309,11 @@ def run_command(args) -> int:
                              cpu_ms_per_frame=st.get("cpu_ms_per_frame"),
                              imu_incomplete=st.get("events", {}).get("imu_incomplete"),
                              node_stages_p50_ms={k: v.get("median") for k, v in st.get("node_stages_ms", {}).items()},
-                             skipped={k: v for k, v in st.get("skipped", {}).items() if v})
+                             node_stages_max_ms={k: v.get("max") for k, v in st.get("node_stages_ms", {}).items()},
+                             node_latency_max_ms=st.get("latency_ms", {}).get("max"),
+                             process_max_ms=st.get("process_ms", {}).get("max"),
+                             skipped={k: v for k, v in st.get("skipped", {}).items() if v},
+                             gc_pauses=st.get("gc_pauses"))
                     results["configs"][name] = r
                     print(f"  {r['received']}/{r['sent']} tracks, {r['sustained_fps']:.1f} frames/s, latency p50 "
                           f"{r['latency_p50_ms']}, overhead p50 {r['overhead_p50_ms']} ms", file=sys.stderr)
@@ -308,6 +339,14 @@ def run_command(args) -> int:
                 results["burst"][rel] = r
     finally:
         client.close()
+    if args.backend_duration > 0:
+        from vilib_ros.bench.backend_node import run as backend_run
+
+        try:
+            results["backend_node"] = backend_run(args.backend_duration, domain, args.profile_backend)
+        except ImportError as exc:      # no gtsam here (the backend extra): the frontend figures stand
+            print(f"bench-node: backend node section skipped: {exc}", file=sys.stderr)
+            results["backend_node"] = {"error": f"{exc.__class__.__name__}: {exc}"}
     if args.replay_duration > 0:
         results["replay"] = replay(args.replay_duration, args.device, domain)
     return _write(results, out, args, data, device_used)
@@ -390,6 +429,8 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                                      and c["dropped"] == 0] or [0.0]),
         "latency_p99_ms_at_200hz": get("mono_200", "latency_p99_ms"),
         "replay_fps": (results.get("replay") or {}).get("fps"),
+        "backend_node_fps": ((results.get("backend_node") or {}).get("node") or {}).get("fps"),
+        "backend_offline_fps": ((results.get("backend_node") or {}).get("offline") or {}).get("fps"),
     }
     summary.update(results)
     (out / "node_bench.json").write_text(json.dumps(summary, indent=2))
@@ -398,9 +439,10 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
              "Reliable QoS; latency = publisher send -> tracks received (CLOCK_MONOTONIC across processes);",
              "overhead = the node's receive -> publish minus `process()`; floor = the same images, bare publisher -> "
              "subscriber, same run.", "",
-             "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | floor p50 / p99 ms "
+             "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | p99 from frame "
+             f"{STEADY_FROM} ms | worst frames (index: ms) | floor p50 / p99 ms "
              "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms | CPU ms/frame after start-up |",
-             "|---" * 12 + "|"]
+             "|---" * 14 + "|"]
 
     def f(v, d=2):
         return "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
@@ -413,6 +455,8 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
         fl = results["floor"].get(name.split("_", 1)[1], {})
         lines.append(f"| {name} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | "
                      f"{f(c['sustained_fps'], 1)} | {f(c['latency_p50_ms'])} / {f(c['latency_p99_ms'])} | "
+                     f"{f(c.get('latency_p99_steady_ms'))} | "
+                     + ", ".join(f"{k}: {v:.0f}" for k, v in (c.get("latency_worst") or [])[:3]) + " | "
                      f"{f(fl.get('latency_p50_ms'))} / {f(fl.get('latency_p99_ms'))} | {f(c.get('overhead_p50_ms'))} / "
                      f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {f(c.get('process_p50_ms'))} | "
                      f"{f(c.get('cpu_ms_per_frame'))} |")
@@ -423,6 +467,24 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
             rss = "-" if not c.get("rss_start_kb") else (f"{c['rss_start_kb'] / 1024:.1f} / {c['rss_end_kb'] / 1024:.1f}"
                                                          f" / {c['rss_max_kb'] / 1024:.1f}")
             lines.append(f"| {rel} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | {rss} |")
+    be = results.get("backend_node")
+    if be and be.get("error"):
+        lines += ["", f"Backend node section skipped: {be['error']}"]
+    elif be:
+        off = be["offline"]
+        lines += ["", f"Backend node over DDS against the offline backend, same tracks, same run ({be['data']}; "
+                  "the node: stereo, reliable IMU, 4 frames in flight, paced on `backend_processed`, `odometry` "
+                  "subscribed):", "",
+                  "| backend | frames processed | frames/s | ms/frame | CPU ms/frame (all threads) | estimator ms/frame |",
+                  "|---|---|---|---|---|---|",
+                  f"| offline (in process) | {off['frames']} | {off['fps']:.0f} | {off['ms_per_frame']:.2f} | "
+                  f"{off['cpu_ms_per_frame']:.2f} | - |"]
+        for name in ("node", "node_no_covariance"):
+            nd = be.get(name)
+            if nd:
+                label = "backend_node" + (" (odometry_covariance off)" if name != "node" else " (defaults)")
+                lines.append(f"| {label} | {nd['processed']}/{nd['frames']} | {nd['fps']:.0f} | {nd['ms_per_frame']:.2f} "
+                             f"| {f(nd.get('cpu_ms_per_frame'))} | {f(nd.get('estimator_ms_per_frame'))} |")
     rp = results.get("replay")
     if rp:
         lines += ["", f"Replay (`{rp['command']}`, stereo, backend on, backpressure): "

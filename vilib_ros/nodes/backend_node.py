@@ -21,7 +21,8 @@ Subscribed
   tracks (sensor_msgs/PointCloud, reliable, depth 2000): from frontend_node, either tracks
       layout (vins_mono, or vins_fusion: camera id 1 = right observations); the right-camera
       observations are used when ``stereo``
-  imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 20000)
+  imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 20000): read
+      serialized, every waiting sample taken at once (one executor turn per batch, not per sample)
 
 Published
 ---------
@@ -30,9 +31,12 @@ Published
       smoother's marginal of the newest keyframe pose, order (x, y, z, rot x, rot y, rot z),
       perturbations in ``odom_frame``; twist.covariance: the velocity marginal in ``base_frame``
       (linear part; the angular part is not estimated: 1e3 on its diagonal). Zero before
-      the first keyframe is optimised. See :mod:`vilib_ros.backend.covariance`.
+      the first keyframe is optimised (always zero with ``odometry_covariance`` off). See
+      :mod:`vilib_ros.backend.covariance`.
   odometry_imu (nav_msgs/Odometry): the same pose propagated with the IMU at IMU rate
-  path (nav_msgs/Path): the frame-rate poses so far (at most ``path_max_length``)
+  path (nav_msgs/Path): the frame-rate poses so far (at most ``path_max_length``), republished
+      every ``path_publish_period_s`` while someone subscribes (a viewer needs no more; the whole
+      path per frame was O(length) per frame), serialized from arrays
   landmarks (visualization_msgs/MarkerArray): the landmarks in the window (POINTS), on keyframes
   /tf (tf2_msgs/TFMessage, with ``publish_tf``): ``odom_frame -> base_frame`` per odometry message
   /tf_static (tf2_msgs/TFMessage, transient local, with ``publish_tf``): ``base_frame -> cam0``
@@ -61,7 +65,11 @@ Node parameters (all read-only):
       child frames of the static transforms
   publish_tf (bool, default true): publish /tf and /tf_static
   publish_odometry_imu (bool, default true): publish ``odometry_imu``
-  path_max_length (integer, default 100000, range [1, 10000000])
+  odometry_covariance (bool, default true): the smoother's marginals into the odometry's
+      covariances, once per keyframe (two gtsam marginal computations, ~6 ms per keyframe on the
+      2-core machine: a third of the node's time per frame; off: zeros)
+  path_max_length (integer, default 20000, range [1, 10000000]): poses kept in ``path`` (oldest dropped)
+  path_publish_period_s (double, default 0.5, range [0, 60]): ``path`` republishing period (0 = every frame)
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
   imu_wait_s (double, default 0.5, range [0, 60]): longest a frame waits for the IMU to reach its stamp
   time_jump_threshold_s (double, default 1.0, range [0.001, 3600]): see time resets above
@@ -165,7 +173,7 @@ import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from geometry_msgs.msg import Point, PoseStamped
+from geometry_msgs.msg import Point
 from nav_msgs.msg import Odometry
 from nav_msgs.msg import Path as PathMsg
 from rclpy.node import Node
@@ -174,10 +182,11 @@ from std_msgs.msg import Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import (RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
-                                     write_json)
-from vilib_ros.nodes.backend_outputs import TrajectoryLog, odom_transform, odometry_msg, static_transforms
-from vilib_ros.nodes.conversions import ImuConversionError, imu_to_arrays, ns_to_stamp, pointcloud_to_trackframe
+from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
+                                     take_pending, write_json)
+from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_transform, odometry_msg, static_transforms
+from vilib_ros.nodes.cdr import CdrError, decode_imu
+from vilib_ros.nodes.conversions import ns_to_stamp, pointcloud_to_trackframe
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
@@ -227,7 +236,12 @@ def node_specs() -> list[ParamSpec]:
         ParamSpec("time_jump_threshold_s", 1.0, "a stamp jumping back, or forward by more than this, is a time "
                   "reset: the estimator starts again", range=(0.001, 3600.0), read_only=True),
         ParamSpec("publish_odometry_imu", True, "publish odometry_imu at IMU rate", read_only=True),
-        ParamSpec("path_max_length", 100000, "longest published path", range=(1, 10_000_000), read_only=True),
+        ParamSpec("odometry_covariance", True, "fill the odometry covariances from the smoother's marginals once "
+                  "per keyframe (costly; off: zeros)", read_only=True),
+        ParamSpec("path_max_length", 20000, "poses kept in the published path (oldest dropped)",
+                  range=(1, 10_000_000), read_only=True),
+        ParamSpec("path_publish_period_s", 0.5, "path republishing period while subscribed, s (0 = every frame)",
+                  range=(0.0, 60.0), read_only=True),
         ParamSpec("diagnostics_period_s", 1.0, "diagnostics publishing period", range=(0.1, 60.0), read_only=True),
         ParamSpec("input_reliability", "best_effort", "QoS reliability of the IMU subscription: best_effort "
                   "(sensor data) matches every publisher; reliable loses nothing under load",
@@ -287,20 +301,21 @@ class BackendNode(Node):
         # deep queues: the backend is not paced by a replay (the player waits for the frontend's
         # tracks only), and behind a slow keyframe it must catch up, not drop (with depth 100 / 2000
         # a replay at ~90 frames/s on the GPU machine lost 240 of 601 frames and the trajectory)
-        self.create_subscription(Imu, "imu", self._on_imu, imu_qos(IMU_DEPTH))
+        self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, imu_qos(IMU_DEPTH), raw=True)
         self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(TRACKS_DEPTH), raw=True)
         # Frames wait here until the IMU has caught up with their stamp (IMU and tracks come on
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
         self.pending: collections.deque = collections.deque()
         self.create_timer(0.02, self._drain)
 
-        self.skips = SkipLog(("bad_tracks", "tracks_out_of_order", "imu_non_finite", "imu_out_of_order",
+        self.skips = SkipLog(("bad_tracks", "tracks_out_of_order", "imu_malformed", "imu_non_finite", "imu_out_of_order",
                               "imu_out_of_range", "estimator_error"), self.get_logger().warning)
         self.time_resets = 0
         self.frames_rx = RateMeter()
         self.imu_rx = RateMeter()
         self.odom_tx = RateMeter()
         self.frame_ms = Stat()
+        self.gc = GcPauses()
         threshold = int(self.p["time_jump_threshold_s"] * 1e9)
         self.frame_clock = TimeJump(threshold)
         # IMU ring: a time line of its own (a jump empties it); the estimator is fed from it up to
@@ -310,8 +325,10 @@ class BackendNode(Node):
         self.fed_until: int | None = None   # newest IMU stamp handed to the estimator
         self._imu_resets = 0                # IMU time resets seen at the last frame
         self.tracks_gaps = 0                # forward jumps of the tracks bridged by continuous IMU
-        self.path = PathMsg()
-        self.path.header.frame_id = self.p["odom_frame"]
+        self.path = PathBuffer(self.p["path_max_length"])
+        self._path_dirty = False
+        if self.p["path_publish_period_s"] > 0:
+            self.create_timer(float(self.p["path_publish_period_s"]), self._publish_path)
         self.covariance = None          # (kf index, (pose, twist)) of the newest keyframe
         self.traj = TrajectoryLog(self.p["trajectory_path"], self.p["trajectory_flush_s"]) \
             if self.p["trajectory_path"] and self.estimator is not None else None
@@ -357,55 +374,79 @@ class BackendNode(Node):
                 self.segments.append((t, p, q))
             self.estimator = self._make_estimator()
 
-    def _on_imu(self, msg) -> None:
-        """IMU into the node's ring (checks, gaps, time resets); into the estimator when it is on
-        the same time line as the frames (else when a frame is processed, see _feed_imu)."""
-        try:
-            t, g, a = imu_to_arrays(msg)
-        except ImuConversionError as exc:
-            self.skips.skip(exc.reason, "imu", str(exc))
+    def _on_imu(self, msg: bytes) -> None:
+        """This IMU message and every one already waiting: into the node's ring (checks, gaps, time
+        resets), then once for the batch into the estimator (when on the same time line as the
+        frames, else when a frame is processed, see _feed_imu), frames waiting for it processed."""
+        self._imu_taken(self._add_imu(msg) + self._take_pending_imu())
+
+    def _imu_taken(self, added: list[int]) -> None:
+        """After IMU samples (these stamps) went into the ring: into the estimator, frames waiting
+        for them processed, ``odometry_imu`` at each stamp (while someone subscribes)."""
+        if not added or self.estimator is None:
             return
-        resets = self.imu.resets
-        why = self.imu.add(t, g, a)
-        if why:
-            self.skips.skip(why, "imu", f"IMU sample at {t} rejected ({why.replace('_', ' ')}, previous stamp "
-                            f"{self.imu.last_t})")
-            return
-        if self.imu.resets != resets:
-            self.get_logger().warning(f"IMU time reset: stamp {t} jumped by more than "
-                                      f"{self.p['time_jump_threshold_s']} s")
-        self.imu_rx.tick()
-        if self.estimator is None:
-            return
+        t = added[-1]
         last = self.frame_clock.last
         if self.fed_until is not None and last is not None and abs(t - last) < self.frame_clock.threshold_ns:
             self._feed_imu(t)
         self._drain()
-        if self.p["publish_odometry_imu"] and self.pub_odom_imu.get_subscription_count() > 0:
+        if not self.p["publish_odometry_imu"] or self.pub_odom_imu.get_subscription_count() == 0:
+            return
+        for ti in added:
             try:
-                s = self.estimator.propagate(t)
+                s = self.estimator.propagate(ti)
             except Exception as exc:  # noqa: BLE001
                 self.skips.skip("estimator_error", "imu", f"IMU propagation failed: {exc!r}")
                 return
             if s is not None:
                 self.pub_odom_imu.publish(self._odometry(s))
 
+    def _take_pending_imu(self) -> list[int]:
+        """Every IMU message already waiting in the subscription into the ring (the executor
+        takes one message per turn; a turn costs ~0.3 ms of Python here, more than a sample)."""
+        return [t for raw in take_pending(self.sub_imu) for t in self._add_imu(raw)]
+
+    def _add_imu(self, msg: bytes) -> list[int]:
+        """One serialized IMU message into the ring: ``[stamp]``, or ``[]`` when it was rejected."""
+        try:
+            t, g, a = decode_imu(msg)
+        except CdrError as exc:
+            self.skips.skip("imu_malformed", "imu", f"cannot read the IMU message: {exc}")
+            return []
+        resets = self.imu.resets
+        why = self.imu.add(t, g, a)
+        if why:
+            self.skips.skip(why, "imu", f"IMU sample at {t} rejected ({why.replace('_', ' ')}, previous stamp "
+                            f"{self.imu.last_t})")
+            return []
+        if self.imu.resets != resets:
+            self.get_logger().warning(f"IMU time reset: stamp {t} jumped by more than "
+                                      f"{self.p['time_jump_threshold_s']} s")
+        self.imu_rx.tick()
+        return [t]
+
     def _feed_imu(self, upto: int) -> None:
         """Hand the estimator the ring's samples after the last one it got, up to ``upto`` (after a
         time reset: from 2 s before ``upto``, which the initialisation needs)."""
         start = self.fed_until if self.fed_until is not None else upto - 2_000_000_000
         ts, data = self.imu.between(start, upto)
-        for t, d in zip(ts.tolist(), data):
-            try:
-                self.estimator.add_imu(t, d[:3], d[3:])
-            except Exception as exc:  # noqa: BLE001 - never die on one sample
-                self.skips.skip("estimator_error", "imu", f"estimator failed on an IMU sample: {exc!r}")
+        try:
+            self.estimator.add_imu_batch(ts, data)
+        except Exception as exc:  # noqa: BLE001 - never die on one batch
+            self.skips.skip("estimator_error", "imu", f"estimator failed on {len(ts)} IMU samples: {exc!r}")
         if ts.size:
             self.fed_until = int(ts[-1])
         elif self.fed_until is None:
             self.fed_until = start
 
     def _on_tracks(self, msg) -> None:
+        added = self._take_pending_imu()        # the IMU up to this frame, if it is here already
+        try:
+            self._take_tracks(msg)
+        finally:
+            self._imu_taken(added)
+
+    def _take_tracks(self, msg) -> None:
         try:
             frame = pointcloud_to_trackframe(msg)
         except Exception as exc:  # noqa: BLE001
@@ -464,7 +505,7 @@ class BackendNode(Node):
         self.frame_ms.add((time.monotonic() - t0) * 1e3)
         if state is None or not publish:
             return
-        if getattr(state, "is_keyframe", False):
+        if getattr(state, "is_keyframe", False) and self.p["odometry_covariance"]:
             from vilib_ros.backend.covariance import odometry_covariance
 
             cov = odometry_covariance(self.estimator.state_covariance())
@@ -478,18 +519,20 @@ class BackendNode(Node):
         if self.pub_tf is not None:
             self.pub_tf.publish(self.TFMessage(transforms=[odom_transform(state, self.p["odom_frame"],
                                                                           self.p["base_frame"])]))
-        ps = PoseStamped()
-        ps.header = odom.header
-        ps.pose = odom.pose.pose
-        self.path.poses.append(ps)
-        if len(self.path.poses) > self.p["path_max_length"]:
-            del self.path.poses[: len(self.path.poses) - self.p["path_max_length"]]
-        self.path.header.stamp = odom.header.stamp
-        self.pub_path.publish(self.path)
+        self.path.append(state.stamp_ns, state.p, state.q_xyzw)
+        self._path_dirty = True
+        if self.p["path_publish_period_s"] <= 0:
+            self._publish_path()
         if getattr(state, "is_keyframe", False) and self.pub_lm.get_subscription_count() > 0:
             self.pub_lm.publish(self._landmarks(odom.header.stamp))
 
     # --- messages ------------------------------------------------------------------------
+    def _publish_path(self) -> None:
+        if self._path_dirty and len(self.path) and self.pub_path.get_subscription_count() > 0:
+            t, _ = self.path.arrays()
+            self.pub_path.publish(self.path.encode(int(t[-1]), self.p["odom_frame"]))
+            self._path_dirty = False
+
     def _odometry(self, s, covariance=None) -> Odometry:
         return odometry_msg(s, self.p["odom_frame"], self.p["base_frame"], covariance)
 
@@ -539,7 +582,8 @@ class BackendNode(Node):
                 "imu_received": self.imu_rx.count, "odometry_published": self.odom_tx.count,
                 "time_resets": self.time_resets, "tracks_gaps": self.tracks_gaps, "imu_time_resets": self.imu.resets, "imu_gaps": self.imu.gaps,
                 "imu_gap_samples": self.imu.gap_samples, "skipped": dict(self.skips.counts),
-                "frame_ms": self.frame_ms.summary(), "estimator": self._estimator_stats()}
+                "frame_ms": self.frame_ms.summary(), "estimator": self._estimator_stats(),
+                "gc_pauses": self.gc.summary()}
 
     def close(self) -> None:
         while self.pending and self.estimator is not None:

@@ -5,6 +5,8 @@
   :func:`vilib_ros.backend.covariance.odometry_covariance` (zeros when none is known yet).
 * :func:`transform` / :func:`static_transforms` - ``geometry_msgs/TransformStamped`` for
   ``odom -> base_link`` (``/tf``) and ``base_link -> camera / imu`` from ``T_BS`` (``/tf_static``).
+* :class:`PathBuffer` - the published path as arrays (bounded, oldest dropped), serialized
+  without a Python object per pose (:func:`vilib_ros.nodes.cdr.encode_path`).
 * :class:`TrajectoryLog` - the TUM trajectory file, appended as poses are published and
   flushed every ``flush_s`` (a killed backend keeps what it had), rewritten with the smoothed
   trajectory at a clean shutdown.
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.nodes.cdr import encode_path
 from vilib_ros.nodes.conversions import ns_to_stamp
 
 
@@ -62,14 +65,60 @@ def transform(stamp_ns: int, parent: str, child: str, T: np.ndarray):
 
 
 def odom_transform(state, odom_frame: str, base_frame: str):
-    T = np.eye(4)
-    T[:3, :3], T[:3, 3] = state.R, state.p
-    return transform(state.stamp_ns, odom_frame, base_frame, T)
+    """``odom_frame -> base_frame`` from the state's position and quaternion (the odometry's own
+    numbers; no rotation-matrix round trip per frame)."""
+    from geometry_msgs.msg import TransformStamped
+
+    m = TransformStamped()
+    m.header.stamp = ns_to_stamp(state.stamp_ns)
+    m.header.frame_id = odom_frame
+    m.child_frame_id = base_frame
+    tr = m.transform.translation
+    tr.x, tr.y, tr.z = (float(v) for v in state.p)
+    r = m.transform.rotation
+    r.x, r.y, r.z, r.w = (float(v) for v in state.q_xyzw)
+    return m
 
 
 def static_transforms(stamp_ns: int, base_frame: str, sensors: dict) -> list:
     """``base_frame -> sensor`` for ``{frame id: T_BS (sensor -> body, 4x4)}``."""
     return [transform(stamp_ns, base_frame, child, T) for child, T in sensors.items()]
+
+
+class PathBuffer:
+    """The last ``capacity`` poses (stamp, x y z qx qy qz qw) in arrays that grow by doubling up
+    to ``capacity``; :meth:`encode` is the serialized ``nav_msgs/Path``, oldest pose first."""
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+        self._t = np.zeros(min(self.capacity, 1024), np.int64)
+        self._p = np.zeros((len(self._t), 7), np.float64)
+        self._n = 0                     # poses appended so far (the ring holds the last capacity)
+
+    def __len__(self) -> int:
+        return min(self._n, self.capacity)
+
+    def append(self, stamp_ns: int, p, q_xyzw) -> None:
+        if self._n == len(self._t) and len(self._t) < self.capacity:
+            size = min(self.capacity, 2 * len(self._t))
+            self._t = np.resize(self._t, size)
+            self._p = np.resize(self._p, (size, 7))
+        i = self._n % len(self._t)
+        self._t[i] = stamp_ns
+        self._p[i, :3], self._p[i, 3:] = p, q_xyzw
+        self._n += 1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(stamps (N,), poses (N, 7)), oldest first."""
+        n = len(self)
+        if self._n <= len(self._t):
+            return self._t[:n], self._p[:n]
+        k = self._n % len(self._t)
+        return np.concatenate([self._t[k:], self._t[:k]]), np.concatenate([self._p[k:], self._p[:k]])
+
+    def encode(self, stamp_ns: int, frame_id: str) -> bytes:
+        t, p = self.arrays()
+        return encode_path(stamp_ns, frame_id, t, p)
 
 
 class TrajectoryLog:

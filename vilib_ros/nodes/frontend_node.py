@@ -93,6 +93,10 @@ Node parameters (read-only unless said otherwise):
   stereo_timeout_s (double, default 0.2, range [0, 10]): a left image whose right image has not
       arrived after this long is processed alone (counted as stereo_unmatched)
   imu_wait_s (double, default 0.1, range [0, 10]): longest wait for the IMU to reach an image's stamp
+  warm_up_frames (integer, default 8, range [0, 100]): synthetic frames run through a new tracker
+      before the first image (module loading, CUDA graph capture per frame slot, memory pools: the
+      first real frames paid for them, tens of ms of latency that later frames queue behind);
+      the tracker is then reset (its ids go on after the warm-up's)
   time_jump_threshold_s (double, default 1.0, range [0.001, 3600]): see time_resets above
   gyro_range (double, default 35.0 rad/s), accel_range (double, default 160.0 m/s^2): sensor range
   tracks_layout (string, default 'vins_mono', one of vins_mono|vins_fusion)
@@ -176,7 +180,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import diagnostic_status, exit_main, reliable_qos, sensor_qos, write_json
+from vilib_ros.nodes._common import GcPauses, diagnostic_status, exit_main, reliable_qos, sensor_qos, take_pending, write_json
 from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu
 from vilib_ros.nodes.conversions import (TRACKS_LAYOUTS, ImageConversionError, TracksEncoder, camera_from_camera_info,
                                          compressed_to_mono8, draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
@@ -224,6 +228,9 @@ def node_specs(has_stereo_field: bool) -> list[ParamSpec]:
                   "whose best-effort UDP fragments get dropped", choices=("best_effort", "reliable"), read_only=True),
         ParamSpec("stereo_timeout_s", 0.2, "a left image whose right image has not come after this long is "
                   "processed alone", range=(0.0, 10.0), read_only=True),
+        ParamSpec("warm_up_frames", 8, "synthetic frames run through a new tracker before the first image "
+                  "(module loading, CUDA graph capture, memory pools), then it is reset", range=(0, 100),
+                  read_only=True),
         ParamSpec("imu_wait_s", 0.1, "longest an image waits for the IMU to reach its stamp before it is "
                   "processed (then counted as imu_incomplete); only while IMU is flowing", range=(0.0, 10.0),
                   read_only=True),
@@ -266,6 +273,7 @@ class FrontendNode(Node):
         self.stereo = bool(self.p.get("stereo", False))
         self.config = self._build_config(self.p)
         self.st = FrontendStats(self.get_logger().warning)
+        self.gc = GcPauses()
         self.device = self.p["device"]
         self.tracker = None
         self.cam = self.cam_right = None
@@ -333,7 +341,31 @@ class FrontendNode(Node):
             kwargs.update(camera_right=self.cam_right, T_right_left=np.linalg.inv(self.cam_right.T_BS) @ self.cam.T_BS)
         tracker = self.FeatureTracker(self.cam, self.config, device=self.p["device"], **kwargs)
         self.device = getattr(tracker, "device", self.p["device"])
+        self._warm_up(tracker)
         return tracker
+
+    def _warm_up(self, tracker) -> None:
+        """``warm_up_frames`` frames of a blocky random texture moving 1 px per frame (corners to
+        detect, tracks to follow; the right image 8 px apart), then ``reset()``. A failure is
+        logged, never fatal: the real frames then pay for what the warm-up would have done."""
+        n = int(self.p["warm_up_frames"])
+        if n <= 0:
+            return
+        t0 = time.monotonic()
+        h, w = self.cam.height, self.cam.width
+        rng = np.random.default_rng(0)
+        tex = np.kron(rng.integers(0, 256, (h // 8 + 2, w // 8 + 3), dtype=np.uint8), np.ones((8, 8), np.uint8))
+        stereo = self.stereo and self.cam_right is not None
+        try:
+            for k in range(n):
+                d = k % 8                   # 1 px a frame, back to the start every 8 (stays inside tex)
+                img = np.ascontiguousarray(tex[8:8 + h, 8 + d:8 + d + w])
+                right = np.ascontiguousarray(tex[8:8 + h, 16 + d:16 + d + w]) if stereo else None
+                tracker.process(img, (k + 1) * 50_000_000, image_right=right)
+        except Exception as exc:  # noqa: BLE001 - the first real frame will say what is wrong
+            self.get_logger().warning(f"tracker warm-up failed ({exc!r}); the first frames pay for it")
+        tracker.reset()
+        self.get_logger().info(f"tracker warmed up on {n} synthetic frames in {(time.monotonic() - t0) * 1e3:.0f} ms")
 
     def _on_camera_info(self, msg, topic: str) -> None:
         if self.tracker is not None or topic in self._infos:
@@ -403,6 +435,12 @@ class FrontendNode(Node):
         return None
 
     def _on_imu(self, msg: bytes) -> None:
+        """An IMU message and every one already waiting behind it: one executor turn per burst
+        (a player sends the samples up to an image together), not one per sample."""
+        self._add_imu(msg)
+        self._take_pending_imu()
+
+    def _add_imu(self, msg: bytes) -> None:
         """A serialized IMU message (raw subscription): decoded without building the message."""
         try:
             t, g, a = decode_imu(msg)
@@ -445,16 +483,8 @@ class FrontendNode(Node):
         here, before an image is processed, also makes the gyro up to the image's stamp
         available to the tracker's motion prediction.
         """
-        sub = self.sub_imu
-        for _ in range(10000):
-            try:
-                with sub.handle:
-                    taken = sub.handle.take_message(sub.msg_type, sub.raw)
-            except Exception:  # noqa: BLE001 - internal API changed: the executor still delivers
-                return
-            if taken is None:
-                return
-            self._on_imu(taken[0])
+        for raw in take_pending(self.sub_imu):
+            self._add_imu(raw)
 
     def _wait_for_imu(self, stamp: int) -> None:
         """Drain the IMU until it covers ``stamp`` (bounded by imu_wait_s, and only while the IMU
@@ -539,6 +569,8 @@ class FrontendNode(Node):
         self.pub_tracks.publish(self.encoder.encode(frame, out_id))
         t2 = time.monotonic()
         self.st.node_stage["publish"].add((t2 - t1) * 1e3)
+        if self.st.tx.count == 0:
+            self.gc.reset()             # the pauses from the first frame on (start-up apart)
         self.st.frame_done(t_recv, t0, t1, t2, frame)
         if self.p["publish_debug_image"] and self.debug.due() and self.pub_debug.get_subscription_count() > 0:
             self.debug.offer(img, frame, out_id)
@@ -572,6 +604,7 @@ class FrontendNode(Node):
     def summary(self) -> dict:
         s = self.st.summary(self.get_name(), self.device)
         s["events"].update(imu_gaps=self.imu.gaps, imu_gap_samples=self.imu.gap_samples)
+        s["gc_pauses"] = self.gc.summary()
         return s
 
     def close(self) -> None:
