@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vilib_ros.nodes.input_guard import IN_ORDER, OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump, truncate
+from vilib_ros.nodes.input_guard import IN_ORDER, OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump, imu_reached, truncate
 
 S = 1_000_000_000
 
@@ -165,3 +165,36 @@ class TestImuHoles:
         q.add(S + 39 * 5_000_000 + 3 * S, (0, 0, 0), (0, 0, 9.8))
         assert q.gaps == 1 and q.gap_samples == 599 and q.resets == 1
         assert q.gyro_between(0, 10 * S).shape == (1, 4)
+
+
+class TestImuReached:
+    """When a backend frame may go on: the IMU has reached it on its own time line."""
+
+    S = 1_000_000_000
+    T = 100 * S                                         # a frame stamp
+
+    def test_behind(self):
+        assert not imu_reached(self.T, self.T - 2 * self.S, self.T - 1, self.S)
+        assert not imu_reached(self.T, None, None, self.S)
+
+    def test_just_reached(self):
+        assert imu_reached(self.T, self.T - 2 * self.S, self.T, self.S)
+
+    def test_far_ahead_on_the_same_line(self):
+        """Regression: a backend 2 s behind its IMU (a replay 40 frames ahead at 20 Hz) waited
+        out imu_wait_s on every frame (4 frames/s on the GPU machine): the ring holds the frame's
+        time, so the IMU has reached it."""
+        assert imu_reached(self.T, self.T - 3 * self.S, self.T + 2 * self.S, self.S)
+
+    def test_earlier_line_after_a_restart(self):
+        """A replay restarted from its first stamp, its IMU still on the old line far ahead: the
+        frame waits for the IMU to come onto its line."""
+        assert not imu_reached(self.T, self.T + 50 * self.S, self.T + 60 * self.S, self.S)
+
+    def test_through_the_queue(self):
+        q = ImuQueue(jump_threshold_ns=self.S)
+        for k in range(600):                            # 3 s at 200 Hz from T - 1 s
+            assert q.add(self.T - self.S + k * 5_000_000, (0, 0, 0), (0, 0, 9.81)) == ""
+        assert q.first_t == self.T - self.S
+        assert q.reached(self.T) and q.reached(self.T + self.S) and not q.reached(self.T + 3 * self.S)
+        assert not q.reached(self.T - 3 * self.S)          # older than the ring and > 1 s behind its end

@@ -479,9 +479,7 @@ class BackendNode(Node):
         now = time.monotonic()
         while self.pending:
             t_rx, frame = self.pending[0]
-            last = self.imu.last_t
-            imu_ok = last is not None and frame.stamp_ns <= last < frame.stamp_ns + self.frame_clock.threshold_ns
-            if not imu_ok and now - t_rx < self.p["imu_wait_s"]:
+            if not self.imu.reached(frame.stamp_ns) and now - t_rx < self.p["imu_wait_s"]:
                 return
             self.pending.popleft()
             self._process_frame(frame)

@@ -96,6 +96,20 @@ class TimeJump:
         self.last = None
 
 
+def imu_reached(stamp_ns: int, first_t: int | None, last_t: int | None, threshold_ns: int) -> bool:
+    """Whether IMU samples from ``first_t`` to ``last_t`` (the ring) reach a frame at ``stamp_ns``
+    on the frame's own time line: the newest sample is at or after the frame, and the ring holds
+    the frame's time (or the newest sample is less than a time jump ahead of it). A ring still
+    on an earlier time line (a replay restarted, its IMU not yet) does not reach the frame.
+
+    Regression: the test was ``stamp <= last < stamp + threshold`` alone, so a backend more than
+    the jump threshold (1 s) behind its IMU -- a replay 40 frames ahead at 20 Hz -- waited out
+    ``imu_wait_s`` (0.5 s) on every frame: 4 frames/s on the GPU machine."""
+    if last_t is None or last_t < stamp_ns:
+        return False
+    return last_t < stamp_ns + threshold_ns or (first_t is not None and first_t <= stamp_ns)
+
+
 class ImuQueue:
     """Thread-safe ring of IMU samples (t_ns, gyro xyz, acc xyz) with input checks.
 
@@ -130,6 +144,16 @@ class ImuQueue:
     @property
     def last_t(self) -> int | None:
         return self.jump.last
+
+    @property
+    def first_t(self) -> int | None:
+        """The oldest sample held (None when empty)."""
+        with self.lock:
+            return int(self._t[0]) if self._n else None
+
+    def reached(self, stamp_ns: int) -> bool:
+        """The IMU has reached ``stamp_ns`` on that stamp's time line: see :func:`imu_reached`."""
+        return imu_reached(stamp_ns, self.first_t, self.last_t, self.jump.threshold_ns)
 
     def add(self, t: int, gyro, acc) -> str:
         g = (float(gyro[0]), float(gyro[1]), float(gyro[2]))
