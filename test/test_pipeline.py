@@ -126,8 +126,10 @@ class TestRunEndToEnd:
         print(f"vilib-ros run (3 s synthetic, CPU): {first_run['wall']:.0f} s wall; report:\n{report}")
 
 
-def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int):
-    proc = popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out),
+def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int, sigint_ignored: bool = False):
+    # sigint_ignored: started as a shell starts a background job (SIGINT ignored, inherited through exec)
+    shell = ["sh", "-c", 'trap "" INT; exec "$0" "$@"'] if sigint_ignored else []
+    proc = popen(shell + [sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out),
                   "--domain-id", str(domain), "--namespace", f"pipeline_{os.getpid()}", "--rate", "0.5", "--no-video"],
                  env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rec = out / "recorded.jsonl"
@@ -144,10 +146,14 @@ class TestRunShutdown:
     @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
     def test_interrupt_stops_every_child_and_writes_what_there_is(self, first_run, tmp_path, sig):
         """Ctrl-C or SIGTERM: every node stopped, and (regression) the report, trajectory and
-        logs of what was done so far are still written; before, an interrupted run wrote nothing."""
+        logs of what was done so far are still written; before, an interrupted run wrote nothing.
+        SIGINT is sent to a run started with SIGINT ignored, as a shell starts a background job
+        (regression: Python then installs no KeyboardInterrupt handler, and the run ignored the
+        signal and went on to its end)."""
         assert first_run["rc"] == 0
         out = tmp_path / "interrupted"
-        proc = _start_and_wait_for_tracks(out, first_run["out"] / "dataset", DOMAIN)
+        proc = _start_and_wait_for_tracks(out, first_run["out"] / "dataset", DOMAIN,
+                                          sigint_ignored=sig == signal.SIGINT)
         assert len(_children_of(out / "params.yaml")) == 4
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)

@@ -16,7 +16,9 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -78,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    # Python installs its KeyboardInterrupt handler only where SIGINT was not ignored at start-up;
+    # a shell starts background jobs with SIGINT ignored, and then `kill -INT` (or the stop of a
+    # supervising tool) did nothing: a run went on to its end. Ctrl-C always interrupts.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     from vilib_ros.nodes.processes import with_fastdds_profile
 
     with_fastdds_profile(os.environ)    # this process's own participants, as the nodes it starts
