@@ -102,3 +102,69 @@ time.sleep(600)
                 proc.kill()
             for pid in nodes():
                 os.kill(pid, signal.SIGKILL)
+
+
+_HANGING_CLOSE = r"""
+import sys, time
+from rclpy.node import Node
+from vilib_ros.nodes._common import run_node
+
+class HangsWhileClosing(Node):
+    def __init__(self):
+        super().__init__("hangs_while_closing")
+        self.create_timer(0.05, lambda: None)
+
+    def close(self):
+        print("closing", file=sys.stderr, flush=True)
+        time.sleep(3600)
+
+sys.exit(run_node(HangsWhileClosing))
+"""
+
+
+class TestRunNodeClose:
+    """run_node's close phase is bounded. Regression: a recorder_node whose parent died got its
+    one SIGTERM, blocked while closing, and then ignored every further SIGTERM (the handler set
+    SIGTERM to SIG_IGN for the close): an orphan that only SIGKILL ended."""
+
+    def _start(self, limit_s: str) -> subprocess.Popen:
+        env = _env()
+        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                   VILIB_ROS_CLOSE_LIMIT_S=limit_s)
+        proc = subprocess.Popen([sys.executable, "-c", _HANGING_CLOSE], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        # the node is spinning once rclpy is up; SIGINT ends the spin and starts close()
+        assert _wait(lambda: proc.poll() is None, 1.0)
+        return proc
+
+    def _interrupt_until_closing(self, proc) -> str:
+        err = ""
+        os.set_blocking(proc.stderr.fileno(), False)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and "closing" not in err:
+            proc.send_signal(signal.SIGINT)   # repeated: the first may come before rclpy's handler
+            time.sleep(0.5)
+            err += proc.stderr.read() or ""
+        assert "closing" in err, err
+        return err
+
+    def test_sigterm_while_closing_ends_the_process(self):
+        proc = self._start("3600")
+        try:
+            self._interrupt_until_closing(proc)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 124
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    def test_close_past_the_limit_ends_the_process(self):
+        proc = self._start("2")
+        try:
+            self._interrupt_until_closing(proc)
+            assert proc.wait(60) == 124
+            assert "closing took more than" in (proc.stderr.read() or "")
+        finally:
+            if proc.poll() is None:
+                proc.kill()

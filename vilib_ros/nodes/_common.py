@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -74,9 +75,16 @@ def run_node(factory, args=None) -> int:
             rc = 1
     finally:
         # rclpy's handler shuts the context down and then chains to Python's, whose
-        # KeyboardInterrupt may surface only now: ignore further signals and retry close().
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
+        # KeyboardInterrupt may surface only now: ignore further SIGINTs and retry close().
+        # SIGTERM while closing (a supervisor's second, stronger request) ends the process at once,
+        # and a watchdog ends it when closing takes longer than CLOSE_LIMIT_S (regression: a
+        # recorder_node whose parent died got its one SIGTERM, blocked while closing, and then
+        # ignored every further SIGTERM: an orphan that only SIGKILL ended).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _exit_while_closing)
+        watchdog = threading.Timer(close_limit_s(), _exit_while_closing, args=(None, None))
+        watchdog.daemon = True
+        watchdog.start()
         if node is not None:
             for _attempt in range(3):
                 try:
@@ -97,7 +105,30 @@ def run_node(factory, args=None) -> int:
             rclpy.try_shutdown()
         except BaseException:  # noqa: BLE001
             pass
+        watchdog.cancel()
     return rc
+
+
+#: seconds a node may take to close (files, summaries, DDS shutdown) before it exits anyway
+CLOSE_LIMIT_S = 120.0
+
+
+def close_limit_s() -> float:
+    """:data:`CLOSE_LIMIT_S`, or ``VILIB_ROS_CLOSE_LIMIT_S`` from the environment (> 0)."""
+    try:
+        v = float(os.environ.get("VILIB_ROS_CLOSE_LIMIT_S", CLOSE_LIMIT_S))
+    except ValueError:
+        return CLOSE_LIMIT_S
+    return v if v > 0 else CLOSE_LIMIT_S
+
+
+def _exit_while_closing(signum, frame) -> None:
+    why = f"signal {signum}" if signum else f"closing took more than {close_limit_s():.0f} s"
+    try:   # os.write: no buffered stream that could itself be the thing that blocks
+        os.write(2, f"stopped while closing ({why}): exit 124\n".encode())
+    except OSError:
+        pass
+    os._exit(124)
 
 
 def take_pending(sub, limit: int = 10000):
