@@ -107,6 +107,7 @@ def main():
         finally:
             K.config = old
 
+    timed("lk_template_fb (FB check fused)", lambda: go(*K._lk_templates(s, count, fb=True)))
     for mi in (30, 10, 3, 1):
         timed(f"lk_template (max_iterations {mi})", lambda mi=mi: go(*with_tracker(max_iterations=mi)))
     kern, grid, block, args = K._lk_templates(s, count)
@@ -120,8 +121,9 @@ def main():
     for w in (1, 2, 8):
         kw = get_module("lk", {"LK_WARPS": w, **base_defs}).get_function(fname)
         timed(f"lk_template (LK_WARPS {w})", lambda kw=kw, w=w: go(kw, ((K.S + w - 1) // w, 1, 1), (32, w, 1), args))
-    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, **base_defs}, ("--use_fast_math",)).get_function(fname)
-    timed("lk_template (fast math)", lambda: go(kf, grid, block, args))
+    for opts in ((), ("--use_fast_math",), ("--prec-div=false",), ("--prec-sqrt=false",)):
+        kf = get_module("lk", {"LK_WARPS": K.tracker.warps, **base_defs}, opts).get_function(fname)
+        timed(f"lk_template (options {' '.join(opts) or 'none'})", lambda kf=kf: go(kf, grid, block, args))
     sp = (s - 1) % 4
     t = K.t
 
@@ -151,8 +153,8 @@ def main():
         finally:
             ransac_gpu.launch = real_launch
 
-    timed("ransac (4 kernels)", lambda: ransac(), reps=5)
-    for n in ("candidates", "hypotheses", "score", "select"):
+    timed("ransac (all kernels)", lambda: ransac(), reps=5)
+    for n in K.ransac._k:
         timed(f"ransac_{n}", lambda n=n: ransac(n))
     res["ransac_state"] = K.ransac.state()
     timed("lk_extract", lambda: go(*K._extract(s, count)))
