@@ -4,8 +4,8 @@ The frontend runs ``--frames`` real EuRoC frames (default configuration: referen
 affine warp, FB check, RANSAC); then each idempotent kernel of the last frame (LK, the FB check,
 the RANSAC kernels, lk_extract, the pyramid) is captured ``REPS`` times into one CUDA graph,
 queued behind a spin kernel, and timed with events: GPU time per launch, graph-node overhead
-included, no host launch gaps. Variants of the LK kernels (iterations, warps per block,
-fast math, levels of the FB check) separate the per-iteration cost from the per-level cost.
+included, no host launch gaps. Variants of the LK kernels (iterations, IEEE division and square
+root, levels of the FB check) separate the per-iteration cost from the per-level cost.
 
 Usage (GPU machine): ``python3 bench/profile_frame_kernels.py [--out DIR]``; prints a table and
 writes ``kernel_profile.json``.
@@ -118,12 +118,9 @@ def main():
         pass
     fname = f"lk_template_{tc.warp}_{tc.mode}"
     base_defs = {"LK_OSC_EPS": f"{float(tc.osc_eps)!r}f", "LK_OSC_GROWTH": f"{float(tc.osc_growth)!r}f"}
-    for w in (1, 2, 8):
-        kw = get_module("lk", {"LK_WARPS": w, **base_defs}).get_function(fname)
-        timed(f"lk_template (LK_WARPS {w})", lambda kw=kw, w=w: go(kw, ((K.S + w - 1) // w, 1, 1), (32, w, 1), args))
-    for opts in ((), ("--use_fast_math",), ("--prec-div=false",), ("--prec-sqrt=false",)):
-        kf = get_module("lk", {"LK_WARPS": K.tracker.warps, **base_defs}, opts).get_function(fname)
-        timed(f"lk_template (options {' '.join(opts) or 'none'})", lambda kf=kf: go(kf, grid, block, args))
+    # the same kernel with IEEE division and square root (the build before tracker.LK_OPTIONS)
+    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, **base_defs}).get_function(fname)
+    timed("lk_template (IEEE division / sqrt)", lambda: go(kf, grid, block, args))
     sp = (s - 1) % 4
     t = K.t
 
