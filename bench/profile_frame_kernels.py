@@ -46,6 +46,7 @@ def main():
     from vilib_ros._cuda import device_name, get_module, launch
     from vilib_ros.camera import euroc_cam0
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
+    from vilib_ros.bench.frontend import graph_times
     from vilib_ros.frontend import ransac_gpu
 
     frames = load_frames()
@@ -57,7 +58,6 @@ def main():
     st = p.stream
     s = (a.frames - 1) % 4
     spin = get_module("bench_util").get_function("gpu_spin")
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     res = {"device": device_name(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "frames": a.frames, "count": int(K.hdr("count").get()[0])}
     it = K.t["lk_iters"][:res["count"]].get()
@@ -73,15 +73,7 @@ def main():
                     enqueue()
             finally:
                 g = st.end_capture()
-            ts = []
-            for r in range(ROUNDS + 3):
-                spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN),), stream=st)
-                e0.record(st)
-                g.launch(st)
-                e1.record(st)
-                e1.synchronize()
-                if r >= 3:
-                    ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / reps)
+            ts = [t * 1e6 / reps for t in graph_times(g, st, ROUNDS, warm=3, spin_cycles=SPIN)]
             res[name] = {"p50_us": float(np.median(ts)), "min_us": float(np.min(ts))}
             print(f"{name:48s} {np.median(ts):8.2f} us  (min {np.min(ts):.2f})", flush=True)
         except Exception as exc:

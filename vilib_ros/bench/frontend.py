@@ -197,8 +197,6 @@ def gated_detection_cost(ft, repeats=500, block_rows=8) -> dict:
     and of the same graph with the flag set (a detection frame)."""
     import cupy as cp
 
-    from vilib_ros._cuda import get_module
-
     p = ft.pipeline
     det = p.detector
     s = p.stream
@@ -208,23 +206,33 @@ def gated_detection_cost(ft, repeats=500, block_rows=8) -> dict:
     s.begin_capture()
     det.enqueue(det.levels_desc(p.k.pyrs[0]), s, False, occupancy=occ, gate=gate, block_rows=block_rows)
     g = s.end_capture()
-    spin = get_module("bench_util").get_function("gpu_spin")
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     out = {}
     for flag in (0, 1):
         gate.fill(flag)
         cp.cuda.Device().synchronize()
-        ts = []
-        for r in range(repeats + 10):
-            spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=s)
-            e0.record(s)
-            g.launch(s)
-            e1.record(s)
-            e1.synchronize()
-            if r >= 10:
-                ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-        out["flag_off" if flag == 0 else "flag_on"] = _stats(ts)
+        out["flag_off" if flag == 0 else "flag_on"] = _stats(graph_times(g, s, repeats, warm=10))
     return out
+
+
+def graph_times(g, stream, repeats, warm=10, spin_cycles=SPIN_CYCLES) -> list:
+    """GPU execution times (s) of ``repeats`` launches of the CUDA graph ``g`` on ``stream``, each
+    queued behind a spin kernel, so that the events around it time the GPU, not the host."""
+    import cupy as cp
+
+    from vilib_ros._cuda import get_module
+
+    spin = get_module("bench_util").get_function("gpu_spin")
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    for r in range(repeats + warm):
+        spin((1, 1, 1), (1, 1, 1), (np.int64(spin_cycles),), stream=stream)
+        e0.record(stream)
+        g.launch(stream)
+        e1.record(stream)
+        e1.synchronize()
+        if r >= warm:
+            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+    return ts
 
 
 def stage_breakdown(ft, frames, n, right=None, warm=10) -> dict:
