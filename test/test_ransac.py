@@ -281,8 +281,9 @@ class TestGpuRansac:
 class TestGpuPipelineRansac:
     def test_one_compute_graph_per_frame(self, euroc_frames):
         """Regression: with RANSAC on, the GPU frame's compute graph was split in two around a host
-        RANSAC (a stream synchronisation mid-frame, three graph launches per frame). Now: the upload
-        graph and one compute graph per frame, RANSAC's rejects counted on the device."""
+        RANSAC (a stream synchronisation mid-frame, three graph launches per frame). Now: with
+        process() one graph per frame (upload and compute), RANSAC's rejects counted on the
+        device; submitted ahead, the upload graph and one compute graph per frame."""
         from vilib_ros.camera import euroc_cam0
         from vilib_ros.frontend import FeatureTracker, FrontendConfig
 
@@ -292,5 +293,11 @@ class TestGpuPipelineRansac:
         n = 30
         for k in range(n):
             ft.process(euroc_frames[k], 1_000_000_000 + 50_000_000 * k)
-        assert ft.stats["graph_launches"] == 2 * n
+        assert ft.stats["graph_launches"] == n      # process(): upload + compute as one graph
         assert ft.stats["tracked_total"] > 0 and ft.stats["ransac_rejected"] >= 0
+        ft.submit(euroc_frames[n], 1_000_000_000 + 50_000_000 * n)
+        for k in range(n + 1, n + 11):              # one frame always in flight
+            ft.submit(euroc_frames[k], 1_000_000_000 + 50_000_000 * k)
+            ft.result()
+        ft.result()
+        assert ft.stats["graph_launches"] == n + 1 + 2 * 10

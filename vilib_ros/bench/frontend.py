@@ -143,7 +143,7 @@ def run_gpu_exec(ft, frames, n, warm=20) -> dict:
     nf = len(frames)
     gpu, seen = [], []
     for k in range(n + warm):
-        spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=ft.pipeline.up_stream)   # the frame starts there
+        spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=ft.pipeline.stream)   # process(): the frame starts there
         fr = ft.process(frames[k % nf], _stamp())
         if k >= warm:
             gpu.append(fr.timings["gpu_s"])
@@ -197,8 +197,6 @@ def gated_detection_cost(ft, repeats=500, block_rows=8) -> dict:
     and of the same graph with the flag set (a detection frame)."""
     import cupy as cp
 
-    from vilib_ros._cuda import get_module
-
     p = ft.pipeline
     det = p.detector
     s = p.stream
@@ -208,23 +206,33 @@ def gated_detection_cost(ft, repeats=500, block_rows=8) -> dict:
     s.begin_capture()
     det.enqueue(det.levels_desc(p.k.pyrs[0]), s, False, occupancy=occ, gate=gate, block_rows=block_rows)
     g = s.end_capture()
-    spin = get_module("bench_util").get_function("gpu_spin")
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     out = {}
     for flag in (0, 1):
         gate.fill(flag)
         cp.cuda.Device().synchronize()
-        ts = []
-        for r in range(repeats + 10):
-            spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=s)
-            e0.record(s)
-            g.launch(s)
-            e1.record(s)
-            e1.synchronize()
-            if r >= 10:
-                ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-        out["flag_off" if flag == 0 else "flag_on"] = _stats(ts)
+        out["flag_off" if flag == 0 else "flag_on"] = _stats(graph_times(g, s, repeats, warm=10))
     return out
+
+
+def graph_times(g, stream, repeats, warm=10, spin_cycles=SPIN_CYCLES) -> list:
+    """GPU execution times (s) of ``repeats`` launches of the CUDA graph ``g`` on ``stream``, each
+    queued behind a spin kernel, so that the events around it time the GPU, not the host."""
+    import cupy as cp
+
+    from vilib_ros._cuda import get_module
+
+    spin = get_module("bench_util").get_function("gpu_spin")
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    for r in range(repeats + warm):
+        spin((1, 1, 1), (1, 1, 1), (np.int64(spin_cycles),), stream=stream)
+        e0.record(stream)
+        g.launch(stream)
+        e1.record(stream)
+        e1.synchronize()
+        if r >= warm:
+            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+    return ts
 
 
 def stage_breakdown(ft, frames, n, right=None, warm=10) -> dict:
@@ -371,6 +379,62 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     return res
 
 
+#: the figures compared with the previous run's frontend_per_frame.json (name, key path, unit)
+COMPARED = (("mono process() p50", ("process_p50_us",), "us"), ("mono process() p99", ("process_p99_us",), "us"),
+            ("stereo process() p50", ("stereo_process_p50_us",), "us"),
+            ("submit-ahead", ("submit_ahead_fps",), "frames/s"),
+            ("host time per frame (submit + result)", ("host_python_us_per_frame",), "us"),
+            ("  of which submit()", ("host_split", "submit", "p50_us"), "us"),
+            ("GPU time per frame", ("gpu_us_per_frame",), "us"),
+            ("detection alone, pageable frame", ("detect_pageable_p50_us",), "us"))
+
+
+def _dig(d, path):
+    for k in path:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def attach_previous(res: dict, path) -> dict:
+    """Keep, in ``res["previous"]``, the figures of the previous run (the committed
+    ``frontend_per_frame.json`` at ``path``, if there is one) that :func:`markdown` sets beside this
+    run's: the change, with the device and date of both."""
+    import json
+
+    try:
+        old = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return res
+    keep = {"device": old.get("device"), "date": old.get("date"), "stages_mono": old.get("stages_mono")}
+    for _, key, _ in COMPARED:
+        keep[".".join(key)] = _dig(old, key)
+    res["previous"] = keep
+    return res
+
+
+def _previous_lines(res) -> list[str]:
+    prev = res.get("previous")
+    if not prev:
+        return []
+    L = ["", f"Against the previous run ({prev.get('device')}, {prev.get('date')}; this run {res['device']}, "
+         f"{res['date']}):", "", "| measurement (p50) | previous | now | change |", "|---|---:|---:|---:|"]
+    for name, key, unit in COMPARED:
+        a, b = prev.get(".".join(key)), _dig(res, key)
+        if a is None or b is None:
+            continue
+        L.append(f"| {name} | {a:.1f} {unit} | {b:.1f} {unit} | {b / a:.2f}x |")
+    old, new = prev.get("stages_mono") or {}, res.get("stages_mono") or {}
+    if old and new:
+        L += ["", "| GPU stage, mono (median us) | previous | now |", "|---|---:|---:|"]
+        for k in list(new) + [k for k in old if k not in new]:
+            a = f"{old[k]['p50_us']:.1f}" if k in old else "-"
+            b = f"{new[k]['p50_us']:.1f}" if k in new else "-"
+            L.append(f"| {k} | {a} | {b} |")
+    return L
+
+
 def verdicts(res) -> list[str]:
     t, v = TARGETS, []
 
@@ -441,5 +505,6 @@ def markdown(res) -> str:
           "| function (cProfile, process()) | calls/frame | self us/frame | cumulative us/frame |", "|---|---:|---:|---:|"]
     for r in res["profile"]["top"][:15]:
         L.append(f"| `{r['function']}` | {r['calls_per_frame']:.2f} | {r['self_us_per_frame']:.1f} | {r['cum_us_per_frame']:.1f} |")
+    L += _previous_lines(res)
     L += ["", "Targets (H100):", ""] + [f"- {x}" for x in res["verdicts"]]
     return "\n".join(L) + "\n"

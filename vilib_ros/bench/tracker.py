@@ -35,6 +35,8 @@ import numpy as np
 log = logging.getLogger("vilib_ros.bench.tracker")
 
 REPO = Path(__file__).resolve().parents[2]
+#: the committed per-frame table: each new one shows the change against it
+PREVIOUS_PER_FRAME = REPO / "bench" / "results" / "frontend_per_frame.json"
 TARGETS = {"gpu_us_100": 40.0, "host_us_100": 60.0, "speedup_vs_opencv": 10.0, "frontend_fps": 5000.0,
            "frontend_p99_ms": 0.5}
 STAMP0 = 1_000_000_000_000
@@ -534,6 +536,8 @@ def run_command(args) -> int:
 
         mod = importlib.import_module(f"vilib_ros.bench.{module}")
         r = getattr(mod, fn)(load_frames(args.frames_dir), max(100, args.per_frame))
+        if stem == "frontend_per_frame":
+            mod.attach_previous(r, PREVIOUS_PER_FRAME)
         (out / f"{stem}.json").write_text(json.dumps(r, indent=2, default=str))
         (out / f"{stem}.md").write_text(mod.markdown(r))
         print(mod.markdown(r))
@@ -577,9 +581,9 @@ def run_command(args) -> int:
     if device == "cuda":
         res["host_profile"] = profile_frontend(frames, 2000, device)
         if args.per_frame > 0:
-            from vilib_ros.bench.frontend import bench_per_frame, markdown
+            from vilib_ros.bench.frontend import attach_previous, bench_per_frame, markdown
 
-            pf = bench_per_frame(frames, args.per_frame)
+            pf = attach_previous(bench_per_frame(frames, args.per_frame), PREVIOUS_PER_FRAME)
             res["per_frame"] = pf
             (out / "frontend_per_frame.json").write_text(json.dumps(pf, indent=2, default=str))
             (out / "frontend_per_frame.md").write_text(markdown(pf))

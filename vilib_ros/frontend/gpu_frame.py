@@ -10,8 +10,9 @@ parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline
   device);
 * :meth:`~FrameKernels.enqueue_compute` (compute stream): ``lk_frontend`` (previous -> current
   frame, from the IMU-predicted position, undistorted result; with stored templates
-  ``lk_template_<warp>_<mode>`` from each track's template) [-> ``lk_frontend`` backward: the
-  forward-backward check] [-> the RANSAC kernels (:mod:`vilib_ros.frontend.ransac_gpu`): its
+  ``lk_template_<warp>_<mode>`` from each track's template; ``lk_template_fb_<warp>_<mode>`` with
+  the forward-backward check in the same warp) [-> ``lk_frontend`` backward: the forward-backward
+  check, frame to frame] [-> the RANSAC kernels (:mod:`vilib_ros.frontend.ransac_gpu`): its
   outliers flagged] -> ``table_update`` (status, compaction, velocity, age, cell
   occupancy, redetection flag; templates due flagged) -> ``fast_crf_levels`` -> ``nms_cell`` (both
   return at once unless the flag is set) -> ``finalize`` (new tracks where the flag is set; the
@@ -147,6 +148,7 @@ class FrameKernels:
         self.fx = float(camera.fx)
         self._k_lk = tracker.frontend_kernel
         self._k_tpl, self._k_extract = tracker.template_kernel, tracker.extract_kernel
+        self._k_tpl_fb = tracker.template_fb_kernel
         self.crf_block_rows = 8             # CRF grid rows: few blocks, so that a gated-off launch is cheap
 
     def hdr(self, name: str):
@@ -204,8 +206,10 @@ class FrameKernels:
             np.int32(tc.template == "previous"), np.float32(tc.template_refresh_residual),
             np.int32(tc.template_max_age))
 
-    def _lk_templates(self, s, count):
-        """lk_template_<warp>_<mode>: every live track from its stored template into frame ``s``."""
+    def _lk_templates(self, s, count, fb: bool = False):
+        """lk_template_<warp>_<mode>: every live track from its stored template into frame ``s``;
+        ``fb``: lk_template_fb_<warp>_<mode>, the forward-backward check into the previous frame's
+        slot fused."""
         tc, t = self.config.tracker, self.t
         warps = self.tracker.warps
         aff = tc.warp == "affine"
@@ -215,7 +219,9 @@ class FrameKernels:
                 t["xy"], self._M[s], t["cam"], t["cam"], np.int32(tc.max_iterations), np.float32(tc.eps),
                 np.float32(tc.min_eigen), np.float32(tc.max_residual), t["lk_pos"], t["lk_status"], t["lk_xy"],
                 t["lk_iters"], t["lk_residual"], t["lk_gain"], t["lk_offset"], t["lk_affine"] if aff else null)
-        return self._k_tpl, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
+        if fb:
+            args += (self._lk_tab[(s - 1) % RING], t["fb_pos"], t["fb_status"])
+        return self._k_tpl_fb if fb else self._k_tpl, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
 
     def _extract(self, s, count):
         """lk_extract: the templates of the slots flagged ``refresh`` (new, or due) from frame ``s``."""
@@ -239,13 +245,14 @@ class FrameKernels:
             if name:
                 probe(name)
 
+        fused_fb = self.templates and c.fb_check
         if self.templates:
-            go(*self._lk_templates(s, count), name="lk")
+            go(*self._lk_templates(s, count, fb=fused_fb), name="lk")
         else:
             go(*self._lk(self._lk_tab[sp], self._lk_tab[s], count, t["uv"], t["uv"],
                          (t["lk_pos"], t["lk_status"], t["lk_xy"], t["lk_iters"]), xy=t["xy"], M=self._M[s],
                          cam_pred=t["cam"], cam_out=t["cam"]), name="lk")
-        if c.fb_check:
+        if c.fb_check and not fused_fb:
             go(*self._lk(self._lk_tab[s], self._lk_tab[sp], count, t["lk_pos"], t["uv"],
                          (t["fb_pos"], t["fb_status"], None, None), gate=t["lk_status"]), name="fb")
         if c.ransac:

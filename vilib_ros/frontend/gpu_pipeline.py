@@ -1,11 +1,13 @@
-"""The frontend's GPU pipeline: the host side of a frame, two CUDA graph launches and one event.
+"""The frontend's GPU pipeline: the host side of a frame, one or two CUDA graph launches and one event.
 
 Per frame the host fills the slot's frame parameters in page-locked memory (source address,
-result slot, rotation prediction, dt), launches the slot's upload graph on the upload stream and
-its compute graph on the compute stream (:mod:`vilib_ros.frontend.gpu_frame`), and records one
-event; :meth:`GpuPipeline.collect` waits for it and hands out a TrackFrame whose arrays are views
-of the frame's result slot in page-locked memory (written by the kernels: zero-copy). The
-compute part of frame k overlaps the upload of frame k+1.
+result slot, rotation prediction, dt), launches the slot's graphs (:mod:`vilib_ros.frontend.gpu_frame`)
+and records one event; :meth:`GpuPipeline.collect` waits for it and hands out a TrackFrame whose
+arrays are views of the frame's result slot in page-locked memory (written by the kernels:
+zero-copy). With frames in flight (submit-ahead) the upload graph goes on the upload stream and
+the compute graph on the compute stream, so the compute part of frame k overlaps the upload of
+frame k+1; with none (``process()``: every earlier frame collected) upload and compute are one
+graph on the compute stream, three CUDA calls on the host.
 
 How the frame gets to the device (``upload``):
 
@@ -90,6 +92,7 @@ class GpuPipeline:
 
             raise CudaUnavailable("page-locked host memory is not mapped into the device's address space")
         self._prm_dev = [self._dev[prm.ctypes.data] + PARAMS_BYTES * s for s in range(RING)]
+        self._img_dev = [[self._dev[a.ctypes.data] for a in cam] for cam in self._img]
         self._out_dev = [self._dev[res.ctypes.data] + nb * o for o in range(RESULT_SLOTS)]
         self._out_offsets = tuple(np.int32(self._rl.offset(n)) for n in
                                   ("hdr", "cnt", "ids", "uv", "xy", "vel", "score", "level", "age", "uv_r", "xy_r"))
@@ -172,22 +175,25 @@ class GpuPipeline:
     def submit(self, image, image_right, stamp_ns: int, R, dt: float, host_stats: dict) -> _Ticket:
         s, o, k = self._frames % RING, self._frames % RESULT_SLOTS, self._frames
         self._frames += 1
+        # Nothing in flight (every earlier frame collected, as process() does): the GPU is idle, so
+        # upload and compute go as ONE graph on the compute stream (3 CUDA calls on the host instead
+        # of 8: there is no earlier frame for the upload to overlap with). Otherwise the upload graph
+        # on the upload stream overlaps the compute of the frames before it.
+        alone = not self._pending and self.probe is None
         old = self._pending.pop(o, None)
         if old is not None:                 # never collected: copy it out before its slot is reused
             old.frame = self._frame(old).copy()
-        if self._slot_out[s] >= 0:          # the upload that last used this slot's staging is done
+        if not alone and self._slot_out[s] >= 0:    # the upload that last used this slot's staging is done
             self._ev_done[self._slot_out[s]].synchronize()
         self._slot_out[s] = o
         stereo = image_right is not None and self.stereo_on
-        up = self.stream if self.probe else self.up_stream
+        up = self.stream if (self.probe or alone) else self.up_stream
         if k >= RING - 1 and up is not self.stream:
             # slot s is the previous frame of frame k - (RING - 1): the upload waits for it
             up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
         u = self._prm_u64[s]
-        for cam, img in enumerate((image, image_right) if stereo else (image,)):
-            u[_U64_SRC + cam] = self._source(img, cam, s, up)
-        if not stereo:
-            u[_U64_SRC + 1] = 0
+        u[_U64_SRC] = self._source(image, 0, s, up)
+        u[_U64_SRC + 1] = self._source(image_right, 1, s, up) if stereo else 0
         u[_U64_OUT] = self._out_dev[o]
         f = self._prm_f32[s]
         if R is None:
@@ -199,19 +205,27 @@ class GpuPipeline:
         self._prm_i32[s, _I32_STEREO] = 1 if stereo else 0
         tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
         self._ev_start[o].record(up)
-        self._launch(self.graphs_up, ("up", s, stereo), up,
-                     lambda checked: self.k.enqueue_upload(s, stereo, self._prm_dev[s], up, checked, probe=self.probe))
-        if up is not self.stream:
-            self._ev_up[s].record(up)
-            self.stream.wait_event(self._ev_up[s])
-        self._launch(self.graphs, (s, stereo), self.stream, lambda checked: self.k.enqueue_compute(
-            s, stereo, self.stream, checked, self._out_offsets, probe=self.probe))
+        if alone:
+            self._launch(self.graphs, ("frame", s, stereo), up, lambda checked: self._enqueue_frame(s, stereo, checked))
+        else:
+            self._launch(self.graphs_up, ("up", s, stereo), up, lambda checked: self.k.enqueue_upload(
+                s, stereo, self._prm_dev[s], up, checked, probe=self.probe))
+            if up is not self.stream:
+                self._ev_up[s].record(up)
+                self.stream.wait_event(self._ev_up[s])
+            self._launch(self.graphs, (s, stereo), self.stream, lambda checked: self.k.enqueue_compute(
+                s, stereo, self.stream, checked, self._out_offsets, probe=self.probe))
         self._ev_done[o].record(self.stream)
         if checked_launches():              # the graphs' kernels: a fault shows here
             self.stream.synchronize()
         host_stats["graph_launches"] = self.graph_launches
         self._pending[o] = tk
         return tk
+
+    def _enqueue_frame(self, s, stereo, checked) -> None:
+        """Upload and compute of the frame in slot ``s``, both on the compute stream."""
+        self.k.enqueue_upload(s, stereo, self._prm_dev[s], self.stream, checked)
+        self.k.enqueue_compute(s, stereo, self.stream, checked, self._out_offsets)
 
     def _source(self, image, cam, s, up) -> int:
         """Device-accessible address of one camera's frame for the pyramid kernel (see ``upload``)."""
@@ -220,15 +234,17 @@ class GpuPipeline:
             self._ev_input.record(cp.cuda.get_current_stream())
             up.wait_event(self._ev_input)
             return int(image.data.ptr)
-        level0 = self.k.pyrs_r[s].levels[0] if cam else self.k.pyrs[s].levels[0]
-        host = image.ctypes.data
-        d = self._pinned.get(host, 0) if image.flags.c_contiguous else 0
         staging = self._img[cam][s]
+        d = 0
+        if self._pinned:                            # frames of pinned_frames() are read in place
+            d = self._pinned.get(image.ctypes.data, 0) if image.flags.c_contiguous else 0
         if self.upload == "mapped":
             if d:
                 return d
             np.copyto(staging, image)               # the one host copy, into the page-locked slot
-            return self._dev[staging.ctypes.data]
+            return self._img_dev[cam][s]
+        level0 = self.k.pyrs_r[s].levels[0] if cam else self.k.pyrs[s].levels[0]
+        host = image.ctypes.data
         if not d and (self.upload == "copy" or not image.flags.c_contiguous):
             np.copyto(staging, image)               # the one host copy, into the page-locked slot
             host = staging.ctypes.data

@@ -1,5 +1,5 @@
 """The fundamental-matrix RANSAC of :mod:`vilib_ros.frontend.ransac` on the device
-(``kernels/ransac.cu``): four launches inside the frame's CUDA graph, after LK and the
+(``kernels/ransac.cu``): three launches inside the frame's CUDA graph, after LK and the
 forward-backward check, before ``table_update``, which drops the slots flagged in
 :attr:`GpuRansac.reject` and counts them as ``ransac_rejected``. No host round trip, no
 per-frame allocation: the sample table and every scratch array are allocated once, with the
@@ -14,7 +14,7 @@ from vilib_ros.frontend.ransac import HYPOTHESES, LANES, SAMPLE, STATE, TABLE, k
 
 #: ``-fmad=false``: no fused multiply-add, so that the float64 results are those of the numba twin
 OPTIONS = ("-fmad=false",)
-SCORE_THREADS, SELECT_THREADS = 128, 256        # kernels/ransac.cu RS_SCORE_THREADS, RS_SELECT_THREADS
+MODEL_WARPS, SELECT_THREADS = 4, 256            # kernels/ransac.cu RS_MODEL_WARPS, RS_SELECT_THREADS
 
 
 def scratch_layout(S: int) -> Layout:
@@ -41,7 +41,7 @@ class GpuRansac:
         self.v = self.layout.views(self.buf)
         try:
             m = get_module("ransac", kernel_defines(), OPTIONS)
-            self._k = {n: m.get_function(f"ransac_{n}") for n in ("candidates", "hypotheses", "score", "select")}
+            self._k = {n: m.get_function(f"ransac_{n}") for n in ("candidates", "models", "select")}
         except CudaUnavailable:
             raise
         except Exception as exc:
@@ -59,7 +59,7 @@ class GpuRansac:
 
     def enqueue(self, stream, checked: bool, hdr, lk_status, uv, xy, lk_xy, fb_pos, fb_status, fb_threshold: float,
                 threshold: float, confidence: float) -> None:
-        """The four launches on ``stream`` (``fb_status`` None: no forward-backward check);
+        """The three launches on ``stream`` (``fb_status`` None: no forward-backward check);
         ``threshold`` in the units of ``xy`` (normalised: ransac_threshold / fx)."""
         v, k = self.v, self._k
         null = np.uint64(0)
@@ -68,10 +68,9 @@ class GpuRansac:
                (hdr, lk_status, uv, xy, lk_xy, null if fb_status is None else fb_pos,
                 null if fb_status is None else fb_status, np.float32(fb_threshold), np.int32(self.S), v["cand"],
                 v["x1"], v["x2"], v["flag"], v["reject"], v["state"]), stream=stream, checked=checked)
-        launch(k["hypotheses"], ((HYPOTHESES + 127) // 128, 1, 1), (128, 1, 1),
-               (v["table"], v["x1"], v["x2"], v["state"], v["F"], v["valid"]), stream=stream, checked=checked)
-        launch(k["score"], (HYPOTHESES, 1, 1), (SCORE_THREADS, 1, 1),
-               (v["x1"], v["x2"], v["state"], v["F"], v["valid"], thr2, v["count"]), stream=stream, checked=checked)
+        launch(k["models"], ((HYPOTHESES + MODEL_WARPS - 1) // MODEL_WARPS, 1, 1), (32, MODEL_WARPS, 1),
+               (v["table"], v["x1"], v["x2"], v["state"], thr2, v["F"], v["valid"], v["count"]), stream=stream,
+               checked=checked)
         launch(k["select"], (1, 1, 1), (SELECT_THREADS, 1, 1),
                (hdr, v["x1"], v["x2"], v["cand"], v["flag"], v["F"], v["count"], thr2, np.float64(confidence),
                 v["inl"], v["reject"], v["state"]), stream=stream, checked=checked)

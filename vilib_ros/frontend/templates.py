@@ -75,7 +75,8 @@ template / warp on both devices, reference + affine the default):
    image at x + A u with its own bilinear weights, the 8 sums of U r and the Hessian's entries by
    butterfly, H 8 x 8 and its 4 x 4 translation sub-block inverted by Cholesky in registers,
    phase switch and composition with the inverse step as per-warp scalars. The previous frame's
-   pyramid is read only by the forward-backward check.
+   pyramid is read only by the forward-backward check, which ``lk_template_fb_<warp>_<mode>`` runs
+   in the same warp right after the forward track (one launch for both).
 4. ``table_update`` writes ``gain``, ``offset``, ``affine`` (identity for the translation warp),
    ``residual``, ``tmpl_age + 1`` and flags refreshes (``residual > template_refresh_residual``
    or ``tmpl_age >= template_max_age``, every track for ``template: previous``; the flagged

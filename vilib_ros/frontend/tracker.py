@@ -43,6 +43,14 @@ _MODE_INFO = {  # n params, gain slot, offset slot (as in ModeInfo<> of lk.cu)
     "gain_offset": (4, 2, 3),
 }
 LK_WARPS = 4
+#: NVRTC options of ``kernels/lk.cu``: approximate fp32 division and square root, denormals
+#: flushed. The solver's divisions and square roots (the Cholesky inverse of the Hessian per level,
+#: the composition with the inverse step per iteration) are on each feature's serial chain: with
+#: IEEE division and square root the default tracker took 54.8 us per frame on the H100, with
+#: these 37.2 us (bench/profile_frame_kernels.py, 2026-11-24). The converged position is where
+#: sum U r = 0, which the accuracy of H^-1 does not move; the GPU and CPU trackers agree within
+#: the tolerances of test_tracker_gpu / test_frontend.TestGpuMatchesCpu.
+LK_OPTIONS = ("--ftz=true", "--prec-div=false", "--prec-sqrt=false")
 
 
 class TrackStatus(enum.IntEnum):
@@ -475,12 +483,14 @@ class GpuLKTracker:
             raise ValueError(f"warps must be in 1..32, got {warps!r}")
         c = self.config
         mod = get_module("lk", {"LK_WARPS": self.warps, "LK_OSC_EPS": f"{float(c.osc_eps)!r}f",
-                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", **(defines or {})})
+                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", **(defines or {})}, LK_OPTIONS)
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
         # the frontend's variant on the device-side track table (same compile-time settings)
         self.frontend_kernel = mod.get_function(f"lk_frontend_{self.config.mode}")
         # stored templates (vilib_ros.frontend.templates): LK from the template bank, and its extraction
         self.template_kernel = mod.get_function(f"lk_template_{self.config.warp}_{self.config.mode}")
+        # the same with the forward-backward check fused (the frontend's default)
+        self.template_fb_kernel = mod.get_function(f"lk_template_fb_{self.config.warp}_{self.config.mode}")
         self.extract_kernel = mod.get_function("lk_extract")
         self._tables: dict[int, object] = {}
         self._arg_cache: dict = {}   # launch arguments per set of buffers (built once: ~10 us of Python)

@@ -808,7 +808,9 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
                                  float max_residual, float2* __restrict__ out_pos, signed char* __restrict__ out_status,
                                  float2* __restrict__ out_xy, int* __restrict__ out_iters,
                                  float* __restrict__ out_residual, float* __restrict__ out_gain,
-                                 float* __restrict__ out_offset, float4* __restrict__ out_affine)
+                                 float* __restrict__ out_offset, float4* __restrict__ out_affine,
+                                 const unsigned long long* __restrict__ prev_levels, float2* __restrict__ fb_pos,
+                                 signed char* __restrict__ fb_status)
 {
     const int f = blockIdx.x * LK_WARPS + threadIdx.y;
     if (f >= (int)*count) return;             // warp-uniform
@@ -828,6 +830,24 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
                                                      bank_valid + (size_t)row * n_levels, img_levels, w0, h0,
                                                      n_levels, patch16_mask, p0, max_iterations, eps2, min_eigen,
                                                      max_residual, x, y, A, alpha, beta, residual, iters);
+    if (prev_levels != nullptr) {
+        // the forward-backward check, fused (lk_frontend's backward use, the same arithmetic): the
+        // current frame's patch at the result, from the slot's old position `guess` into the
+        // previous frame; INACTIVE (at `guess`) unless tracked
+        float2 back = guess[f];
+        int bst = LK_INACTIVE;
+        if (status == LK_TRACKED) {           // warp-uniform
+            float bx, by, ba, bb, br;
+            int bi;
+            bst = lk_point<MODE>(img_levels, prev_levels, w0, h0, n_levels, patch16_mask, make_float2(x, y), back,
+                                 max_iterations, eps2, min_eigen, max_residual, bx, by, ba, bb, br, bi);
+            back = make_float2(bx, by);
+        }
+        if (lane == 0) {
+            fb_pos[f] = back;
+            fb_status[f] = (signed char)bst;
+        }
+    }
     if (lane != 0) return;
     out_pos[f] = make_float2(x, y);
     out_status[f] = (signed char)status;
@@ -854,12 +874,27 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
     out_xy, out_iters, out_residual, out_gain, out_offset, out_affine
 
 template <int MODE> __device__ __forceinline__ void lk_template_translation_impl(LKT_ARGS)
-{ lk_template_impl<MODE, false>(LKT_PASS); }
+{ lk_template_impl<MODE, false>(LKT_PASS, nullptr, nullptr, nullptr); }
 template <int MODE> __device__ __forceinline__ void lk_template_affine_impl(LKT_ARGS)
-{ lk_template_impl<MODE, true>(LKT_PASS); }
+{ lk_template_impl<MODE, true>(LKT_PASS, nullptr, nullptr, nullptr); }
 
 LK_KERNELS(lk_template_translation, lk_template_translation_impl, LKT_ARGS, LKT_PASS)
 LK_KERNELS(lk_template_affine, lk_template_affine_impl, LKT_ARGS, LKT_PASS)
+
+// lk_template_fb_<warp>_<mode>: lk_template_<warp>_<mode> with the forward-backward check in the
+// same warp (one launch fewer, and each warp's backward track follows its forward one at once):
+// `prev_levels` the previous frame's pyramid, outputs fb_pos / fb_status as lk_frontend's
+// backward use (gate = the forward status) writes them.
+#define LKTF_ARGS LKT_ARGS, const unsigned long long* __restrict__ prev_levels, float2* __restrict__ fb_pos, \
+    signed char* __restrict__ fb_status
+#define LKTF_PASS LKT_PASS, prev_levels, fb_pos, fb_status
+template <int MODE> __device__ __forceinline__ void lk_template_fb_translation_impl(LKTF_ARGS)
+{ lk_template_impl<MODE, false>(LKTF_PASS); }
+template <int MODE> __device__ __forceinline__ void lk_template_fb_affine_impl(LKTF_ARGS)
+{ lk_template_impl<MODE, true>(LKTF_PASS); }
+
+LK_KERNELS(lk_template_fb_translation, lk_template_fb_translation_impl, LKTF_ARGS, LKTF_PASS)
+LK_KERNELS(lk_template_fb_affine, lk_template_fb_affine_impl, LKTF_ARGS, LKTF_PASS)
 
 // lk_extract: the templates of the table slots f < *count with refresh[f] != 0 (every slot where
 // `refresh` is null) at their positions uv[f] (level 0) in the image pyramid, into bank row

@@ -9,10 +9,10 @@
 //                      [t * per, (t + 1) * per): the slots LK tracked and the forward-backward
 //                      check passed, compacted in slot order (a block scan) with their
 //                      undistorted positions as double; clears the reject flags.
-//   ransac_hypotheses  one thread per hypothesis: its sample (a row of the fixed table), the
-//                      normalised 8-point F by elimination with full pivoting.
-//   ransac_score       one block of RS_SCORE_THREADS per hypothesis: its inliers, thread k taking
-//                      candidates k, k + blockDim.x, ...; warp sums, one atomic per warp.
+//   ransac_models      one warp per hypothesis: its sample (a row of the fixed table), the
+//                      normalised 8-point F by elimination with full pivoting (lane c owning
+//                      column c of the design matrix in shared memory), then its inliers (lane l
+//                      taking candidates l, l + 32, ...; a warp sum).
 //   ransac_select      one block of RS_SELECT_THREADS, thread h holding hypothesis h's count: the
 //                      records (block max-scan, ballot), thread 0 applies the adaptive rule at
 //                      them in hypothesis order; then the LO refits (warp 0: lane l sums the
@@ -24,7 +24,7 @@
 // state slots RS_N (candidates), RS_BEST, RS_COUNT (final inliers), RS_EVALUATED; H_COUNT.
 #include "table.cuh"
 
-#define RS_SCORE_THREADS 128
+#define RS_MODEL_WARPS 4         // ransac_models: hypotheses (warps) per block
 #define RS_SELECT_THREADS 256
 #define RS_HD __host__ __device__ __forceinline__
 #define RS_PER_THREAD 4          // candidates kernel: slots per thread (capacity <= 4096)
@@ -67,8 +67,10 @@ RS_HD void rs_sample(const unsigned int* table, int h, int n, int* idx)
     }
 }
 
-// The normalised 8-point F of the candidates idx; false without a model (no spread, rank < 8).
-RS_HD bool rs_hypothesis(const double2* x1, const double2* x2, const int* idx, double* F)
+// The normalising similarities of the sample idx (cpu_ransac.hypothesis: centroids, mean
+// distances); false without spread.
+RS_HD bool rs_normalise(const double2* x1, const double2* x2, const int* idx, double* s1, double* tx1, double* ty1,
+                        double* s2, double* tx2, double* ty2)
 {
     double cx1 = 0.0, cy1 = 0.0, cx2 = 0.0, cy2 = 0.0;
     for (int j = 0; j < RS_SAMPLE; ++j) {
@@ -86,69 +88,8 @@ RS_HD bool rs_hypothesis(const double2* x1, const double2* x2, const int* idx, d
     }
     d1 = d1 / 8.0; d2 = d2 / 8.0;
     if (!(d1 > 1e-300 && d2 > 1e-300)) return false;
-    const double s1 = RS_SQRT2 / d1, s2 = RS_SQRT2 / d2;
-    const double tx1 = -s1 * cx1, ty1 = -s1 * cy1, tx2 = -s2 * cx2, ty2 = -s2 * cy2;
-    // Null vector of the 8x9 design matrix: elimination with full pivoting. Fully unrolled with
-    // the pivot's row and column swapped in place (predicated), so that the matrix stays in
-    // registers; the same arithmetic as cpu_ransac.hypothesis, which permutes column indices.
-    double a[8][9];
-#pragma unroll
-    for (int j = 0; j < RS_SAMPLE; ++j) {
-        const int k = idx[j];
-        rs_design_row(s1 * x1[k].x + tx1, s1 * x1[k].y + ty1, s2 * x2[k].x + tx2, s2 * x2[k].y + ty2, a[j]);
-    }
-    int perm[9];
-#pragma unroll
-    for (int c = 0; c < 9; ++c) perm[c] = c;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        int br = i, bc = i;
-        double big = -1.0;
-#pragma unroll
-        for (int r = i; r < 8; ++r)
-#pragma unroll
-            for (int c = i; c < 9; ++c) {
-                const double x = fabs(a[r][c]);
-                if (x > big) { big = x; br = r; bc = c; }
-            }
-        if (!(big > 1e-12)) return false;
-#pragma unroll
-        for (int r = i + 1; r < 8; ++r)
-            if (r == br) {
-#pragma unroll
-                for (int c = 0; c < 9; ++c) { const double t = a[i][c]; a[i][c] = a[r][c]; a[r][c] = t; }
-            }
-#pragma unroll
-        for (int c = i + 1; c < 9; ++c)
-            if (c == bc) {
-#pragma unroll
-                for (int r = 0; r < 8; ++r) { const double t = a[r][i]; a[r][i] = a[r][c]; a[r][c] = t; }
-                const int t = perm[i]; perm[i] = perm[c]; perm[c] = t;
-            }
-        const double piv = a[i][i];
-#pragma unroll
-        for (int r = i + 1; r < 8; ++r) {
-            const double m = a[r][i] / piv;
-#pragma unroll
-            for (int c = i; c < 9; ++c) a[r][c] = a[r][c] - m * a[i][c];
-        }
-    }
-    double fl[9];
-    fl[8] = 1.0;
-#pragma unroll
-    for (int i = 7; i >= 0; --i) {
-        double acc = 0.0;
-#pragma unroll
-        for (int c = i + 1; c < 9; ++c) acc += a[i][c] * fl[c];
-        fl[i] = -acc / a[i][i];
-    }
-    double f[9];
-#pragma unroll
-    for (int j = 0; j < 9; ++j)
-#pragma unroll
-        for (int c = 0; c < 9; ++c)
-            if (perm[c] == j) f[j] = fl[c];
-    rs_denormalise(f, s1, tx1, ty1, s2, tx2, ty2, F);
+    *s1 = RS_SQRT2 / d1; *s2 = RS_SQRT2 / d2;
+    *tx1 = -*s1 * cx1; *ty1 = -*s1 * cy1; *tx2 = -*s2 * cx2; *ty2 = -*s2 * cy2;
     return true;
 }
 
@@ -293,43 +234,127 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) ransac_candidates(
     }
 }
 
-extern "C" __global__ void ransac_hypotheses(const unsigned int* __restrict__ table, const double2* __restrict__ x1,
-                                             const double2* __restrict__ x2, const int* __restrict__ state,
-                                             double* __restrict__ F, signed char* __restrict__ valid)
+// The normalised 8-point F of hypothesis h by its warp (cpu_ransac.hypothesis, the same
+// arithmetic): the 8x9 design matrix in the warp's shared rows `a` (lane j < 8 fills row j), then
+// elimination with full pivoting, lane c (< 9) owning column c: the pivot is the first largest
+// |a[r][c]| in row-major order over r >= i, c >= i (each lane its column's first largest, then a
+// butterfly keeps the largest, ties to the smaller (row, column): every lane ends with the same
+// pivot), rows then columns swapped in place (the permutation in perm, warp-uniform), the
+// multipliers a[r][i] / piv read by every lane before lanes i..8 update their columns. The back
+// substitution and the denormalisation in every lane (the same values), F into `G`. False (every
+// lane) without a model.
+__device__ bool rs_hypothesis_warp(const unsigned int* __restrict__ table, int h, int n, const double2* __restrict__ x1,
+                                   const double2* __restrict__ x2, double* a, double* G)
 {
-    const int h = blockIdx.x * blockDim.x + threadIdx.x;
-    if (h >= RS_HYPOTHESES) return;
-    const int n = state[RS_N];
-    if (n < RS_SAMPLE) { valid[h] = 0; return; }
+    const int lane = threadIdx.x;
     int idx[RS_SAMPLE];
     rs_sample(table, h, n, idx);
-    valid[h] = rs_hypothesis(x1, x2, idx, F + 9 * h) ? 1 : 0;
-}
-
-extern "C" __global__ void __launch_bounds__(RS_SCORE_THREADS) ransac_score(
-    const double2* __restrict__ x1, const double2* __restrict__ x2, const int* __restrict__ state,
-    const double* __restrict__ F, const signed char* __restrict__ valid, double thr2, int* __restrict__ count)
-{
-    __shared__ unsigned int s_cnt;
-    const int h = blockIdx.x, t = threadIdx.x;
-    const int n = state[RS_N];
-    if (n < RS_SAMPLE || !valid[h]) {     // block-uniform
-        if (t == 0) count[h] = 0;
-        return;
+    double s1, tx1, ty1, s2, tx2, ty2;
+    if (!rs_normalise(x1, x2, idx, &s1, &tx1, &ty1, &s2, &tx2, &ty2)) return false;
+    if (lane < RS_SAMPLE) {
+        int k = idx[0];
+#pragma unroll
+        for (int j = 1; j < RS_SAMPLE; ++j)
+            if (lane == j) k = idx[j];
+        rs_design_row(s1 * x1[k].x + tx1, s1 * x1[k].y + ty1, s2 * x2[k].x + tx2, s2 * x2[k].y + ty2, a + 9 * lane);
     }
-    if (t == 0) s_cnt = 0u;
+    __syncwarp();
+    int perm[9];
+#pragma unroll
+    for (int c = 0; c < 9; ++c) perm[c] = c;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        double big = -2.0;                // lanes without a column of the search: below any |x| and -1
+        int key = 0x7fffffff;             // (row << 4) | column of the lane's pivot candidate
+        if (lane >= i && lane < 9) {
+            big = -1.0;
+            int br = i;
+            for (int r = i; r < 8; ++r) {
+                const double x = fabs(a[r * 9 + lane]);
+                if (x > big) { big = x; br = r; }
+            }
+            key = (br << 4) | lane;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const double ob = __shfl_xor_sync(FULL_MASK, big, o);
+            const int ok = __shfl_xor_sync(FULL_MASK, key, o);
+            if (ob > big || (ob == big && ok < key)) { big = ob; key = ok; }
+        }
+        if (!(big > 1e-12)) return false;  // warp-uniform
+        const int br = key >> 4, bc = key & 15;
+        if (br != i && lane < 9) {
+            const double t = a[i * 9 + lane]; a[i * 9 + lane] = a[br * 9 + lane]; a[br * 9 + lane] = t;
+        }
+        __syncwarp();
+        if (bc != i && lane < 8) {
+            const double t = a[lane * 9 + i]; a[lane * 9 + i] = a[lane * 9 + bc]; a[lane * 9 + bc] = t;
+        }
+#pragma unroll
+        for (int c = i + 1; c < 9; ++c)
+            if (c == bc) { const int t = perm[i]; perm[i] = perm[c]; perm[c] = t; }
+        __syncwarp();
+        const double piv = a[i * 9 + i];
+        double m[8];
+#pragma unroll
+        for (int r = i + 1; r < 8; ++r) m[r] = a[r * 9 + i] / piv;
+        __syncwarp();                     // column i read by every lane before lane i writes it
+        if (lane >= i && lane < 9) {
+#pragma unroll
+            for (int r = i + 1; r < 8; ++r) a[r * 9 + lane] = a[r * 9 + lane] - m[r] * a[i * 9 + lane];
+        }
+        __syncwarp();
+    }
+    double fl[9];
+    fl[8] = 1.0;
+#pragma unroll
+    for (int i = 7; i >= 0; --i) {
+        double acc = 0.0;
+#pragma unroll
+        for (int c = i + 1; c < 9; ++c) acc += a[i * 9 + c] * fl[c];
+        fl[i] = -acc / a[i * 9 + i];
+    }
     double f[9];
 #pragma unroll
-    for (int i = 0; i < 9; ++i) f[i] = F[9 * h + i];
-    unsigned int c = 0;
-    for (int k = t; k < n; k += RS_SCORE_THREADS) {
-        const double2 p = x1[k], q = x2[k];
-        c += rs_inlier(f, p.x, p.y, q.x, q.y, thr2);
+    for (int j = 0; j < 9; ++j)
+#pragma unroll
+        for (int c = 0; c < 9; ++c)
+            if (perm[c] == j) f[j] = fl[c];
+    rs_denormalise(f, s1, tx1, ty1, s2, tx2, ty2, G);
+    return true;
+}
+
+// ransac_models: hypothesis h = blockIdx.x * RS_MODEL_WARPS + threadIdx.y by one warp: its
+// sample (a row of the fixed table), its F (rs_hypothesis_warp; F[h], valid[h]), then its
+// inliers among the n candidates (lane l takes l, l + 32, ...; a warp sum) into count[h] (0
+// without a model).
+extern "C" __global__ void __launch_bounds__(32 * RS_MODEL_WARPS) ransac_models(
+    const unsigned int* __restrict__ table, const double2* __restrict__ x1, const double2* __restrict__ x2,
+    const int* __restrict__ state, double thr2, double* __restrict__ F, signed char* __restrict__ valid,
+    int* __restrict__ count)
+{
+    __shared__ double s_a[RS_MODEL_WARPS][8 * 9];
+    const int h = blockIdx.x * RS_MODEL_WARPS + threadIdx.y, lane = threadIdx.x;
+    if (h >= RS_HYPOTHESES) return;       // warp-uniform
+    const int n = state[RS_N];
+    double G[9];
+    const bool ok = n >= RS_SAMPLE && rs_hypothesis_warp(table, h, n, x1, x2, s_a[threadIdx.y], G);
+    if (lane == 0) valid[h] = ok ? 1 : 0;
+    if (!ok) {
+        if (lane == 0) count[h] = 0;
+        return;
     }
-    __syncthreads();                      // s_cnt zeroed
-    block_count(&s_cnt, c);
-    __syncthreads();
-    if (t == 0) count[h] = (int)s_cnt;
+    if (lane == 0) {
+#pragma unroll
+        for (int j = 0; j < 9; ++j) F[9 * h + j] = G[j];
+    }
+    unsigned int c = 0;
+    for (int k = lane; k < n; k += 32) {
+        const double2 p = x1[k], q = x2[k];
+        c += rs_inlier(G, p.x, p.y, q.x, q.y, thr2);
+    }
+    c = warp_sum_u32(c);
+    if (lane == 0) count[h] = (int)c;
 }
 
 __device__ __forceinline__ double rs_butterfly(double v)

@@ -1,0 +1,166 @@
+"""GPU time of each kernel of the frontend's frame, alone, on the state of a real frame.
+
+The frontend runs ``--frames`` real EuRoC frames (default configuration: reference templates,
+affine warp, FB check, RANSAC); then each idempotent kernel of the last frame (LK, the FB check,
+the RANSAC kernels, lk_extract, the pyramid) is captured ``REPS`` times into one CUDA graph,
+queued behind a spin kernel, and timed with events: GPU time per launch, graph-node overhead
+included, no host launch gaps. Variants of the LK kernels (iterations, IEEE division and square
+root, levels of the FB check) separate the per-iteration cost from the per-level cost.
+
+Usage (GPU machine): ``python3 bench/profile_frame_kernels.py [--out DIR]``; prints a table and
+writes ``kernel_profile.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+REPS = 20
+ROUNDS = 30
+SPIN = 200_000
+
+
+def load_frames():
+    import cv2
+
+    root = Path(os.environ.get("VILIB_ROS_EUROC", ".data/euroc_v101_head")) / "mav0/cam0/data"
+    return [cv2.imread(str(p), 0) for p in sorted(root.glob("*.png"))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--frames", type=int, default=60)
+    a = ap.parse_args()
+    import cupy as cp
+
+    from vilib_ros._cuda import device_name, get_module, launch
+    from vilib_ros.camera import euroc_cam0
+    from vilib_ros.frontend import FeatureTracker, FrontendConfig
+    from vilib_ros.bench.frontend import graph_times
+    from vilib_ros.frontend import ransac_gpu
+
+    frames = load_frames()
+    ft = FeatureTracker(euroc_cam0(), FrontendConfig(), device="cuda")
+    for k in range(a.frames):
+        ft.process(frames[k % len(frames)], 10**12 + 50_000_000 * k)
+    p = ft.pipeline
+    K = p.k
+    st = p.stream
+    s = (a.frames - 1) % 4
+    spin = get_module("bench_util").get_function("gpu_spin")
+    res = {"device": device_name(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "frames": a.frames, "count": int(K.hdr("count").get()[0])}
+    it = K.t["lk_iters"][:res["count"]].get()
+    res["lk_iters"] = {"sum": int(it.sum()), "mean": float(it.mean()), "max": int(it.max()),
+                       "p99": float(np.percentile(it, 99))}
+
+    def timed(name, enqueue, reps=REPS):
+        try:
+            st.synchronize()
+            st.begin_capture()
+            try:
+                for _ in range(reps):
+                    enqueue()
+            finally:
+                g = st.end_capture()
+            ts = [t * 1e6 / reps for t in graph_times(g, st, ROUNDS, warm=3, spin_cycles=SPIN)]
+            res[name] = {"p50_us": float(np.median(ts)), "min_us": float(np.min(ts))}
+            print(f"{name:48s} {np.median(ts):8.2f} us  (min {np.min(ts):.2f})", flush=True)
+        except Exception as exc:
+            res[name] = {"error": f"{exc.__class__.__name__}: {exc}"}
+            print(f"{name:48s} ERROR {exc.__class__.__name__}: {exc}", flush=True)
+            try:
+                st.synchronize()
+            except Exception:
+                pass
+
+    def go(kern, grid, block, args):
+        launch(kern, grid, block, args, stream=st, checked=False)
+
+    timed("empty kernel node", lambda: spin((1, 1, 1), (1, 1, 1), (np.int64(0),), stream=st))
+    count = K.hdr("count")
+    tc = K.config.tracker
+
+    def with_tracker(**kw):
+        old = K.config
+        K.config = dataclasses.replace(old, tracker=dataclasses.replace(old.tracker, **kw))
+        try:
+            return K._lk_templates(s, count)
+        finally:
+            K.config = old
+
+    timed("lk_template_fb (FB check fused)", lambda: go(*K._lk_templates(s, count, fb=True)))
+    for mi in (30, 10, 3, 1):
+        timed(f"lk_template (max_iterations {mi})", lambda mi=mi: go(*with_tracker(max_iterations=mi)))
+    kern, grid, block, args = K._lk_templates(s, count)
+    try:
+        res["lk_template_regs"] = int(kern.num_regs)
+        res["lk_template_local_bytes"] = int(kern.local_size_bytes)
+    except Exception:
+        pass
+    fname = f"lk_template_{tc.warp}_{tc.mode}"
+    base_defs = {"LK_OSC_EPS": f"{float(tc.osc_eps)!r}f", "LK_OSC_GROWTH": f"{float(tc.osc_growth)!r}f"}
+    # the same kernel with IEEE division and square root (the build before tracker.LK_OPTIONS)
+    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, **base_defs}).get_function(fname)
+    timed("lk_template (IEEE division / sqrt)", lambda: go(kf, grid, block, args))
+    sp = (s - 1) % 4
+    t = K.t
+
+    def fb(levels=None):
+        old = K.config
+        if levels is not None:
+            K.config = dataclasses.replace(old, tracker=dataclasses.replace(old.tracker, levels=levels))
+        try:
+            return K._lk(K._lk_tab[s], K._lk_tab[sp], count, t["lk_pos"], t["uv"],
+                         (t["fb_pos"], t["fb_status"], None, None), gate=t["lk_status"])
+        finally:
+            K.config = old
+
+    for lv in (5, 3, 2, 1):
+        timed(f"fb (levels {lv})", lambda lv=lv: go(*fb(lv)))
+    c = ft.config
+    real_launch = ransac_gpu.launch
+
+    def ransac(only=None):
+        def filt(kern, *aa, **kk):
+            if only is None or kern is K.ransac._k[only]:
+                real_launch(kern, *aa, **kk)
+        ransac_gpu.launch = filt
+        try:
+            K.ransac.enqueue(st, False, t["hdr"], t["lk_status"], t["uv"], t["xy"], t["lk_xy"], t["fb_pos"],
+                             t["fb_status"], c.fb_threshold, c.ransac_threshold / K.fx, c.ransac_confidence)
+        finally:
+            ransac_gpu.launch = real_launch
+
+    timed("ransac (all kernels)", lambda: ransac(), reps=5)
+    for n in K.ransac._k:
+        timed(f"ransac_{n}", lambda n=n: ransac(n))
+    res["ransac_state"] = K.ransac.state()
+    timed("lk_extract", lambda: go(*K._extract(s, count)))
+    timed("pyramid_frame (mapped host frame)", lambda: K.enqueue_upload(s, False, p._prm_dev[s], st, False))
+    # the same kernel reading a frame in device memory: its compute alone
+    src_old = int(p._prm_u64[s, 0])
+    p._prm_u64[s, 0] = K.pyrs[(s + 1) % 4].levels[0].data.ptr
+    timed("pyramid_frame (device frame)", lambda: K.enqueue_upload(s, False, p._prm_dev[s], st, False))
+    p._prm_u64[s, 0] = src_old
+    det = K.detector
+    off = cp.zeros(1, cp.int64)
+    timed("crf+nms gated off", lambda: det.enqueue(K._det_desc[s], st, False, occupancy=t["occ"], gate=off,
+                                                    block_rows=K.crf_block_rows), reps=10)
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "kernel_profile.json").write_text(json.dumps(res, indent=1, default=str))
+    print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict) or "p50_us" not in v}, default=str))
+
+
+if __name__ == "__main__":
+    main()
