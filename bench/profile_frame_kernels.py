@@ -7,7 +7,7 @@ queued behind a spin kernel, and timed with events: GPU time per launch, graph-n
 included, no host launch gaps. Variants of the LK kernels (iterations, IEEE division and square
 root, levels of the FB check) separate the per-iteration cost from the per-level cost.
 
-Usage (GPU machine): ``python3 bench/profile_frame_kernels.py [--out DIR]``; prints a table and
+Usage (GPU machine): ``python3 bench/profile_frame_kernels.py [--out DIR] [--quick]``; prints a table and
 writes ``kernel_profile.json``.
 """
 from __future__ import annotations
@@ -40,6 +40,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--frames", type=int, default=60)
+    ap.add_argument("--quick", action="store_true", help="only LK with and without the FB check, both thread "
+                    "mappings (no variants of iterations, division, levels; no RANSAC, pyramid, detector)")
     a = ap.parse_args()
     import cupy as cp
 
@@ -100,6 +102,24 @@ def main():
             K.config = old
 
     timed("lk_template_fb (FB check fused)", lambda: go(*K._lk_templates(s, count, fb=True)))
+    # the thread mappings: two warps per feature (LK_PAIR, the default) against one
+    from vilib_ros.frontend.tracker import LK_OPTIONS
+    res["lk_pair"] = bool(K.tracker.pair)
+    tc0 = K.config.tracker
+    defs0 = {"LK_WARPS": K.tracker.warps, "LK_OSC_EPS": f"{float(tc0.osc_eps)!r}f",
+             "LK_OSC_GROWTH": f"{float(tc0.osc_growth)!r}f"}
+    w = K.tracker.warps
+    one = ((K.S + w - 1) // w, 1, 1), (32, w, 1)
+    for pair in (1, 0):
+        mod = get_module("lk", {**defs0, "LK_PAIR": pair}, LK_OPTIONS)
+        grid = K.tracker.template_launch(K.S) if pair else one
+        for fbk in (True, False):
+            k0, _, _, a0 = K._lk_templates(s, count, fb=fbk)
+            kk = mod.get_function(f"lk_template_{'fb_' if fbk else ''}{tc0.warp}_{tc0.mode}")
+            timed(f"lk_template{'_fb' if fbk else ''} ({'two warps' if pair else 'one warp'} per feature)",
+                  lambda kk=kk, grid=grid, a0=a0: go(kk, *grid, a0))
+    if a.quick:
+        return finish(res, a.out)
     for mi in (30, 10, 3, 1):
         timed(f"lk_template (max_iterations {mi})", lambda mi=mi: go(*with_tracker(max_iterations=mi)))
     kern, grid, block, args = K._lk_templates(s, count)
@@ -111,7 +131,7 @@ def main():
     fname = f"lk_template_{tc.warp}_{tc.mode}"
     base_defs = {"LK_OSC_EPS": f"{float(tc.osc_eps)!r}f", "LK_OSC_GROWTH": f"{float(tc.osc_growth)!r}f"}
     # the same kernel with IEEE division and square root (the build before tracker.LK_OPTIONS)
-    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, **base_defs}).get_function(fname)
+    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, "LK_PAIR": int(K.tracker.pair), **base_defs}).get_function(fname)
     timed("lk_template (IEEE division / sqrt)", lambda: go(kf, grid, block, args))
     sp = (s - 1) % 4
     t = K.t
@@ -157,8 +177,12 @@ def main():
     off = cp.zeros(1, cp.int64)
     timed("crf+nms gated off", lambda: det.enqueue(K._det_desc[s], st, False, occupancy=t["occ"], gate=off,
                                                     block_rows=K.crf_block_rows), reps=10)
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out) / "kernel_profile.json").write_text(json.dumps(res, indent=1, default=str))
+    finish(res, a.out)
+
+
+def finish(res, out):
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "kernel_profile.json").write_text(json.dumps(res, indent=1, default=str))
     print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict) or "p50_us" not in v}, default=str))
 
 

@@ -139,9 +139,12 @@ class TestTemplateKernels:
             unused = np.setdiff1d(np.arange(n + 5), rows)
             assert (v[unused] == 7).all() and np.isnan(b[unused]).all()
 
+    @pytest.mark.parametrize("pair", [True, False], ids=["two_warps", "one_warp"])
     @pytest.mark.parametrize("warp", WARPS)
     @pytest.mark.parametrize("mode", MODES)
-    def test_tracking_matches_reference(self, pairs, mode, warp):
+    def test_tracking_matches_reference(self, pairs, mode, warp, pair):
+        """Both thread mappings of lk_template_* (LK_PAIR: two warps per feature exchanging
+        their sums through shared memory; one warp per feature) against the NumPy oracle."""
         import cupy as cp
 
         from vilib_ros._cuda import launch
@@ -150,7 +153,8 @@ class TestTemplateKernels:
         from vilib_ros.frontend.tracker import GpuLKTracker
 
         cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
-        gpu = GpuLKTracker(752, 480, cfg, max_features=512)
+        gpu = GpuLKTracker(752, 480, cfg, max_features=512, pair=pair)
+        assert gpu.pair == pair
         n_all, n_status, diffs, aff_d = 0, 0, [], []
         for a, b, pts in pairs:
             n = len(pts)
@@ -170,7 +174,7 @@ class TestTemplateKernels:
                    "residual": cp.full(m, cp.nan, cp.float32), "gain": cp.full(m, cp.nan, cp.float32),
                    "offset": cp.full(m, cp.nan, cp.float32), "affine": cp.full((m, 4), cp.nan, cp.float32)}
             null = np.uint64(0)
-            launch(gpu.template_kernel, ((n + gpu.warps - 1) // gpu.warps, 1, 1), (32, gpu.warps, 1),
+            launch(gpu.template_kernel, *gpu.template_launch(n),
                    (bank, valid, cp.asarray(rows), cp.asarray(gain0), cp.asarray(offset0), cp.asarray(affine0),
                     gpu.level_table(pb), np.int32(752), np.int32(480), np.int32(cfg.levels),
                     np.int32(cfg.patch16_mask), cp.array([n], cp.int64), cp.asarray(pred), null, null, null, null,
@@ -198,7 +202,8 @@ class TestTemplateKernels:
             if warp == "affine":
                 aff_d.append(np.abs(ref.affine - o["affine"][:n])[both].ravel())
         d = np.concatenate(diffs)
-        print(f"\n{warp}/{mode}: {n_all} features, status agrees {n_status / n_all:.1%}, |gpu - cpu| median "
+        mapping = "two warps" if pair else "one warp"
+        print(f"\n{warp}/{mode} ({mapping}): {n_all} features, status agrees {n_status / n_all:.1%}, |gpu - cpu| median "
               f"{np.median(d):.5f} max {d.max():.4f} px, within 0.02 px {np.mean(d < 0.02):.1%}")
         assert n_status >= 0.97 * n_all
         assert np.mean(d < 0.02) >= 0.98 and np.median(d) < 0.002

@@ -211,7 +211,6 @@ class FrameKernels:
         ``fb``: lk_template_fb_<warp>_<mode>, the forward-backward check into the previous frame's
         slot fused."""
         tc, t = self.config.tracker, self.t
-        warps = self.tracker.warps
         aff = tc.warp == "affine"
         null = np.uint64(0)
         args = (self.bank, self.bank_valid, t["tslot"], t["gain"], t["offset"], t["affine"], self._lk_tab[s],
@@ -221,7 +220,7 @@ class FrameKernels:
                 t["lk_iters"], t["lk_residual"], t["lk_gain"], t["lk_offset"], t["lk_affine"] if aff else null)
         if fb:
             args += (self._lk_tab[(s - 1) % RING], t["fb_pos"], t["fb_status"])
-        return self._k_tpl_fb if fb else self._k_tpl, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
+        return (self._k_tpl_fb if fb else self._k_tpl, *self.tracker.template_launch(self.S), args)
 
     def _extract(self, s, count):
         """lk_extract: the templates of the slots flagged ``refresh`` (new, or due) from frame ``s``."""

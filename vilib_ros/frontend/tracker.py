@@ -43,6 +43,10 @@ _MODE_INFO = {  # n params, gain slot, offset slot (as in ModeInfo<> of lk.cu)
     "gain_offset": (4, 2, 3),
 }
 LK_WARPS = 4
+#: Two warps per feature in the stored-template kernels (``lk_template_*``, kernels/lk.cu
+#: ``LK_PAIR``): on the 16x16 levels each warp samples half of the patch and the sums are
+#: exchanged through shared memory, which halves the sample loops on each feature's serial chain.
+LK_PAIR = True
 #: NVRTC options of ``kernels/lk.cu``: approximate fp32 division and square root, denormals
 #: flushed. The solver's divisions and square roots (the Cholesky inverse of the Hessian per level,
 #: the composition with the inverse step per iteration) are on each feature's serial chain: with
@@ -471,7 +475,7 @@ class GpuLKTracker:
     device = "cuda"
 
     def __init__(self, width: int, height: int, config: TrackerConfig | None = None, max_features: int = 1024,
-                 warps: int | None = None, defines: dict | None = None):
+                 warps: int | None = None, defines: dict | None = None, pair: bool | None = None):
         import cupy as cp
 
         from vilib_ros._cuda import get_module
@@ -481,9 +485,12 @@ class GpuLKTracker:
         self.warps = int(warps if warps is not None else LK_WARPS)
         if not 1 <= self.warps <= 32:
             raise ValueError(f"warps must be in 1..32, got {warps!r}")
+        #: two warps per feature in lk_template_* (needs an even number of warps per block)
+        self.pair = bool(LK_PAIR if pair is None else pair) and self.warps % 2 == 0
         c = self.config
         mod = get_module("lk", {"LK_WARPS": self.warps, "LK_OSC_EPS": f"{float(c.osc_eps)!r}f",
-                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", **(defines or {})}, LK_OPTIONS)
+                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", "LK_PAIR": int(self.pair),
+                                **(defines or {})}, LK_OPTIONS)
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
         # the frontend's variant on the device-side track table (same compile-time settings)
         self.frontend_kernel = mod.get_function(f"lk_frontend_{self.config.mode}")
@@ -506,6 +513,12 @@ class GpuLKTracker:
         self.d_out = self.out_layout.views(self.d_out_buf)
         self._pyrs = None
         self._events = (cp.cuda.Event(), cp.cuda.Event())
+
+    def template_launch(self, n: int) -> tuple:
+        """(grid, block) of ``template_kernel`` / ``template_fb_kernel`` for ``n`` slots: a warp
+        per slot, or a pair of warps per slot where :attr:`pair`."""
+        per_block = self.warps // 2 if self.pair else self.warps
+        return ((n + per_block - 1) // per_block, 1, 1), (32, self.warps, 1)
 
     def level_table(self, pyramid):
         """Device table of level pointers for a GpuPyramid (made once per pyramid)."""

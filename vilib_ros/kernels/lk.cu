@@ -47,6 +47,57 @@
 
 typedef unsigned char uchar;
 
+// Feature pairs (LK_PAIR = 1, lk_template_* only): TWO WARPS PER FEATURE (blockDim = (32,
+// LK_WARPS), LK_WARPS even; feature = blockIdx.x * LK_WARPS / 2 + threadIdx.y / 2, half =
+// threadIdx.y & 1). On the 16x16 levels (SPLIT) warp `half` owns rows k = half * 4 .. half * 4 + 3
+// of each lane's 8 (lane l: column l % 16, rows l / 16 + 2 k), so every sample loop is half as
+// long; each sum is a butterfly in the warp, then one exchange between the two warps through
+// shared memory (pair_sum). Both warps add the two halves in the same order, so they hold
+// bit-identical state and take the same branches; the 8x8 levels run in both warps whole
+// (identical work, no exchange). Half 0's lane 0 writes the outputs.
+#ifndef LK_PAIR
+#define LK_PAIR 0
+#endif
+#define LK_PX 40   // values of one exchange at most (the affine Hessian: 36 + 3)
+struct LkPair {
+    float* buf;    // shared: [2 alternating buffers][2 halves][LK_PX]
+    int half;      // 0 or 1
+    int bar;       // named barrier of the pair (1..)
+    int phase;     // the buffer of the next exchange
+};
+
+// Samples per lane of a P x P patch: NP in a whole warp, NL in each warp of a pair on SPLIT levels.
+template <int P, bool PAIR> struct Lay {
+    enum { NP = P * P / 32, SPLIT = (PAIR && P == 16) ? 1 : 0, NL = SPLIT ? NP / 2 : NP };
+};
+
+#if LK_PAIR
+#ifndef LK_PAIR_BARRIER   // (the host build of the tests brings its own)
+#define LK_PAIR_BARRIER(id) asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory")
+#endif
+// The pair's sums of N warp-uniform values: lane 0 of each warp stores its warp's, a barrier over
+// the pair's 64 threads, every lane adds half 0 + half 1. The two buffers alternate, so one
+// barrier per exchange suffices (a warp writes a buffer again only after its partner passed the
+// next barrier, i.e. after it read this one).
+template <int N>
+__device__ __forceinline__ void pair_sum(float (&v)[N], LkPair& pr)
+{
+    static_assert(N <= LK_PX, "pair exchange too large");
+    float* b = pr.buf + pr.phase * (2 * LK_PX);
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) b[pr.half * LK_PX + i] = v[i];
+    }
+    LK_PAIR_BARRIER(pr.bar);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = b[i] + b[LK_PX + i];
+    pr.phase ^= 1;
+}
+#define PAIR_SUM(SPLIT, V, PR) do { if constexpr (SPLIT) pair_sum(V, PR); } while (0)
+#else
+#define PAIR_SUM(SPLIT, V, PR) do { } while (0)
+#endif
+
 __device__ __forceinline__ float warp_sum(float v)
 {
     // butterfly: after 5 xor-shuffle steps every lane holds the sum of all 32 lanes
@@ -141,12 +192,12 @@ __device__ __forceinline__ bool invert(const float (&A)[N][N], float (&Ai)[N][N]
 // From the template image T at the template centre (tcx, tcy) (level coordinates; the patch and
 // its gradient ring must fit): every sample of a patch has the same sub-pixel fraction (the
 // offsets from the centre are integers + HALF), so the 4 bilinear weights are computed once.
-template <int P>
+template <int P, bool PAIR = false>
 __device__ __forceinline__ void template_from_image(const uchar* __restrict__ T, int w, float tcx, float tcy,
-                                                    float (&tv)[P * P / 32], float (&gx)[P * P / 32],
-                                                    float (&gy)[P * P / 32])
+                                                    float (&tv)[Lay<P, PAIR>::NL], float (&gx)[Lay<P, PAIR>::NL],
+                                                    float (&gy)[Lay<P, PAIR>::NL], int k0 = 0)
 {
-    constexpr int NP = P * P / 32;
+    constexpr int NP = Lay<P, PAIR>::NL;   // this warp's samples: rows k0 .. k0 + NP - 1
     constexpr int RSTEP = 32 / P;
     constexpr float HALF = 0.5f * (P - 1);
     const int lane = threadIdx.x;
@@ -156,7 +207,7 @@ __device__ __forceinline__ void template_from_image(const uchar* __restrict__ T,
     const float fx = floorf(bx), fy = floorf(by);
     const float ax = bx - fx, ay = by - fy;
     const float w00 = (1.f - ax) * (1.f - ay), w10 = ax * (1.f - ay), w01 = (1.f - ax) * ay, w11 = ax * ay;
-    const uchar* base = T + (size_t)((int)fy + row0) * w + (int)fx + col;
+    const uchar* base = T + (size_t)((int)fy + row0 + k0 * RSTEP) * w + (int)fx + col;
 #pragma unroll
     for (int k = 0; k < NP; ++k) {
         const uchar* p = base + (size_t)(k * RSTEP) * w;
@@ -180,11 +231,12 @@ __device__ __forceinline__ void template_from_image(const uchar* __restrict__ T,
 // From a stored template level S (vilib_ros.frontend.templates: the (P + 2) x (P + 2) bilinear
 // samples 0..255 around the template position, row stride P + 2; written by lk_extract with the
 // arithmetic of template_from_image, so both give the same values).
-template <int P>
-__device__ __forceinline__ void template_from_bank(const float* __restrict__ S, float (&tv)[P * P / 32],
-                                                   float (&gx)[P * P / 32], float (&gy)[P * P / 32])
+template <int P, bool PAIR = false>
+__device__ __forceinline__ void template_from_bank(const float* __restrict__ S, float (&tv)[Lay<P, PAIR>::NL],
+                                                   float (&gx)[Lay<P, PAIR>::NL], float (&gy)[Lay<P, PAIR>::NL],
+                                                   int k0 = 0)
 {
-    constexpr int NP = P * P / 32;
+    constexpr int NP = Lay<P, PAIR>::NL;
     constexpr int RSTEP = 32 / P;
     constexpr int SW = P + 2;
     const int lane = threadIdx.x;
@@ -192,7 +244,7 @@ __device__ __forceinline__ void template_from_bank(const float* __restrict__ S, 
     const float s255 = 1.f / 255.f;
 #pragma unroll
     for (int k = 0; k < NP; ++k) {
-        const float* p = S + (row0 + k * RSTEP + 1) * SW + col + 1;
+        const float* p = S + (row0 + (k0 + k) * RSTEP + 1) * SW + col + 1;
         tv[k] = p[0] * s255;
         gx[k] = 0.5f * (p[1] - p[-1]) * s255;
         gy[k] = 0.5f * (p[SW] - p[-SW]) * s255;
@@ -201,14 +253,15 @@ __device__ __forceinline__ void template_from_bank(const float* __restrict__ S, 
 
 // Gauss-Newton iterations of one level for one feature (whole warp) on the template in tv / gx /
 // gy (translation warp). (x, y) = current estimate in level coordinates (updated).
-template <int P, int MODE>
-__device__ int solve_level(const uchar* __restrict__ I, int w, int h, const float (&tv)[P * P / 32],
-                           const float (&gx)[P * P / 32], const float (&gy)[P * P / 32], float& x, float& y,
-                           float& alpha, float& beta, int max_iterations, float eps2, float min_eigen,
-                           float& residual, int& iters)
+template <int P, int MODE, bool PAIR = false>
+__device__ int solve_level(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, PAIR>::NL],
+                           const float (&gx)[Lay<P, PAIR>::NL], const float (&gy)[Lay<P, PAIR>::NL], float& x,
+                           float& y, float& alpha, float& beta, int max_iterations, float eps2, float min_eigen,
+                           float& residual, int& iters, LkPair& pr, int k0 = 0)
 {
     typedef ModeInfo<MODE> MI;
-    constexpr int NP = P * P / 32;       // pixels per lane
+    constexpr bool SPLIT = Lay<P, PAIR>::SPLIT;
+    constexpr int NP = Lay<P, PAIR>::NL; // pixels per lane (of this warp: rows k0 ..)
     constexpr int RSTEP = 32 / P;        // row step between a lane's pixels
     constexpr float HALF = 0.5f * (P - 1);
     const int lane = threadIdx.x;
@@ -228,6 +281,11 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
     if (MI::GAIN >= 0) { hxt = warp_sum(hxt); hyt = warp_sum(hyt); htt = warp_sum(htt); }
     if (MI::OFF >= 0) { hx1 = warp_sum(hx1); hy1 = warp_sum(hy1); }
     if (MI::GAIN >= 0 && MI::OFF >= 0) ht1 = warp_sum(ht1);
+    if constexpr (SPLIT) {
+        float v[9] = {hxx, hxy, hyy, hxt, hyt, htt, hx1, hy1, ht1};
+        PAIR_SUM(SPLIT, v, pr);
+        hxx = v[0]; hxy = v[1]; hyy = v[2]; hxt = v[3]; hyt = v[4]; htt = v[5]; hx1 = v[6]; hy1 = v[7]; ht1 = v[8];
+    }
 
     // flat-patch test: smallest eigenvalue of the gradient matrix per pixel
     {
@@ -267,7 +325,7 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
         const float ax = qx - fx, ay = qy - fy;
         const float w00 = (1.f - ax) * (1.f - ay) * s255, w10 = ax * (1.f - ay) * s255;
         const float w01 = (1.f - ax) * ay * s255, w11 = ax * ay * s255;
-        const uchar* base = I + (size_t)((int)fy + row0) * w + (int)fx + col;
+        const uchar* base = I + (size_t)((int)fy + row0 + k0 * RSTEP) * w + (int)fx + col;
 #pragma unroll
         for (int k = 0; k < NP; ++k) {
             const uchar* p = base + (size_t)(k * RSTEP) * w;
@@ -275,9 +333,15 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
             const float r = iv - ga * tv[k] - beta;
             bx += gx[k] * r; by += gy[k] * r; bt += tv[k] * r; b1 += r; ra += fabsf(r);
         }
-        bx = warp_sum(bx) * g; by = warp_sum(by) * g;
+        bx = warp_sum(bx); by = warp_sum(by);
         if (MI::GAIN >= 0) bt = warp_sum(bt);
         if (MI::OFF >= 0) b1 = warp_sum(b1);
+        if constexpr (SPLIT) {
+            float v[4] = {bx, by, bt, b1};
+            PAIR_SUM(SPLIT, v, pr);
+            bx = v[0]; by = v[1]; bt = v[2]; b1 = v[3];
+        }
+        bx *= g; by *= g;
         ra_lane = ra;
         float b[MI::N];
         b[0] = bx; b[1] = by;
@@ -315,35 +379,42 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
         px = dq[0];
         py = dq[1];
     }
-    if (done > 0) residual = warp_sum(ra_lane) * (255.f / (P * P));   // warp-uniform
+    if (done > 0) {   // warp-uniform (pair-uniform)
+        float v[1] = {warp_sum(ra_lane)};
+        PAIR_SUM(SPLIT, v, pr);
+        residual = v[0] * (255.f / (P * P));
+    }
     return code;
 }
 
 // One pyramid level for one feature (whole warp), the template taken from the image T at the
 // template centre (tcx, tcy) (level coordinates).
-template <int P, int MODE>
+template <int P, int MODE, bool PAIR = false>
 __device__ __forceinline__ int track_level(const uchar* __restrict__ T, const uchar* __restrict__ I, int w, int h,
                                            float tcx, float tcy, float& x, float& y, float& alpha, float& beta,
                                            int max_iterations, float eps2, float min_eigen, float& residual,
-                                           int& iters)
+                                           int& iters, LkPair& pr)
 {
     constexpr float HALF = 0.5f * (P - 1);
+    constexpr int NL = Lay<P, PAIR>::NL;
+    const int k0 = Lay<P, PAIR>::SPLIT ? pr.half * NL : 0;
     if (!fits(tcx, tcy, HALF + 1.f, w, h)) return LVL_LEFT;  // template patch (+gradient ring)
-    float tv[P * P / 32], gx[P * P / 32], gy[P * P / 32];
-    template_from_image<P>(T, w, tcx, tcy, tv, gx, gy);
-    return solve_level<P, MODE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual,
-                                iters);
+    float tv[NL], gx[NL], gy[NL];
+    template_from_image<P, PAIR>(T, w, tcx, tcy, tv, gx, gy, k0);
+    return solve_level<P, MODE, PAIR>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
+                                      residual, iters, pr, k0);
 }
 
 // The whole pyramid for one feature (whole warp): template centre `tp` (level 0), initial guess
 // `p0` (level 0). Returns the status; (x, y) = level-0 position, alpha/beta the illumination,
 // residual the final mean |r| (0..255), iters the iterations over all levels (warp-uniform).
-template <int MODE>
+template <int MODE, bool PAIR = false>
 __device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ tmpl_levels,
                                         const unsigned long long* __restrict__ img_levels,
                                         int w0, int h0, int n_levels, int patch16_mask, float2 tp, float2 p0,
                                         int max_iterations, float eps2, float min_eigen, float max_residual,
-                                        float& x, float& y, float& alpha, float& beta, float& residual, int& iters)
+                                        float& x, float& y, float& alpha, float& beta, float& residual, int& iters,
+                                        LkPair& pr)
 {
     alpha = 0.f; beta = 0.f; residual = 0.f;
     iters = 0;
@@ -361,9 +432,11 @@ __device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ t
         const float tcx = (tp.x + 0.5f) * s - 0.5f, tcy = (tp.y + 0.5f) * s - 0.5f;
         int r;
         if ((patch16_mask >> l) & 1)
-            r = track_level<16, MODE>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual, iters);
+            r = track_level<16, MODE, PAIR>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
+                                            residual, iters, pr);
         else
-            r = track_level<8, MODE>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen, residual, iters);
+            r = track_level<8, MODE, PAIR>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
+                                           residual, iters, pr);
         if (l == 0) {
             status = (r == LVL_CONVERGED) ? LK_TRACKED
                    : (r == LVL_MAXITER) ? LK_NOT_CONVERGED
@@ -394,14 +467,15 @@ __device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ t
 // bilinear weights); the 8 sums of U r and the Hessian's entries by butterfly, so every lane
 // holds the same state (warp-uniform phases and stops).
 #define AFFINE_PATCH 16
-template <int P, int MODE>
-__device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, const float (&tv)[P * P / 32],
-                                  const float (&gx)[P * P / 32], const float (&gy)[P * P / 32], float& x, float& y,
-                                  float (&A)[4], float& alpha, float& beta, int max_iterations, float eps2,
-                                  float min_eigen, float& residual, int& iters)
+template <int P, int MODE, bool PAIR = false>
+__device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, PAIR>::NL],
+                                  const float (&gx)[Lay<P, PAIR>::NL], const float (&gy)[Lay<P, PAIR>::NL], float& x,
+                                  float& y, float (&A)[4], float& alpha, float& beta, int max_iterations, float eps2,
+                                  float min_eigen, float& residual, int& iters, LkPair& pr, int k0 = 0)
 {
     typedef ModeInfo<MODE> MI;
-    constexpr int NP = P * P / 32;
+    constexpr bool SPLIT = Lay<P, PAIR>::SPLIT;
+    constexpr int NP = Lay<P, PAIR>::NL;   // this warp's samples: rows k0 ..
     constexpr int RSTEP = 32 / P;
     constexpr float HALF = 0.5f * (P - 1);
     constexpr int GS = MI::GAIN >= 0 ? 6 : -1;                         // slots in the affine parameters
@@ -425,7 +499,7 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
             for (int j = 0; j < NA; ++j) hl[i][j] = 0.f;
 #pragma unroll
         for (int k = 0; k < NP; ++k) {
-            const float uy = (float)(row0 + k * RSTEP) - HALF;
+            const float uy = (float)(row0 + (k0 + k) * RSTEP) - HALF;
             const float a = g * gx[k], b = g * gy[k];
             float U[NA];
             U[0] = a * ucol; U[1] = a * uy; U[2] = b * ucol; U[3] = b * uy; U[4] = a; U[5] = b;
@@ -442,6 +516,22 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
 #pragma unroll
             for (int j = i; j < NA; ++j) { H[i][j] = warp_sum(hl[i][j]); H[j][i] = H[i][j]; }
         sxx = warp_sum(sxx); sxy = warp_sum(sxy); syy = warp_sum(syy);
+        if constexpr (SPLIT) {
+            float v[NA * (NA + 1) / 2 + 3];
+            int q = 0;
+#pragma unroll
+            for (int i = 0; i < NA; ++i)
+#pragma unroll
+                for (int j = i; j < NA; ++j) v[q++] = H[i][j];
+            v[q] = sxx; v[q + 1] = sxy; v[q + 2] = syy;
+            PAIR_SUM(SPLIT, v, pr);
+            q = 0;
+#pragma unroll
+            for (int i = 0; i < NA; ++i)
+#pragma unroll
+                for (int j = i; j < NA; ++j) { H[i][j] = v[q++]; H[j][i] = H[i][j]; }
+            sxx = v[q]; sxy = v[q + 1]; syy = v[q + 2];
+        }
     }
     {   // flat-patch test, as in solve_level
         const float a = sxx / (P * P), b = sxy / (P * P), c = syy / (P * P);
@@ -475,7 +565,7 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
         float ra = 0.f;
 #pragma unroll
         for (int k = 0; k < NP; ++k) {
-            const float uy = (float)(row0 + k * RSTEP) - HALF;
+            const float uy = (float)(row0 + (k0 + k) * RSTEP) - HALF;
             const float X = x + A[0] * ucol + A[1] * uy, Y = y + A[2] * ucol + A[3] * uy;
             const float r = bilinear(I, w, X, Y) * s255 - ga * tv[k] - beta;
             const float a = gx[k] * r, c = gy[k] * r;
@@ -484,9 +574,28 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
         }
         ra_lane = ra;
         float bv[NA];
-        bv[4] = warp_sum(b[4]) * g; bv[5] = warp_sum(b[5]) * g;
-        if (GS >= 0) bv[GS] = warp_sum(b[6]);
-        if (OS >= 0) bv[OS] = warp_sum(b[7]);
+        if constexpr (SPLIT) {   // the pair's sums: 4 in the translation phase, all 8 in the affine one
+            if (phase == 0) {
+                float v[4] = {warp_sum(b[4]), warp_sum(b[5]), GS >= 0 ? warp_sum(b[6]) : 0.f,
+                              OS >= 0 ? warp_sum(b[7]) : 0.f};
+                PAIR_SUM(SPLIT, v, pr);
+                b[4] = v[0]; b[5] = v[1]; b[6] = v[2]; b[7] = v[3];
+            } else {
+                float v[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) v[i] = (i < 6 || (i == 6 && GS >= 0) || (i == 7 && OS >= 0)) ? warp_sum(b[i]) : 0.f;
+                PAIR_SUM(SPLIT, v, pr);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) b[i] = v[i];
+            }
+            bv[4] = b[4] * g; bv[5] = b[5] * g;
+            if (GS >= 0) bv[GS] = b[6];
+            if (OS >= 0) bv[OS] = b[7];
+        } else {
+            bv[4] = warp_sum(b[4]) * g; bv[5] = warp_sum(b[5]) * g;
+            if (GS >= 0) bv[GS] = warp_sum(b[6]);
+            if (OS >= 0) bv[OS] = warp_sum(b[7]);
+        }
         float dq[NA];
         if (phase == 0) {
 #pragma unroll
@@ -500,7 +609,7 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
             }
         } else {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) bv[i] = warp_sum(b[i]) * g;
+            for (int i = 0; i < 4; ++i) bv[i] = (SPLIT ? b[i] : warp_sum(b[i])) * g;
 #pragma unroll
             for (int i = 0; i < NA; ++i) {
                 float s = 0.f;
@@ -548,7 +657,11 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
             break;
         }
     }
-    if (done > 0) residual = warp_sum(ra_lane) * (255.f / (P * P));   // warp-uniform
+    if (done > 0) {   // warp-uniform (pair-uniform)
+        float v[1] = {warp_sum(ra_lane)};
+        PAIR_SUM(SPLIT, v, pr);
+        residual = v[0] * (255.f / (P * P));
+    }
     return code;
 }
 
@@ -561,12 +674,13 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
 // guess p0 (level 0), the illumination alpha / beta and (AFFINE) the warp A (updated). Status and
 // outputs as lk_point, plus a warp whose determinant leaves (AFFINE_DET_MIN, AFFINE_DET_MAX) is
 // DIVERGED.
-template <int MODE, bool AFFINE>
+template <int MODE, bool AFFINE, bool PAIR = false>
 __device__ __forceinline__ int lk_point_stored(const float* __restrict__ bank, const uchar* __restrict__ valid,
                                                const unsigned long long* __restrict__ img_levels, int w0, int h0,
                                                int n_levels, int patch16_mask, float2 p0, int max_iterations,
                                                float eps2, float min_eigen, float max_residual, float& x, float& y,
-                                               float (&A)[4], float& alpha, float& beta, float& residual, int& iters)
+                                               float (&A)[4], float& alpha, float& beta, float& residual, int& iters,
+                                               LkPair& pr)
 {
     typedef ModeInfo<MODE> MI;
     if (MI::GAIN < 0) alpha = 0.f;
@@ -587,19 +701,21 @@ __device__ __forceinline__ int lk_point_stored(const float* __restrict__ bank, c
         int r = LVL_LEFT;
         if (valid[l]) {
             if ((patch16_mask >> l) & 1) {
-                float tv[8], gx[8], gy[8];
-                template_from_bank<16>(S, tv, gx, gy);
-                r = AFFINE ? solve_level_affine<16, MODE>(I, w, h, tv, gx, gy, x, y, A, alpha, beta, max_iterations,
-                                                          eps2, min_eigen, residual, iters)
-                           : solve_level<16, MODE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
-                                                   min_eigen, residual, iters);
+                constexpr int NL = Lay<16, PAIR>::NL;
+                const int k0 = Lay<16, PAIR>::SPLIT ? pr.half * NL : 0;
+                float tv[NL], gx[NL], gy[NL];
+                template_from_bank<16, PAIR>(S, tv, gx, gy, k0);
+                r = AFFINE ? solve_level_affine<16, MODE, PAIR>(I, w, h, tv, gx, gy, x, y, A, alpha, beta,
+                                                                max_iterations, eps2, min_eigen, residual, iters, pr, k0)
+                           : solve_level<16, MODE, PAIR>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
+                                                         min_eigen, residual, iters, pr, k0);
             } else {
                 float tv[2], gx[2], gy[2];
                 template_from_bank<8>(S, tv, gx, gy);
                 r = AFFINE ? solve_level_affine<8, MODE>(I, w, h, tv, gx, gy, x, y, A, alpha, beta, max_iterations,
-                                                         eps2, min_eigen, residual, iters)
+                                                         eps2, min_eigen, residual, iters, pr)
                            : solve_level<8, MODE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
-                                                  min_eigen, residual, iters);
+                                                  min_eigen, residual, iters, pr);
             }
         }
         if (l == 0) {
@@ -646,8 +762,10 @@ __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels
     }
     float x, y, alpha, beta, residual;
     int iters;
+    LkPair pr{nullptr, 0, 0, 0};              // one warp per feature: no pair
     const int status = lk_point<MODE>(tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, tmpl_pos[f], p0,
-                                      max_iterations, eps2, min_eigen, max_residual, x, y, alpha, beta, residual, iters);
+                                      max_iterations, eps2, min_eigen, max_residual, x, y, alpha, beta, residual, iters,
+                                      pr);
     if (lane == 0) {
         out_pos[f] = make_float2(x, y);
         out_status[f] = (signed char)status;
@@ -738,8 +856,10 @@ __device__ void lk_frontend_impl(const unsigned long long* __restrict__ tmpl_lev
     if (M != nullptr && M[9] != 0.f) p0 = predict(p0, xy[f], M, cam_pred);
     float x, y, alpha, beta, residual;
     int iters;
+    LkPair pr{nullptr, 0, 0, 0};              // one warp per feature: no pair
     const int status = lk_point<MODE>(tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, tmpl_pos[f], p0,
-                                      max_iterations, eps2, min_eigen, max_residual, x, y, alpha, beta, residual, iters);
+                                      max_iterations, eps2, min_eigen, max_residual, x, y, alpha, beta, residual, iters,
+                                      pr);
     if (lane != 0) return;
     float2 pos = make_float2(x, y);
     float2 q = make_float2(qnan, qnan);
@@ -794,8 +914,9 @@ LK_KERNELS(lk_frontend, lk_frontend_impl, LKF_ARGS, LKF_PASS)
 // tslot[f]) into the image pyramid, started at the rotation prediction of `xy` (where M[9] != 0,
 // else `guess`) with the slot's illumination gain0 / offset0 (0..255) and (affine) warp affine0;
 // outputs as lk_frontend's temporal use (undistorted position `out_xy` with `cam_out`, NaN unless
-// tracked) plus residual, gain, offset and (affine) the warp. Thread mapping as lk_track_*: one
-// warp per slot.
+// tracked) plus residual, gain, offset and (affine) the warp. Thread mapping: one warp per slot
+// as lk_track_*, or (LK_PAIR, the frontend's default: GpuLKTracker.template_launch) two warps
+// per slot, forward and backward tracks alike.
 template <int MODE, bool AFFINE>
 __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __restrict__ bank_valid,
                                  const int* __restrict__ tslot, const float* __restrict__ gain0,
@@ -812,9 +933,19 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
                                  const unsigned long long* __restrict__ prev_levels, float2* __restrict__ fb_pos,
                                  signed char* __restrict__ fb_status)
 {
+#if LK_PAIR
+    static_assert(LK_WARPS % 2 == 0 && LK_WARPS <= 30, "LK_PAIR needs an even LK_WARPS (<= 30)");
+    __shared__ float xbuf[LK_WARPS / 2][2 * 2 * LK_PX];
+    const int f = blockIdx.x * (LK_WARPS / 2) + (threadIdx.y >> 1);
+    LkPair pr{xbuf[threadIdx.y >> 1], (int)(threadIdx.y & 1), 1 + (int)(threadIdx.y >> 1), 0};
+    if (f >= (int)*count) return;             // pair-uniform
+    const int lane = threadIdx.x | (threadIdx.y & 1) << 5;   // 0 only in half 0's lane 0 (the writer)
+#else
     const int f = blockIdx.x * LK_WARPS + threadIdx.y;
+    LkPair pr{nullptr, 0, 0, 0};
     if (f >= (int)*count) return;             // warp-uniform
     const int lane = threadIdx.x;
+#endif
     const float qnan = __int_as_float(0x7fc00000);
     float2 p0 = guess[f];
     if (M != nullptr && M[9] != 0.f) p0 = predict(p0, xy[f], M, cam_pred);
@@ -826,10 +957,11 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
     }
     float x, y, alpha = gain0[f] - 1.f, beta = offset0[f] / 255.f, residual;
     int iters;
-    const int status = lk_point_stored<MODE, AFFINE>(bank + (size_t)row * n_levels * TPL_AREA,
-                                                     bank_valid + (size_t)row * n_levels, img_levels, w0, h0,
-                                                     n_levels, patch16_mask, p0, max_iterations, eps2, min_eigen,
-                                                     max_residual, x, y, A, alpha, beta, residual, iters);
+    const int status = lk_point_stored<MODE, AFFINE, LK_PAIR>(bank + (size_t)row * n_levels * TPL_AREA,
+                                                              bank_valid + (size_t)row * n_levels, img_levels, w0,
+                                                              h0, n_levels, patch16_mask, p0, max_iterations, eps2,
+                                                              min_eigen, max_residual, x, y, A, alpha, beta, residual,
+                                                              iters, pr);
     if (prev_levels != nullptr) {
         // the forward-backward check, fused (lk_frontend's backward use, the same arithmetic): the
         // current frame's patch at the result, from the slot's old position `guess` into the
@@ -839,8 +971,9 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
         if (status == LK_TRACKED) {           // warp-uniform
             float bx, by, ba, bb, br;
             int bi;
-            bst = lk_point<MODE>(img_levels, prev_levels, w0, h0, n_levels, patch16_mask, make_float2(x, y), back,
-                                 max_iterations, eps2, min_eigen, max_residual, bx, by, ba, bb, br, bi);
+            bst = lk_point<MODE, LK_PAIR>(img_levels, prev_levels, w0, h0, n_levels, patch16_mask, make_float2(x, y),
+                                          back, max_iterations, eps2, min_eigen, max_residual, bx, by, ba, bb, br, bi,
+                                          pr);
             back = make_float2(bx, by);
         }
         if (lane == 0) {
