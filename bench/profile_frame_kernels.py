@@ -40,8 +40,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--frames", type=int, default=60)
-    ap.add_argument("--quick", action="store_true", help="only LK with and without the FB check, both thread "
-                    "mappings (no variants of iterations, division, levels; no RANSAC, pyramid, detector)")
+    ap.add_argument("--quick", action="store_true", help="only LK with and without the FB check, 1 / 2 / 4 warps "
+                    "per feature (no variants of iterations, division, levels; no RANSAC, pyramid, detector)")
     a = ap.parse_args()
     import cupy as cp
 
@@ -102,21 +102,20 @@ def main():
             K.config = old
 
     timed("lk_template_fb (FB check fused)", lambda: go(*K._lk_templates(s, count, fb=True)))
-    # the thread mappings: two warps per feature (LK_PAIR, the default) against one
+    # the thread mappings: 1, 2, 4 warps per feature (LK_FEATURE_WARPS)
     from vilib_ros.frontend.tracker import LK_OPTIONS
-    res["lk_pair"] = bool(K.tracker.pair)
+    res["lk_feature_warps"] = K.tracker.feature_warps
     tc0 = K.config.tracker
     defs0 = {"LK_WARPS": K.tracker.warps, "LK_OSC_EPS": f"{float(tc0.osc_eps)!r}f",
              "LK_OSC_GROWTH": f"{float(tc0.osc_growth)!r}f"}
     w = K.tracker.warps
-    one = ((K.S + w - 1) // w, 1, 1), (32, w, 1)
-    for pair in (1, 0):
-        mod = get_module("lk", {**defs0, "LK_PAIR": pair}, LK_OPTIONS)
-        grid = K.tracker.template_launch(K.S) if pair else one
+    for fw in (1, 2, 4):
+        mod = get_module("lk", {**defs0, "LK_FEATURE_WARPS": fw}, LK_OPTIONS)
+        grid = ((K.S + w // fw - 1) // (w // fw), 1, 1), (32, w, 1)
         for fbk in (True, False):
             k0, _, _, a0 = K._lk_templates(s, count, fb=fbk)
             kk = mod.get_function(f"lk_template_{'fb_' if fbk else ''}{tc0.warp}_{tc0.mode}")
-            timed(f"lk_template{'_fb' if fbk else ''} ({'two warps' if pair else 'one warp'} per feature)",
+            timed(f"lk_template{'_fb' if fbk else ''} ({fw} warp(s) per feature)",
                   lambda kk=kk, grid=grid, a0=a0: go(kk, *grid, a0))
     if a.quick:
         return finish(res, a.out)
@@ -131,7 +130,7 @@ def main():
     fname = f"lk_template_{tc.warp}_{tc.mode}"
     base_defs = {"LK_OSC_EPS": f"{float(tc.osc_eps)!r}f", "LK_OSC_GROWTH": f"{float(tc.osc_growth)!r}f"}
     # the same kernel with IEEE division and square root (the build before tracker.LK_OPTIONS)
-    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, "LK_PAIR": int(K.tracker.pair), **base_defs}).get_function(fname)
+    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, "LK_FEATURE_WARPS": K.tracker.feature_warps, **base_defs}).get_function(fname)
     timed("lk_template (IEEE division / sqrt)", lambda: go(kf, grid, block, args))
     sp = (s - 1) % 4
     t = K.t

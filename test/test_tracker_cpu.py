@@ -226,9 +226,9 @@ class TestSyntheticGroundTruth:
 # ------------------------------------------------------------------------------------------------
 # The CUDA source itself, run on the CPU: kernels/lk.cu (with kernels/camera.cuh) compiled with g++
 # behind a small SIMT shim (one std::thread per lane, __shfl_xor_sync through a barrier), so that
-# the kernel code is checked against the NumPy reference on machines without a GPU. Built twice:
-# one warp per feature, and with LK_PAIR (two warps per feature in lk_template_*: 64 lane threads,
-# a barrier per warp for the shuffles and one over the pair for the shared-memory exchange).
+# the kernel code is checked against the NumPy reference on machines without a GPU. Built for
+# LK_FEATURE_WARPS = 1 and for groups (lk_template_* with G warps per feature: 32 G lane threads,
+# a barrier per warp for the shuffles and one over the group for the shared-memory exchange).
 
 _SHIM = r"""
 #include <barrier>
@@ -253,24 +253,24 @@ static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); ret
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {  // lane 0 only
     unsigned long long o = *p; *p += v; return o;
 }
-thread_local int t_warp;                 // which warp of the feature (0, or 0 / 1 in a pair)
-static std::barrier<>* g_bar[2];
-static std::barrier<>* g_pair_bar;
-static float g_shfl[2][32];
+thread_local int t_warp;                 // which warp of the feature (its part of a group)
+static std::barrier<>* g_bar[4];
+static std::barrier<>* g_group_bar;
+static float g_shfl[4][32];
 static inline float __shfl_xor_sync(unsigned, float v, int m) {
     int l = threadIdx.x, h = t_warp;
     g_shfl[h][l] = v; g_bar[h]->arrive_and_wait(); float r = g_shfl[h][l ^ m]; g_bar[h]->arrive_and_wait(); return r;
 }
 #define __shared__ static
-#define LK_PAIR_BARRIER(id) g_pair_bar->arrive_and_wait()
+#define LK_GROUP_BARRIER(id) g_group_bar->arrive_and_wait()
 #include "lk.cu"
-// body(f) on the lane threads of feature f, one warp or (pair, lk_template_* of the LK_PAIR build)
-// two, threadIdx / blockIdx as the launch would set them
-template <class Body> static void run_warps(int n, Body body, bool pair = false) {
-    const int nw = pair ? 2 : 1, per_block = pair ? LK_WARPS / 2 : LK_WARPS;
+// body(f) on the lane threads of feature f, nw warps (lk_template_*: LK_FEATURE_WARPS), threadIdx
+// / blockIdx as the launch would set them
+template <class Body> static void run_warps(int n, Body body, int nw = 1) {
+    const int per_block = LK_WARPS / nw;
     for (int f = 0; f < n; ++f) {
-        std::barrier<> b0(32), b1(32), pb(32 * nw);
-        g_bar[0] = &b0; g_bar[1] = &b1; g_pair_bar = &pb;
+        std::barrier<> b0(32), b1(32), b2(32), b3(32), gb(32 * nw);
+        g_bar[0] = &b0; g_bar[1] = &b1; g_bar[2] = &b2; g_bar[3] = &b3; g_group_bar = &gb;
         std::vector<std::thread> th;
         for (int k = 0; k < 32 * nw; ++k)
             th.emplace_back([&, k, f] {
@@ -313,7 +313,7 @@ extern "C" void run_lk_template(int mode, int affine, const float* bank, const u
         fns[affine][mode](bank, bank_valid, tslot, gain0, offset0, (const float4*)affine0, il, w0, h0, L, mask, &count,
                           (const float2*)guess, nullptr, nullptr, nullptr, nullptr, maxit, eps2, mineig, maxres,
                           (float2*)opos, ost, (float2*)oxy, oit, ores, ogain, ooff, affine ? (float4*)oaff : nullptr);
-    }, LK_PAIR != 0);
+    }, LK_FEATURE_WARPS);
 }
 extern "C" void run_lk_extract(const unsigned long long* il, int w0, int h0, int L, int mask, const float* uv, int n,
                                const int* tslot, const unsigned char* refresh, float* bank, unsigned char* bank_valid) {
@@ -339,16 +339,16 @@ extern "C" void run_predict(const float* uv, const float* xy, const float* M, co
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    return _build_shim(tmp_path_factory, 0)
-
-
-@pytest.fixture(scope="module")
-def emulated_pair(tmp_path_factory):
-    """The LK_PAIR build: lk_template_* with two warps per feature."""
     return _build_shim(tmp_path_factory, 1)
 
 
-def _build_shim(tmp_path_factory, pair: int):
+@pytest.fixture(scope="module", params=[2, 4], ids=["two_warps", "four_warps"])
+def emulated_group(tmp_path_factory, request):
+    """The LK_FEATURE_WARPS = 2 and 4 builds: lk_template_* with a group of warps per feature."""
+    return _build_shim(tmp_path_factory, request.param)
+
+
+def _build_shim(tmp_path_factory, feature_warps: int):
     import ctypes
     import shutil
     import subprocess
@@ -367,7 +367,7 @@ def _build_shim(tmp_path_factory, pair: int):
     (d / "shim.cpp").write_text(_SHIM)
     lib = d / "libsimt.so"
     r = subprocess.run([gxx, "-std=c++20", "-O2", "-shared", "-fPIC", f"-I{KERNEL_DIR}", "-DLK_WARPS=4",
-                        f"-DLK_PAIR={pair}", "-o", str(lib), str(d / "shim.cpp"), "-lpthread"],
+                        f"-DLK_FEATURE_WARPS={feature_warps}", "-o", str(lib), str(d / "shim.cpp"), "-lpthread"],
                        capture_output=True, text=True)
     if r.returncode != 0:     # a compile error of the kernels is a failure, not a skip
         pytest.fail(f"kernel source does not compile on the host:\n{r.stderr[:2000]}")
@@ -528,10 +528,11 @@ class TestTemplateKernelsOnHost:
 
     @pytest.mark.parametrize("warp,mode", [("translation", "translation"), ("affine", "gain_offset"),
                                            ("affine", "offset")])
-    def test_pair_mapping_matches_reference(self, emulated_pair, euroc_frames, warp, mode):
-        """The LK_PAIR mapping (two warps per feature: each samples half of a 16x16 patch, the
-        sums exchanged through shared memory) against the same NumPy oracle."""
-        self._check_template_kernel(emulated_pair, euroc_frames, warp, mode)
+    def test_group_mapping_matches_reference(self, emulated_group, euroc_frames, warp, mode):
+        """The LK_FEATURE_WARPS mappings (two or four warps per feature: each samples its share
+        of a 16x16 patch, the sums exchanged through shared memory) against the same NumPy
+        oracle."""
+        self._check_template_kernel(emulated_group, euroc_frames, warp, mode)
 
     @staticmethod
     def _check_template_kernel(emulated, euroc_frames, warp, mode):

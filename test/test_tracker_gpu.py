@@ -139,12 +139,12 @@ class TestTemplateKernels:
             unused = np.setdiff1d(np.arange(n + 5), rows)
             assert (v[unused] == 7).all() and np.isnan(b[unused]).all()
 
-    @pytest.mark.parametrize("pair", [True, False], ids=["two_warps", "one_warp"])
+    @pytest.mark.parametrize("feature_warps", [2, 1, 4], ids=["two_warps", "one_warp", "four_warps"])
     @pytest.mark.parametrize("warp", WARPS)
     @pytest.mark.parametrize("mode", MODES)
-    def test_tracking_matches_reference(self, pairs, mode, warp, pair):
-        """Both thread mappings of lk_template_* (LK_PAIR: two warps per feature exchanging
-        their sums through shared memory; one warp per feature) against the NumPy oracle."""
+    def test_tracking_matches_reference(self, pairs, mode, warp, feature_warps):
+        """The thread mappings of lk_template_* (LK_FEATURE_WARPS: one warp per feature, or two /
+        four exchanging their sums through shared memory) against the NumPy oracle."""
         import cupy as cp
 
         from vilib_ros._cuda import launch
@@ -153,8 +153,8 @@ class TestTemplateKernels:
         from vilib_ros.frontend.tracker import GpuLKTracker
 
         cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
-        gpu = GpuLKTracker(752, 480, cfg, max_features=512, pair=pair)
-        assert gpu.pair == pair
+        gpu = GpuLKTracker(752, 480, cfg, max_features=512, feature_warps=feature_warps)
+        assert gpu.feature_warps == feature_warps
         n_all, n_status, diffs, aff_d = 0, 0, [], []
         for a, b, pts in pairs:
             n = len(pts)
@@ -202,7 +202,7 @@ class TestTemplateKernels:
             if warp == "affine":
                 aff_d.append(np.abs(ref.affine - o["affine"][:n])[both].ravel())
         d = np.concatenate(diffs)
-        mapping = "two warps" if pair else "one warp"
+        mapping = f"{feature_warps} warp(s) per feature"
         print(f"\n{warp}/{mode} ({mapping}): {n_all} features, status agrees {n_status / n_all:.1%}, |gpu - cpu| median "
               f"{np.median(d):.5f} max {d.max():.4f} px, within 0.02 px {np.mean(d < 0.02):.1%}")
         assert n_status >= 0.97 * n_all

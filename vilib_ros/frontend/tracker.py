@@ -43,10 +43,12 @@ _MODE_INFO = {  # n params, gain slot, offset slot (as in ModeInfo<> of lk.cu)
     "gain_offset": (4, 2, 3),
 }
 LK_WARPS = 4
-#: Two warps per feature in the stored-template kernels (``lk_template_*``, kernels/lk.cu
-#: ``LK_PAIR``): on the 16x16 levels each warp samples half of the patch and the sums are
-#: exchanged through shared memory, which halves the sample loops on each feature's serial chain.
-LK_PAIR = True
+#: Warps per feature in the stored-template kernels (``lk_template_*``, kernels/lk.cu
+#: ``LK_FEATURE_WARPS``: 1, 2 or 4, dividing the warps per block): on the 16x16 levels each warp
+#: of a feature samples its share of the patch and the sums are exchanged through shared memory,
+#: which shortens the sample loops on each feature's serial chain. Two warps: LK + FB check 41.8
+#: -> 37.5 us per frame on the H100 (bench/profile_frame_kernels.py --quick, 2026-11-24).
+LK_FEATURE_WARPS = 2
 #: NVRTC options of ``kernels/lk.cu``: approximate fp32 division and square root, denormals
 #: flushed. The solver's divisions and square roots (the Cholesky inverse of the Hessian per level,
 #: the composition with the inverse step per iteration) are on each feature's serial chain: with
@@ -475,7 +477,7 @@ class GpuLKTracker:
     device = "cuda"
 
     def __init__(self, width: int, height: int, config: TrackerConfig | None = None, max_features: int = 1024,
-                 warps: int | None = None, defines: dict | None = None, pair: bool | None = None):
+                 warps: int | None = None, defines: dict | None = None, feature_warps: int | None = None):
         import cupy as cp
 
         from vilib_ros._cuda import get_module
@@ -485,11 +487,14 @@ class GpuLKTracker:
         self.warps = int(warps if warps is not None else LK_WARPS)
         if not 1 <= self.warps <= 32:
             raise ValueError(f"warps must be in 1..32, got {warps!r}")
-        #: two warps per feature in lk_template_* (needs an even number of warps per block)
-        self.pair = bool(LK_PAIR if pair is None else pair) and self.warps % 2 == 0
+        #: warps per feature in lk_template_* (LK_FEATURE_WARPS; must divide the warps per block)
+        self.feature_warps = int(LK_FEATURE_WARPS if feature_warps is None else feature_warps)
+        if self.feature_warps not in (1, 2, 4) or self.warps % self.feature_warps:
+            raise ValueError(f"feature_warps must be 1, 2 or 4 and divide warps={self.warps}, "
+                             f"got {self.feature_warps!r}")
         c = self.config
         mod = get_module("lk", {"LK_WARPS": self.warps, "LK_OSC_EPS": f"{float(c.osc_eps)!r}f",
-                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", "LK_PAIR": int(self.pair),
+                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", "LK_FEATURE_WARPS": self.feature_warps,
                                 **(defines or {})}, LK_OPTIONS)
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
         # the frontend's variant on the device-side track table (same compile-time settings)
@@ -515,9 +520,9 @@ class GpuLKTracker:
         self._events = (cp.cuda.Event(), cp.cuda.Event())
 
     def template_launch(self, n: int) -> tuple:
-        """(grid, block) of ``template_kernel`` / ``template_fb_kernel`` for ``n`` slots: a warp
-        per slot, or a pair of warps per slot where :attr:`pair`."""
-        per_block = self.warps // 2 if self.pair else self.warps
+        """(grid, block) of ``template_kernel`` / ``template_fb_kernel`` for ``n`` slots:
+        :attr:`feature_warps` warps per slot."""
+        per_block = self.warps // self.feature_warps
         return ((n + per_block - 1) // per_block, 1, 1), (32, self.warps, 1)
 
     def level_table(self, pyramid):

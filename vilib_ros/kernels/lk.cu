@@ -47,55 +47,62 @@
 
 typedef unsigned char uchar;
 
-// Feature pairs (LK_PAIR = 1, lk_template_* only): TWO WARPS PER FEATURE (blockDim = (32,
-// LK_WARPS), LK_WARPS even; feature = blockIdx.x * LK_WARPS / 2 + threadIdx.y / 2, half =
-// threadIdx.y & 1). On the 16x16 levels (SPLIT) warp `half` owns rows k = half * 4 .. half * 4 + 3
-// of each lane's 8 (lane l: column l % 16, rows l / 16 + 2 k), so every sample loop is half as
-// long; each sum is a butterfly in the warp, then one exchange between the two warps through
-// shared memory (pair_sum). Both warps add the two halves in the same order, so they hold
-// bit-identical state and take the same branches; the 8x8 levels run in both warps whole
-// (identical work, no exchange). Half 0's lane 0 writes the outputs.
-#ifndef LK_PAIR
-#define LK_PAIR 0
+// Warp groups (LK_FEATURE_WARPS = G > 1, lk_template_* only): G WARPS PER FEATURE (blockDim =
+// (32, LK_WARPS), LK_WARPS a multiple of G; feature = blockIdx.x * LK_WARPS / G + threadIdx.y / G,
+// part = threadIdx.y % G). On the 16x16 levels (SPLIT) warp `part` owns rows k = part * 8 / G ..
+// (part + 1) * 8 / G - 1 of each lane's 8 (lane l: column l % 16, rows l / 16 + 2 k), so every
+// sample loop is G times shorter; each sum is a butterfly in the warp, then one exchange among the
+// group's warps through shared memory (group_sum). Every warp adds the parts in the same order,
+// so all hold bit-identical state and take the same branches; the 8x8 levels run in every warp
+// whole (identical work, no exchange). Part 0's lane 0 writes the outputs.
+#ifndef LK_FEATURE_WARPS
+#define LK_FEATURE_WARPS 1
 #endif
 #define LK_PX 40   // values of one exchange at most (the affine Hessian: 36 + 3)
-struct LkPair {
-    float* buf;    // shared: [2 alternating buffers][2 halves][LK_PX]
-    int half;      // 0 or 1
-    int bar;       // named barrier of the pair (1..)
+struct LkGroup {
+    float* buf;    // shared: [2 alternating buffers][LK_FEATURE_WARPS parts][LK_PX]
+    int part;      // 0 .. LK_FEATURE_WARPS - 1
+    int bar;       // named barrier of the group (1..)
     int phase;     // the buffer of the next exchange
 };
 
-// Samples per lane of a P x P patch: NP in a whole warp, NL in each warp of a pair on SPLIT levels.
-template <int P, bool PAIR> struct Lay {
-    enum { NP = P * P / 32, SPLIT = (PAIR && P == 16) ? 1 : 0, NL = SPLIT ? NP / 2 : NP };
+// Samples per lane of a P x P patch: NP in a whole warp, NL in each warp of a group of G on SPLIT
+// levels.
+template <int P, int G> struct Lay {
+    enum { NP = P * P / 32, SPLIT = (G > 1 && P == 16) ? 1 : 0, NL = SPLIT ? NP / G : NP };
 };
 
-#if LK_PAIR
-#ifndef LK_PAIR_BARRIER   // (the host build of the tests brings its own)
-#define LK_PAIR_BARRIER(id) asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory")
+#if LK_FEATURE_WARPS > 1
+#ifndef LK_GROUP_BARRIER   // (the host build of the tests brings its own)
+#define LK_GROUP_BARRIER(id) asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(32 * LK_FEATURE_WARPS) : "memory")
 #endif
-// The pair's sums of N warp-uniform values: lane 0 of each warp stores its warp's, a barrier over
-// the pair's 64 threads, every lane adds half 0 + half 1. The two buffers alternate, so one
-// barrier per exchange suffices (a warp writes a buffer again only after its partner passed the
-// next barrier, i.e. after it read this one).
+// The group's sums of N warp-uniform values: lane 0 of each warp stores its warp's, a barrier over
+// the group's threads, every lane adds parts 0, 1, ... in that order. The two buffers alternate,
+// so one barrier per exchange suffices (a warp writes a buffer again only after every other warp
+// of the group passed the next barrier, i.e. after it read this one).
 template <int N>
-__device__ __forceinline__ void pair_sum(float (&v)[N], LkPair& pr)
+__device__ __forceinline__ void group_sum(float (&v)[N], LkGroup& gr)
 {
-    static_assert(N <= LK_PX, "pair exchange too large");
-    float* b = pr.buf + pr.phase * (2 * LK_PX);
+    static_assert(N <= LK_PX, "group exchange too large");
+    constexpr int G = LK_FEATURE_WARPS;
+    float* b = gr.buf + gr.phase * (G * LK_PX);
     if (threadIdx.x == 0) {
 #pragma unroll
-        for (int i = 0; i < N; ++i) b[pr.half * LK_PX + i] = v[i];
+        for (int i = 0; i < N; ++i) b[gr.part * LK_PX + i] = v[i];
     }
-    LK_PAIR_BARRIER(pr.bar);
+    LK_GROUP_BARRIER(gr.bar);
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = b[i] + b[LK_PX + i];
-    pr.phase ^= 1;
+    for (int i = 0; i < N; ++i) {
+        float t = b[i];
+#pragma unroll
+        for (int g = 1; g < G; ++g) t += b[g * LK_PX + i];
+        v[i] = t;
+    }
+    gr.phase ^= 1;
 }
-#define PAIR_SUM(SPLIT, V, PR) do { if constexpr (SPLIT) pair_sum(V, PR); } while (0)
+#define GROUP_SUM(SPLIT, V, GR) do { if constexpr (SPLIT) group_sum(V, GR); } while (0)
 #else
-#define PAIR_SUM(SPLIT, V, PR) do { } while (0)
+#define GROUP_SUM(SPLIT, V, GR) do { } while (0)
 #endif
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -192,12 +199,12 @@ __device__ __forceinline__ bool invert(const float (&A)[N][N], float (&Ai)[N][N]
 // From the template image T at the template centre (tcx, tcy) (level coordinates; the patch and
 // its gradient ring must fit): every sample of a patch has the same sub-pixel fraction (the
 // offsets from the centre are integers + HALF), so the 4 bilinear weights are computed once.
-template <int P, bool PAIR = false>
+template <int P, int G = 1>
 __device__ __forceinline__ void template_from_image(const uchar* __restrict__ T, int w, float tcx, float tcy,
-                                                    float (&tv)[Lay<P, PAIR>::NL], float (&gx)[Lay<P, PAIR>::NL],
-                                                    float (&gy)[Lay<P, PAIR>::NL], int k0 = 0)
+                                                    float (&tv)[Lay<P, G>::NL], float (&gx)[Lay<P, G>::NL],
+                                                    float (&gy)[Lay<P, G>::NL], int k0 = 0)
 {
-    constexpr int NP = Lay<P, PAIR>::NL;   // this warp's samples: rows k0 .. k0 + NP - 1
+    constexpr int NP = Lay<P, G>::NL;   // this warp's samples: rows k0 .. k0 + NP - 1
     constexpr int RSTEP = 32 / P;
     constexpr float HALF = 0.5f * (P - 1);
     const int lane = threadIdx.x;
@@ -231,12 +238,12 @@ __device__ __forceinline__ void template_from_image(const uchar* __restrict__ T,
 // From a stored template level S (vilib_ros.frontend.templates: the (P + 2) x (P + 2) bilinear
 // samples 0..255 around the template position, row stride P + 2; written by lk_extract with the
 // arithmetic of template_from_image, so both give the same values).
-template <int P, bool PAIR = false>
-__device__ __forceinline__ void template_from_bank(const float* __restrict__ S, float (&tv)[Lay<P, PAIR>::NL],
-                                                   float (&gx)[Lay<P, PAIR>::NL], float (&gy)[Lay<P, PAIR>::NL],
+template <int P, int G = 1>
+__device__ __forceinline__ void template_from_bank(const float* __restrict__ S, float (&tv)[Lay<P, G>::NL],
+                                                   float (&gx)[Lay<P, G>::NL], float (&gy)[Lay<P, G>::NL],
                                                    int k0 = 0)
 {
-    constexpr int NP = Lay<P, PAIR>::NL;
+    constexpr int NP = Lay<P, G>::NL;
     constexpr int RSTEP = 32 / P;
     constexpr int SW = P + 2;
     const int lane = threadIdx.x;
@@ -253,15 +260,15 @@ __device__ __forceinline__ void template_from_bank(const float* __restrict__ S, 
 
 // Gauss-Newton iterations of one level for one feature (whole warp) on the template in tv / gx /
 // gy (translation warp). (x, y) = current estimate in level coordinates (updated).
-template <int P, int MODE, bool PAIR = false>
-__device__ int solve_level(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, PAIR>::NL],
-                           const float (&gx)[Lay<P, PAIR>::NL], const float (&gy)[Lay<P, PAIR>::NL], float& x,
+template <int P, int MODE, int G = 1>
+__device__ int solve_level(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, G>::NL],
+                           const float (&gx)[Lay<P, G>::NL], const float (&gy)[Lay<P, G>::NL], float& x,
                            float& y, float& alpha, float& beta, int max_iterations, float eps2, float min_eigen,
-                           float& residual, int& iters, LkPair& pr, int k0 = 0)
+                           float& residual, int& iters, LkGroup& gr, int k0 = 0)
 {
     typedef ModeInfo<MODE> MI;
-    constexpr bool SPLIT = Lay<P, PAIR>::SPLIT;
-    constexpr int NP = Lay<P, PAIR>::NL; // pixels per lane (of this warp: rows k0 ..)
+    constexpr bool SPLIT = Lay<P, G>::SPLIT;
+    constexpr int NP = Lay<P, G>::NL; // pixels per lane (of this warp: rows k0 ..)
     constexpr int RSTEP = 32 / P;        // row step between a lane's pixels
     constexpr float HALF = 0.5f * (P - 1);
     const int lane = threadIdx.x;
@@ -283,7 +290,7 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
     if (MI::GAIN >= 0 && MI::OFF >= 0) ht1 = warp_sum(ht1);
     if constexpr (SPLIT) {
         float v[9] = {hxx, hxy, hyy, hxt, hyt, htt, hx1, hy1, ht1};
-        PAIR_SUM(SPLIT, v, pr);
+        GROUP_SUM(SPLIT, v, gr);
         hxx = v[0]; hxy = v[1]; hyy = v[2]; hxt = v[3]; hyt = v[4]; htt = v[5]; hx1 = v[6]; hy1 = v[7]; ht1 = v[8];
     }
 
@@ -338,7 +345,7 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
         if (MI::OFF >= 0) b1 = warp_sum(b1);
         if constexpr (SPLIT) {
             float v[4] = {bx, by, bt, b1};
-            PAIR_SUM(SPLIT, v, pr);
+            GROUP_SUM(SPLIT, v, gr);
             bx = v[0]; by = v[1]; bt = v[2]; b1 = v[3];
         }
         bx *= g; by *= g;
@@ -379,9 +386,9 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
         px = dq[0];
         py = dq[1];
     }
-    if (done > 0) {   // warp-uniform (pair-uniform)
+    if (done > 0) {   // warp-uniform (group-uniform)
         float v[1] = {warp_sum(ra_lane)};
-        PAIR_SUM(SPLIT, v, pr);
+        GROUP_SUM(SPLIT, v, gr);
         residual = v[0] * (255.f / (P * P));
     }
     return code;
@@ -389,32 +396,32 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
 
 // One pyramid level for one feature (whole warp), the template taken from the image T at the
 // template centre (tcx, tcy) (level coordinates).
-template <int P, int MODE, bool PAIR = false>
+template <int P, int MODE, int G = 1>
 __device__ __forceinline__ int track_level(const uchar* __restrict__ T, const uchar* __restrict__ I, int w, int h,
                                            float tcx, float tcy, float& x, float& y, float& alpha, float& beta,
                                            int max_iterations, float eps2, float min_eigen, float& residual,
-                                           int& iters, LkPair& pr)
+                                           int& iters, LkGroup& gr)
 {
     constexpr float HALF = 0.5f * (P - 1);
-    constexpr int NL = Lay<P, PAIR>::NL;
-    const int k0 = Lay<P, PAIR>::SPLIT ? pr.half * NL : 0;
+    constexpr int NL = Lay<P, G>::NL;
+    const int k0 = Lay<P, G>::SPLIT ? gr.part * NL : 0;
     if (!fits(tcx, tcy, HALF + 1.f, w, h)) return LVL_LEFT;  // template patch (+gradient ring)
     float tv[NL], gx[NL], gy[NL];
-    template_from_image<P, PAIR>(T, w, tcx, tcy, tv, gx, gy, k0);
-    return solve_level<P, MODE, PAIR>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
-                                      residual, iters, pr, k0);
+    template_from_image<P, G>(T, w, tcx, tcy, tv, gx, gy, k0);
+    return solve_level<P, MODE, G>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
+                                      residual, iters, gr, k0);
 }
 
 // The whole pyramid for one feature (whole warp): template centre `tp` (level 0), initial guess
 // `p0` (level 0). Returns the status; (x, y) = level-0 position, alpha/beta the illumination,
 // residual the final mean |r| (0..255), iters the iterations over all levels (warp-uniform).
-template <int MODE, bool PAIR = false>
+template <int MODE, int G = 1>
 __device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ tmpl_levels,
                                         const unsigned long long* __restrict__ img_levels,
                                         int w0, int h0, int n_levels, int patch16_mask, float2 tp, float2 p0,
                                         int max_iterations, float eps2, float min_eigen, float max_residual,
                                         float& x, float& y, float& alpha, float& beta, float& residual, int& iters,
-                                        LkPair& pr)
+                                        LkGroup& gr)
 {
     alpha = 0.f; beta = 0.f; residual = 0.f;
     iters = 0;
@@ -432,11 +439,11 @@ __device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ t
         const float tcx = (tp.x + 0.5f) * s - 0.5f, tcy = (tp.y + 0.5f) * s - 0.5f;
         int r;
         if ((patch16_mask >> l) & 1)
-            r = track_level<16, MODE, PAIR>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
-                                            residual, iters, pr);
+            r = track_level<16, MODE, G>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
+                                            residual, iters, gr);
         else
-            r = track_level<8, MODE, PAIR>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
-                                           residual, iters, pr);
+            r = track_level<8, MODE, G>(T, I, w, h, tcx, tcy, x, y, alpha, beta, max_iterations, eps2, min_eigen,
+                                           residual, iters, gr);
         if (l == 0) {
             status = (r == LVL_CONVERGED) ? LK_TRACKED
                    : (r == LVL_MAXITER) ? LK_NOT_CONVERGED
@@ -467,15 +474,15 @@ __device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ t
 // bilinear weights); the 8 sums of U r and the Hessian's entries by butterfly, so every lane
 // holds the same state (warp-uniform phases and stops).
 #define AFFINE_PATCH 16
-template <int P, int MODE, bool PAIR = false>
-__device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, PAIR>::NL],
-                                  const float (&gx)[Lay<P, PAIR>::NL], const float (&gy)[Lay<P, PAIR>::NL], float& x,
+template <int P, int MODE, int G = 1>
+__device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, G>::NL],
+                                  const float (&gx)[Lay<P, G>::NL], const float (&gy)[Lay<P, G>::NL], float& x,
                                   float& y, float (&A)[4], float& alpha, float& beta, int max_iterations, float eps2,
-                                  float min_eigen, float& residual, int& iters, LkPair& pr, int k0 = 0)
+                                  float min_eigen, float& residual, int& iters, LkGroup& gr, int k0 = 0)
 {
     typedef ModeInfo<MODE> MI;
-    constexpr bool SPLIT = Lay<P, PAIR>::SPLIT;
-    constexpr int NP = Lay<P, PAIR>::NL;   // this warp's samples: rows k0 ..
+    constexpr bool SPLIT = Lay<P, G>::SPLIT;
+    constexpr int NP = Lay<P, G>::NL;   // this warp's samples: rows k0 ..
     constexpr int RSTEP = 32 / P;
     constexpr float HALF = 0.5f * (P - 1);
     constexpr int GS = MI::GAIN >= 0 ? 6 : -1;                         // slots in the affine parameters
@@ -524,7 +531,7 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
 #pragma unroll
                 for (int j = i; j < NA; ++j) v[q++] = H[i][j];
             v[q] = sxx; v[q + 1] = sxy; v[q + 2] = syy;
-            PAIR_SUM(SPLIT, v, pr);
+            GROUP_SUM(SPLIT, v, gr);
             q = 0;
 #pragma unroll
             for (int i = 0; i < NA; ++i)
@@ -574,17 +581,17 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
         }
         ra_lane = ra;
         float bv[NA];
-        if constexpr (SPLIT) {   // the pair's sums: 4 in the translation phase, all 8 in the affine one
+        if constexpr (SPLIT) {   // the group's sums: 4 in the translation phase, all 8 in the affine one
             if (phase == 0) {
                 float v[4] = {warp_sum(b[4]), warp_sum(b[5]), GS >= 0 ? warp_sum(b[6]) : 0.f,
                               OS >= 0 ? warp_sum(b[7]) : 0.f};
-                PAIR_SUM(SPLIT, v, pr);
+                GROUP_SUM(SPLIT, v, gr);
                 b[4] = v[0]; b[5] = v[1]; b[6] = v[2]; b[7] = v[3];
             } else {
                 float v[8];
 #pragma unroll
                 for (int i = 0; i < 8; ++i) v[i] = (i < 6 || (i == 6 && GS >= 0) || (i == 7 && OS >= 0)) ? warp_sum(b[i]) : 0.f;
-                PAIR_SUM(SPLIT, v, pr);
+                GROUP_SUM(SPLIT, v, gr);
 #pragma unroll
                 for (int i = 0; i < 8; ++i) b[i] = v[i];
             }
@@ -657,9 +664,9 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
             break;
         }
     }
-    if (done > 0) {   // warp-uniform (pair-uniform)
+    if (done > 0) {   // warp-uniform (group-uniform)
         float v[1] = {warp_sum(ra_lane)};
-        PAIR_SUM(SPLIT, v, pr);
+        GROUP_SUM(SPLIT, v, gr);
         residual = v[0] * (255.f / (P * P));
     }
     return code;
@@ -674,13 +681,13 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
 // guess p0 (level 0), the illumination alpha / beta and (AFFINE) the warp A (updated). Status and
 // outputs as lk_point, plus a warp whose determinant leaves (AFFINE_DET_MIN, AFFINE_DET_MAX) is
 // DIVERGED.
-template <int MODE, bool AFFINE, bool PAIR = false>
+template <int MODE, bool AFFINE, int G = 1>
 __device__ __forceinline__ int lk_point_stored(const float* __restrict__ bank, const uchar* __restrict__ valid,
                                                const unsigned long long* __restrict__ img_levels, int w0, int h0,
                                                int n_levels, int patch16_mask, float2 p0, int max_iterations,
                                                float eps2, float min_eigen, float max_residual, float& x, float& y,
                                                float (&A)[4], float& alpha, float& beta, float& residual, int& iters,
-                                               LkPair& pr)
+                                               LkGroup& gr)
 {
     typedef ModeInfo<MODE> MI;
     if (MI::GAIN < 0) alpha = 0.f;
@@ -701,21 +708,21 @@ __device__ __forceinline__ int lk_point_stored(const float* __restrict__ bank, c
         int r = LVL_LEFT;
         if (valid[l]) {
             if ((patch16_mask >> l) & 1) {
-                constexpr int NL = Lay<16, PAIR>::NL;
-                const int k0 = Lay<16, PAIR>::SPLIT ? pr.half * NL : 0;
+                constexpr int NL = Lay<16, G>::NL;
+                const int k0 = Lay<16, G>::SPLIT ? gr.part * NL : 0;
                 float tv[NL], gx[NL], gy[NL];
-                template_from_bank<16, PAIR>(S, tv, gx, gy, k0);
-                r = AFFINE ? solve_level_affine<16, MODE, PAIR>(I, w, h, tv, gx, gy, x, y, A, alpha, beta,
-                                                                max_iterations, eps2, min_eigen, residual, iters, pr, k0)
-                           : solve_level<16, MODE, PAIR>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
-                                                         min_eigen, residual, iters, pr, k0);
+                template_from_bank<16, G>(S, tv, gx, gy, k0);
+                r = AFFINE ? solve_level_affine<16, MODE, G>(I, w, h, tv, gx, gy, x, y, A, alpha, beta,
+                                                                max_iterations, eps2, min_eigen, residual, iters, gr, k0)
+                           : solve_level<16, MODE, G>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
+                                                         min_eigen, residual, iters, gr, k0);
             } else {
                 float tv[2], gx[2], gy[2];
                 template_from_bank<8>(S, tv, gx, gy);
                 r = AFFINE ? solve_level_affine<8, MODE>(I, w, h, tv, gx, gy, x, y, A, alpha, beta, max_iterations,
-                                                         eps2, min_eigen, residual, iters, pr)
+                                                         eps2, min_eigen, residual, iters, gr)
                            : solve_level<8, MODE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
-                                                  min_eigen, residual, iters, pr);
+                                                  min_eigen, residual, iters, gr);
             }
         }
         if (l == 0) {
@@ -762,10 +769,10 @@ __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels
     }
     float x, y, alpha, beta, residual;
     int iters;
-    LkPair pr{nullptr, 0, 0, 0};              // one warp per feature: no pair
+    LkGroup gr{nullptr, 0, 0, 0};             // one warp per feature: no group
     const int status = lk_point<MODE>(tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, tmpl_pos[f], p0,
                                       max_iterations, eps2, min_eigen, max_residual, x, y, alpha, beta, residual, iters,
-                                      pr);
+                                      gr);
     if (lane == 0) {
         out_pos[f] = make_float2(x, y);
         out_status[f] = (signed char)status;
@@ -856,10 +863,10 @@ __device__ void lk_frontend_impl(const unsigned long long* __restrict__ tmpl_lev
     if (M != nullptr && M[9] != 0.f) p0 = predict(p0, xy[f], M, cam_pred);
     float x, y, alpha, beta, residual;
     int iters;
-    LkPair pr{nullptr, 0, 0, 0};              // one warp per feature: no pair
+    LkGroup gr{nullptr, 0, 0, 0};             // one warp per feature: no group
     const int status = lk_point<MODE>(tmpl_levels, img_levels, w0, h0, n_levels, patch16_mask, tmpl_pos[f], p0,
                                       max_iterations, eps2, min_eigen, max_residual, x, y, alpha, beta, residual, iters,
-                                      pr);
+                                      gr);
     if (lane != 0) return;
     float2 pos = make_float2(x, y);
     float2 q = make_float2(qnan, qnan);
@@ -914,9 +921,9 @@ LK_KERNELS(lk_frontend, lk_frontend_impl, LKF_ARGS, LKF_PASS)
 // tslot[f]) into the image pyramid, started at the rotation prediction of `xy` (where M[9] != 0,
 // else `guess`) with the slot's illumination gain0 / offset0 (0..255) and (affine) warp affine0;
 // outputs as lk_frontend's temporal use (undistorted position `out_xy` with `cam_out`, NaN unless
-// tracked) plus residual, gain, offset and (affine) the warp. Thread mapping: one warp per slot
-// as lk_track_*, or (LK_PAIR, the frontend's default: GpuLKTracker.template_launch) two warps
-// per slot, forward and backward tracks alike.
+// tracked) plus residual, gain, offset and (affine) the warp. Thread mapping: LK_FEATURE_WARPS
+// warps per slot (GpuLKTracker.template_launch; one as lk_track_*, or a group, above), forward
+// and backward tracks alike.
 template <int MODE, bool AFFINE>
 __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __restrict__ bank_valid,
                                  const int* __restrict__ tslot, const float* __restrict__ gain0,
@@ -933,16 +940,17 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
                                  const unsigned long long* __restrict__ prev_levels, float2* __restrict__ fb_pos,
                                  signed char* __restrict__ fb_status)
 {
-#if LK_PAIR
-    static_assert(LK_WARPS % 2 == 0 && LK_WARPS <= 30, "LK_PAIR needs an even LK_WARPS (<= 30)");
-    __shared__ float xbuf[LK_WARPS / 2][2 * 2 * LK_PX];
-    const int f = blockIdx.x * (LK_WARPS / 2) + (threadIdx.y >> 1);
-    LkPair pr{xbuf[threadIdx.y >> 1], (int)(threadIdx.y & 1), 1 + (int)(threadIdx.y >> 1), 0};
-    if (f >= (int)*count) return;             // pair-uniform
-    const int lane = threadIdx.x | (threadIdx.y & 1) << 5;   // 0 only in half 0's lane 0 (the writer)
+    constexpr int G = LK_FEATURE_WARPS;
+#if LK_FEATURE_WARPS > 1
+    static_assert(LK_WARPS % G == 0 && LK_WARPS / G <= 15, "LK_WARPS must be a multiple of LK_FEATURE_WARPS");
+    __shared__ float xbuf[LK_WARPS / G][2 * G * LK_PX];
+    const int f = blockIdx.x * (LK_WARPS / G) + (int)threadIdx.y / G;
+    LkGroup gr{xbuf[threadIdx.y / G], (int)threadIdx.y % G, 1 + (int)threadIdx.y / G, 0};
+    if (f >= (int)*count) return;             // group-uniform
+    const int lane = (int)threadIdx.x | gr.part << 5;   // 0 only in part 0's lane 0 (the writer)
 #else
     const int f = blockIdx.x * LK_WARPS + threadIdx.y;
-    LkPair pr{nullptr, 0, 0, 0};
+    LkGroup gr{nullptr, 0, 0, 0};
     if (f >= (int)*count) return;             // warp-uniform
     const int lane = threadIdx.x;
 #endif
@@ -957,11 +965,11 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
     }
     float x, y, alpha = gain0[f] - 1.f, beta = offset0[f] / 255.f, residual;
     int iters;
-    const int status = lk_point_stored<MODE, AFFINE, LK_PAIR>(bank + (size_t)row * n_levels * TPL_AREA,
+    const int status = lk_point_stored<MODE, AFFINE, G>(bank + (size_t)row * n_levels * TPL_AREA,
                                                               bank_valid + (size_t)row * n_levels, img_levels, w0,
                                                               h0, n_levels, patch16_mask, p0, max_iterations, eps2,
                                                               min_eigen, max_residual, x, y, A, alpha, beta, residual,
-                                                              iters, pr);
+                                                              iters, gr);
     if (prev_levels != nullptr) {
         // the forward-backward check, fused (lk_frontend's backward use, the same arithmetic): the
         // current frame's patch at the result, from the slot's old position `guess` into the
@@ -971,9 +979,9 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
         if (status == LK_TRACKED) {           // warp-uniform
             float bx, by, ba, bb, br;
             int bi;
-            bst = lk_point<MODE, LK_PAIR>(img_levels, prev_levels, w0, h0, n_levels, patch16_mask, make_float2(x, y),
+            bst = lk_point<MODE, G>(img_levels, prev_levels, w0, h0, n_levels, patch16_mask, make_float2(x, y),
                                           back, max_iterations, eps2, min_eigen, max_residual, bx, by, ba, bb, br, bi,
-                                          pr);
+                                          gr);
             back = make_float2(bx, by);
         }
         if (lane == 0) {
