@@ -102,20 +102,22 @@ def main():
             K.config = old
 
     timed("lk_template_fb (FB check fused)", lambda: go(*K._lk_templates(s, count, fb=True)))
-    # the thread mappings: 1, 2, 4 warps per feature (LK_FEATURE_WARPS)
-    from vilib_ros.frontend.tracker import LK_OPTIONS
+    # the thread mappings (LK_FEATURE_WARPS: 1, 2, 4 warps per feature) and where the level's
+    # solver comes from (LK_PRESOLVE 1: stored with the template; 0: built every frame)
+    from vilib_ros.frontend.tracker import LK_OPTIONS, SOLVER_AREA
     res["lk_feature_warps"] = K.tracker.feature_warps
     tc0 = K.config.tracker
     defs0 = {"LK_WARPS": K.tracker.warps, "LK_OSC_EPS": f"{float(tc0.osc_eps)!r}f",
-             "LK_OSC_GROWTH": f"{float(tc0.osc_growth)!r}f"}
+             "LK_OSC_GROWTH": f"{float(tc0.osc_growth)!r}f", "TPL_SOLVER": SOLVER_AREA}
     w = K.tracker.warps
-    for fw in (1, 2, 4):
-        mod = get_module("lk", {**defs0, "LK_FEATURE_WARPS": fw}, LK_OPTIONS)
+    for fw, pre in ((1, 0), (2, 0), (2, 1), (4, 1), (1, 1)):
+        mod = get_module("lk", {**defs0, "LK_FEATURE_WARPS": fw, "LK_PRESOLVE": pre}, LK_OPTIONS)
         grid = ((K.S + w // fw - 1) // (w // fw), 1, 1), (32, w, 1)
         for fbk in (True, False):
             k0, _, _, a0 = K._lk_templates(s, count, fb=fbk)
             kk = mod.get_function(f"lk_template_{'fb_' if fbk else ''}{tc0.warp}_{tc0.mode}")
-            timed(f"lk_template{'_fb' if fbk else ''} ({fw} warp(s) per feature)",
+            timed(f"lk_template{'_fb' if fbk else ''} ({fw} warp(s) per feature, "
+                  f"{'stored solver' if pre else 'solver per frame'})",
                   lambda kk=kk, grid=grid, a0=a0: go(kk, *grid, a0))
     if a.quick:
         return finish(res, a.out)
@@ -130,7 +132,8 @@ def main():
     fname = f"lk_template_{tc.warp}_{tc.mode}"
     base_defs = {"LK_OSC_EPS": f"{float(tc.osc_eps)!r}f", "LK_OSC_GROWTH": f"{float(tc.osc_growth)!r}f"}
     # the same kernel with IEEE division and square root (the build before tracker.LK_OPTIONS)
-    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, "LK_FEATURE_WARPS": K.tracker.feature_warps, **base_defs}).get_function(fname)
+    kf = get_module("lk", {"LK_WARPS": K.tracker.warps, "LK_FEATURE_WARPS": K.tracker.feature_warps,
+                           "TPL_SOLVER": SOLVER_AREA, **base_defs}).get_function(fname)
     timed("lk_template (IEEE division / sqrt)", lambda: go(kf, grid, block, args))
     sp = (s - 1) % 4
     t = K.t

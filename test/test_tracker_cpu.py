@@ -262,6 +262,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int m) {
     g_shfl[h][l] = v; g_bar[h]->arrive_and_wait(); float r = g_shfl[h][l ^ m]; g_bar[h]->arrive_and_wait(); return r;
 }
 #define __shared__ static
+static inline void __syncwarp() { g_bar[t_warp]->arrive_and_wait(); }
 #define LK_GROUP_BARRIER(id) g_group_bar->arrive_and_wait()
 #include "lk.cu"
 // body(f) on the lane threads of feature f, nw warps (lk_template_*: LK_FEATURE_WARPS), threadIdx
@@ -315,10 +316,14 @@ extern "C" void run_lk_template(int mode, int affine, const float* bank, const u
                           (float2*)opos, ost, (float2*)oxy, oit, ores, ogain, ooff, affine ? (float4*)oaff : nullptr);
     }, LK_FEATURE_WARPS);
 }
-extern "C" void run_lk_extract(const unsigned long long* il, int w0, int h0, int L, int mask, const float* uv, int n,
-                               const int* tslot, const unsigned char* refresh, float* bank, unsigned char* bank_valid) {
+typedef void (*lkefn)(const unsigned long long*, int, int, int, int, const long long*, const float2*, const int*,
+                      const unsigned char*, float*, unsigned char*);
+extern "C" void run_lk_extract(int mode, const unsigned long long* il, int w0, int h0, int L, int mask, const float* uv,
+                               int n, const int* tslot, const unsigned char* refresh, float* bank,
+                               unsigned char* bank_valid) {
+    lkefn fns[4] = {lk_extract_translation, lk_extract_offset, lk_extract_gain, lk_extract_gain_offset};
     const long long count = n;
-    run_warps(n, [&](int) { lk_extract(il, w0, h0, L, mask, &count, (const float2*)uv, tslot, refresh, bank, bank_valid); });
+    run_warps(n, [&](int) { fns[mode](il, w0, h0, L, mask, &count, (const float2*)uv, tslot, refresh, bank, bank_valid); });
 }
 // the camera model of kernels/camera.cuh, and the rotation prediction of lk_frontend (its first step)
 extern "C" void run_undistort(const float* uv, const float* cam, int n, float* xy) {
@@ -454,7 +459,7 @@ def _run_emulated_extract(lib, pyr, pos, cfg, capacity):
     """lk_extract of ``pos`` into bank rows capacity-1, capacity-2, ... (rows are not slots)."""
     import ctypes
 
-    from vilib_ros.frontend.tracker import PATCH_AREA
+    from vilib_ros.frontend.tracker import BANK_STRIDE
 
     P = ctypes.c_void_p
     ptr = lambda a: a.ctypes.data_as(P)  # noqa: E731
@@ -462,9 +467,9 @@ def _run_emulated_extract(lib, pyr, pos, cfg, capacity):
     n = len(pos)
     pos = np.ascontiguousarray(pos, np.float32)
     tslot = np.ascontiguousarray(capacity - 1 - np.arange(n), np.int32)
-    bank = np.full((capacity, cfg.levels, PATCH_AREA), np.nan, np.float32)     # poisoned
+    bank = np.full((capacity, cfg.levels, BANK_STRIDE), np.nan, np.float32)     # poisoned
     valid = np.full((capacity, cfg.levels), 7, np.uint8)
-    lib.run_lk_extract(ptr(il), ctypes.c_int(pyr[0].shape[1]), ctypes.c_int(pyr[0].shape[0]), ctypes.c_int(cfg.levels),
+    lib.run_lk_extract(ctypes.c_int(MODES.index(cfg.mode)), ptr(il), ctypes.c_int(pyr[0].shape[1]), ctypes.c_int(pyr[0].shape[0]), ctypes.c_int(cfg.levels),
                        ctypes.c_int(cfg.patch16_mask), ptr(pos), ctypes.c_int(n), ptr(tslot), P(), ptr(bank), ptr(valid))
     return bank, valid, tslot
 
@@ -521,6 +526,50 @@ class TestTemplateKernelsOnHost:
         untouched = np.setdiff1d(np.arange(64), rows)
         assert (valid[untouched] == 7).all() and np.isnan(bank[untouched]).all()
 
+    @pytest.mark.parametrize("mode", MODES)
+    def test_extract_solver_matches_numpy(self, emulated, euroc_frames, mode):
+        """The level solvers lk_extract_<mode> stores after the samples (flat-patch measure, the
+        inverses of the translation (+ illumination) block Hs and, on 16x16 levels, of the affine
+        Gauss-Newton matrix H, at gain 1) against float64 NumPy built from the oracle's samples."""
+        from vilib_ros.frontend.pyramid import build_pyramid_cpu
+        from vilib_ros.frontend.templates import extract_templates_cpu
+        from vilib_ros.frontend.tracker import PATCH_AREA, _MODE_INFO
+
+        cfg = TrackerConfig(mode=mode, template="reference", warp="affine")
+        pyr = build_pyramid_cpu(euroc_frames[30], cfg.levels)
+        pts = _features(euroc_frames[30], 40)
+        bank, valid, rows = _run_emulated_extract(emulated, pyr, pts, cfg, len(pts))
+        ref_p, ref_v = extract_templates_cpu(pyr, pts, cfg)
+        _, gain_slot, off_slot = _MODE_INFO[mode]
+        worst = {"lmin": 0.0, "Hs": 0.0, "H": 0.0}
+        for k in range(len(pts)):
+            for lvl, P in enumerate(cfg.patch_sizes):
+                if not ref_v[k, lvl]:
+                    continue
+                S = ref_p[k, lvl, :(P + 2) ** 2].astype(np.float64).reshape(P + 2, P + 2) / 255.0
+                tv, gx = S[1:-1, 1:-1], 0.5 * (S[1:-1, 2:] - S[1:-1, :-2])
+                gy = 0.5 * (S[2:, 1:-1] - S[:-2, 1:-1])
+                v, u = np.mgrid[0:P, 0:P] - 0.5 * (P - 1)
+                cols = [gx * u, gx * v, gy * u, gy * v, gx, gy]
+                cols += [tv] if gain_slot >= 0 else []
+                cols += [np.ones_like(tv)] if off_slot >= 0 else []
+                U = np.stack([c.ravel() for c in cols])
+                H = U @ U.T
+                a, b, c = (gx * gx).mean(), (gx * gy).mean(), (gy * gy).mean()
+                lmin = 0.5 * (a + c - np.sqrt((a - c) ** 2 + 4 * b * b))
+                sv = bank[rows[k], lvl, PATCH_AREA:]
+                assert sv[1] == 0.0                 # both matrices SPD on these textured corners
+                worst["lmin"] = max(worst["lmin"], abs(sv[0] - lmin) / lmin)
+                ns, na = H.shape[0] - 4, H.shape[0]
+                Hs = H[4:, 4:]
+                worst["Hs"] = max(worst["Hs"], np.abs(sv[4:4 + ns * ns].reshape(ns, ns) @ Hs - np.eye(ns)).max())
+                if P == 16:
+                    Hi = sv[20:20 + na * na].reshape(na, na)
+                    worst["H"] = max(worst["H"], np.abs(Hi @ H - np.eye(na)).max())
+        print(f"\n{mode}: worst relative lmin error {worst['lmin']:.2e}, |Hs^-1 Hs - I| {worst['Hs']:.2e}, "
+              f"|H^-1 H - I| {worst['H']:.2e}")
+        assert worst["lmin"] < 1e-4 and worst["Hs"] < 1e-3 and worst["H"] < 1e-2
+
     @pytest.mark.parametrize("warp", ["translation", "affine"])
     @pytest.mark.parametrize("mode", MODES)
     def test_template_kernel_matches_reference(self, emulated, euroc_frames, warp, mode):
@@ -549,12 +598,15 @@ class TestTemplateKernelsOnHost:
         gain0 = rng.uniform(0.9, 1.1, n).astype(np.float32)
         offset0 = rng.uniform(-5, 5, n).astype(np.float32)
         affine0 = (np.tile([1, 0, 0, 1], (n, 1)) + rng.normal(0, 0.02, (n, 4))).astype(np.float32)
+        # the kernels' bank (samples + the levels' solvers) by the emulated lk_extract_<mode>, rows in
+        # another order than the features; the oracle's from extract_templates_cpu in the same rows
+        dbank, dvalid, slots = _run_emulated_extract(emulated, pa, pts, cfg, n)
         patch, valid = extract_templates_cpu(pa, pts, cfg)
-        slots = np.ascontiguousarray(rng.permutation(n), np.int32)      # rows in another order than the features
         bank = np.empty_like(patch)
         bvalid = np.empty_like(valid)
         bank[slots], bvalid[slots] = patch, valid
-        r = _run_emulated_template(emulated, bank, bvalid, slots, pb, pred, gain0, offset0, affine0, cfg)
+        np.testing.assert_array_equal(dvalid, bvalid)
+        r = _run_emulated_template(emulated, dbank, dvalid, slots, pb, pred, gain0, offset0, affine0, cfg)
         ref = track_templates_cpu(bank, bvalid, slots, pb, pred, cfg, gain0, offset0,
                                   affine0 if warp == "affine" else None)
         assert np.all(np.isin(r.status, list(TrackStatus)))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vilib_ros import synthetic as syn
-from vilib_ros.frontend.tracker import MODES, WARPS, TrackerConfig, TrackStatus, track_cpu
+from vilib_ros.frontend.tracker import MODES, PATCH_AREA, WARPS, TrackerConfig, TrackStatus, track_cpu
 
 pytestmark = pytest.mark.gpu
 
@@ -98,13 +98,13 @@ def _device_templates(gpu, cfg, img, pts, rows, capacity):
 
     from vilib_ros._cuda import launch
     from vilib_ros.frontend.pyramid import GpuPyramid
-    from vilib_ros.frontend.tracker import PATCH_AREA
+    from vilib_ros.frontend.tracker import BANK_STRIDE
 
     pyr = GpuPyramid(752, 480, cfg.levels)
     pyr.upload(img)
     pyr.build()
     n = len(pts)
-    bank = cp.full((capacity, cfg.levels, PATCH_AREA), cp.nan, cp.float32)
+    bank = cp.full((capacity, cfg.levels, BANK_STRIDE), cp.nan, cp.float32)
     valid = cp.full((capacity, cfg.levels), 7, cp.uint8)
     count = cp.array([n], cp.int64)
     launch(gpu.extract_kernel, ((n + gpu.warps - 1) // gpu.warps, 1, 1), (32, gpu.warps, 1),
@@ -185,7 +185,8 @@ class TestTemplateKernels:
             for k, v in o.items():                  # untouched beyond n
                 assert (np.isnan(v[n:]) if v.dtype.kind == "f" and k != "xy" else v[n:] == -7).all(), k
             assert np.isnan(o["xy"][:n]).all()      # no camera: NaN
-            ref = track_templates_cpu(bank.get(), valid.get(), rows, b, pred, cfg, gain0, offset0,
+            samples = np.ascontiguousarray(bank.get()[:, :, :PATCH_AREA])     # the bank less the solvers
+            ref = track_templates_cpu(samples, valid.get(), rows, b, pred, cfg, gain0, offset0,
                                       affine0 if warp == "affine" else None)
             st = o["status"][:n]
             assert np.all(np.isin(st, list(TrackStatus)))

@@ -21,7 +21,8 @@ parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline
 
 Stored templates (``tracker.template: reference`` or ``tracker.warp: affine``,
 :mod:`vilib_ros.frontend.templates`): the template bank (``bank`` float32 (S, levels,
-PATCH_AREA), ``bank_valid`` uint8 (S, levels)) is its own device buffer, not part of the table;
+BANK_STRIDE): the samples, then the level's solver; ``bank_valid`` uint8 (S, levels)) is its own
+device buffer, not part of the table;
 the table holds per slot the bank row
 ``tslot``, ``gain`` / ``offset`` / ``affine`` / ``residual`` of the last LK, ``tmpl_age`` and
 ``refresh``.
@@ -127,9 +128,9 @@ class FrameKernels:
         self.table = cp.asarray(host)
         self.t = self.layout.views(self.table)
         if self.templates:
-            from vilib_ros.frontend.tracker import PATCH_AREA
+            from vilib_ros.frontend.tracker import BANK_STRIDE
 
-            self.bank = cp.zeros((self.S, int(tc.levels), PATCH_AREA), cp.float32)
+            self.bank = cp.zeros((self.S, int(tc.levels), BANK_STRIDE), cp.float32)
             self.bank_valid = cp.zeros((self.S, int(tc.levels)), cp.uint8)
         p0 = self.layout.offset("params")
         self._M = [self.table[p0 + s * PARAMS_BYTES + 4 * _F32_M:p0 + s * PARAMS_BYTES + 4 * (_F32_M + 12)]
@@ -223,7 +224,7 @@ class FrameKernels:
         return (self._k_tpl_fb if fb else self._k_tpl, *self.tracker.template_launch(self.S), args)
 
     def _extract(self, s, count):
-        """lk_extract: the templates of the slots flagged ``refresh`` (new, or due) from frame ``s``."""
+        """lk_extract_<mode>: the templates (and their solvers) of the slots flagged ``refresh`` (new, or due) from frame ``s``."""
         tc, t = self.config.tracker, self.t
         warps = self.tracker.warps
         args = (self._lk_tab[s], np.int32(self.W), np.int32(self.H), np.int32(tc.levels), np.int32(tc.patch16_mask),

@@ -61,9 +61,14 @@ template / warp on both devices, reference + affine the default):
    device table (the table is copied to the host per frame for RANSAC). The table holds per slot
    ``tslot`` int32, ``gain``, ``offset``, ``affine`` float32[4], ``residual``, ``tmpl_age`` int32
    and ``refresh`` uint8, compacted by ``table_update`` with the other columns (``tslot`` moves,
-   the bank rows do not). The Hessian is rebuilt from the stored patch per level and frame.
-2. ``lk_extract`` (one warp per slot, lane l filling samples l, l + 32, ... of each level's
-   (P + 2)^2 patch, with the one bilinear fraction per patch of ``lk.cu``'s template loads), in the
+   the bank rows do not). On the GPU each level of a bank row also holds the level's solver
+   (``tracker.SOLVER_AREA`` floats after the samples, ``tracker.BANK_STRIDE`` in all): the
+   flat-patch measure and the inverses of the Gauss-Newton matrices at gain 1, from which LK
+   scales the inverse at the level's gain (H(g) = D H(1) D); the NumPy oracle and the CPU twin
+   rebuild the matrices per level and frame (the same values up to rounding).
+2. ``lk_extract_<mode>`` (one warp per slot, lane l filling samples l, l + 32, ... of each level's
+   (P + 2)^2 patch, with the one bilinear fraction per patch of ``lk.cu``'s template loads, then
+   the level's solver from the samples), in the
    frame's graph after ``finalize`` on the slots flagged ``refresh``: the new tracks
    (``new_tracks``, which also gives them the lowest free bank rows, as :meth:`TrackTable.add`:
    a bitmap of the rows ``tslot[0..count)`` names, ranked by a block scan) and the templates due
@@ -72,9 +77,10 @@ template / warp on both devices, reference + affine the default):
    template values and gradients loaded from ``bank[tslot]`` (``template_from_bank``: lane l owns
    column l % P and rows l / P + k * 32 / P, the stored sample and its 4 neighbours), alpha /
    beta starting from the slot's ``gain - 1`` / ``offset / 255``. Affine: each lane samples the
-   image at x + A u with its own bilinear weights, the 8 sums of U r and the Hessian's entries by
-   butterfly, H 8 x 8 and its 4 x 4 translation sub-block inverted by Cholesky in registers,
-   phase switch and composition with the inverse step as per-warp scalars. The previous frame's
+   image at x + A u with its own bilinear weights, the 8 sums of U r by butterfly, the inverses of
+   H 8 x 8 and its 4 x 4 translation sub-block from the level's stored solver, phase switch and
+   composition with the inverse step as per-warp scalars; ``LK_FEATURE_WARPS`` (2) warps per
+   track, each sampling its share of the 16 x 16 levels. The previous frame's
    pyramid is read only by the forward-backward check, which ``lk_template_fb_<warp>_<mode>`` runs
    in the same warp right after the forward track (one launch for both).
 4. ``table_update`` writes ``gain``, ``offset``, ``affine`` (identity for the translation warp),

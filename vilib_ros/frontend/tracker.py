@@ -36,6 +36,11 @@ WARPS = ("translation", "affine")
 #: of a slot of PATCH_AREA floats (0..255 units); see vilib_ros.frontend.templates.
 MAX_PATCH = 16
 PATCH_AREA = (MAX_PATCH + 2) ** 2
+#: The GPU bank (kernels/lk.cu TPL_STRIDE) keeps after each level's samples the level's solver
+#: (flat-patch measure, the inverses of the Gauss-Newton matrices at gain 1: lk_extract_<mode>
+#: makes it once per template instead of every frame's LK building it); SOLVER_AREA floats.
+SOLVER_AREA = 84
+BANK_STRIDE = PATCH_AREA + SOLVER_AREA
 _MODE_INFO = {  # n params, gain slot, offset slot (as in ModeInfo<> of lk.cu)
     "translation": (2, -1, -1),
     "offset": (3, -1, 2),
@@ -494,7 +499,7 @@ class GpuLKTracker:
                              f"got {self.feature_warps!r}")
         c = self.config
         mod = get_module("lk", {"LK_WARPS": self.warps, "LK_OSC_EPS": f"{float(c.osc_eps)!r}f",
-                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", "LK_FEATURE_WARPS": self.feature_warps,
+                                "LK_OSC_GROWTH": f"{float(c.osc_growth)!r}f", "LK_FEATURE_WARPS": self.feature_warps, "TPL_SOLVER": SOLVER_AREA,
                                 **(defines or {})}, LK_OPTIONS)
         self.kernel = mod.get_function(f"lk_track_{self.config.mode}")
         # the frontend's variant on the device-side track table (same compile-time settings)
@@ -503,7 +508,7 @@ class GpuLKTracker:
         self.template_kernel = mod.get_function(f"lk_template_{self.config.warp}_{self.config.mode}")
         # the same with the forward-backward check fused (the frontend's default)
         self.template_fb_kernel = mod.get_function(f"lk_template_fb_{self.config.warp}_{self.config.mode}")
-        self.extract_kernel = mod.get_function("lk_extract")
+        self.extract_kernel = mod.get_function(f"lk_extract_{self.config.mode}")
         self._tables: dict[int, object] = {}
         self._arg_cache: dict = {}   # launch arguments per set of buffers (built once: ~10 us of Python)
         m = self.max_features

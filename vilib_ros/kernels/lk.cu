@@ -66,6 +66,22 @@ struct LkGroup {
     int phase;     // the buffer of the next exchange
 };
 
+// The stored template bank (vilib_ros.frontend.templates, lk_extract_<mode>): per bank row and
+// level TPL_STRIDE floats, the (P + 2) x (P + 2) samples (TPL_AREA) then the level's solver,
+// which depends on the template alone and so is made once when the template is taken instead of
+// on every frame's LK chain: the flat-patch measure and the inverses of the Gauss-Newton matrices
+// at gain g = 1. At gain g, H(g) = D H(1) D with D = diag(g on the geometric parameters, 1 on
+// gain / offset), so H(g)^-1 = D^-1 H(1)^-1 D^-1 (solver_scale).
+#define TPL_AREA 324           // vilib_ros.frontend.tracker.PATCH_AREA: (16 + 2)^2 floats per level
+#ifndef TPL_SOLVER
+#define TPL_SOLVER 84          // the solver's floats (vilib_ros.frontend.tracker.SOLVER_AREA)
+#endif
+#define TPL_STRIDE (TPL_AREA + TPL_SOLVER)   // vilib_ros.frontend.tracker.BANK_STRIDE
+#define SLV_LMIN 0             // smallest eigenvalue of the gradient matrix per pixel (flat-patch test)
+#define SLV_FAIL 1             // 1: the translation (+ illumination) matrix Hs is not SPD; + 2: the affine H
+#define SLV_HS 4               // Hs(1)^-1, NS x NS row-major (solve_level's matrix; H's last NS rows / columns)
+#define SLV_H 20               // H(1)^-1, NA x NA row-major (16x16 levels only)
+
 // Samples per lane of a P x P patch: NP in a whole warp, NL in each warp of a group of G on SPLIT
 // levels.
 template <int P, int G> struct Lay {
@@ -258,13 +274,25 @@ __device__ __forceinline__ void template_from_bank(const float* __restrict__ S, 
     }
 }
 
+// H(g)^-1 from a stored H(1)^-1 (N x N row-major at m; the first NG parameters geometric):
+// out[i][j] = m[i][j] / (d_i d_j), d = g on the geometric ones, 1 on gain / offset.
+template <int N, int NG>
+__device__ __forceinline__ void solver_scale(const float* __restrict__ m, float ig, float (&out)[N][N])
+{
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < N; ++j) out[i][j] = m[i * N + j] * ((i < NG) ? ig : 1.f) * ((j < NG) ? ig : 1.f);
+}
+
 // Gauss-Newton iterations of one level for one feature (whole warp) on the template in tv / gx /
-// gy (translation warp). (x, y) = current estimate in level coordinates (updated).
-template <int P, int MODE, int G = 1>
+// gy (translation warp). (x, y) = current estimate in level coordinates (updated). PRE: the
+// level's solver `sv` (stored with the template) instead of the matrix built and inverted here.
+template <int P, int MODE, int G = 1, bool PRE = false>
 __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, G>::NL],
                            const float (&gx)[Lay<P, G>::NL], const float (&gy)[Lay<P, G>::NL], float& x,
                            float& y, float& alpha, float& beta, int max_iterations, float eps2, float min_eigen,
-                           float& residual, int& iters, LkGroup& gr, int k0 = 0)
+                           float& residual, int& iters, LkGroup& gr, int k0 = 0, const float* __restrict__ sv = nullptr)
 {
     typedef ModeInfo<MODE> MI;
     constexpr bool SPLIT = Lay<P, G>::SPLIT;
@@ -277,6 +305,11 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
 
     // Hessian H = sum U U^T with U = [g gx, g gy, (T), (1)], g = 1 + alpha at level start
     const float g = (MODE == LK_MODE_OFFSET || MODE == LK_MODE_TRANSLATION) ? 1.f : 1.f + alpha;
+    float Hf[MI::N][MI::N];
+    if constexpr (PRE) {
+        if (!(sv[SLV_LMIN] >= min_eigen) || ((int)sv[SLV_FAIL] & 1)) return LVL_SINGULAR;
+        solver_scale<MI::N, 2>(sv + SLV_HS, 1.f / g, Hf);
+    } else {
     float hxx = 0, hxy = 0, hyy = 0, hxt = 0, hyt = 0, htt = 0, hx1 = 0, hy1 = 0, ht1 = 0;
 #pragma unroll
     for (int k = 0; k < NP; ++k) {
@@ -300,7 +333,7 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
         const float lmin = 0.5f * (a + c - sqrtf((a - c) * (a - c) + 4.f * b * b));
         if (!(lmin >= min_eigen)) return LVL_SINGULAR;
     }
-    float A[MI::N][MI::N], Hf[MI::N][MI::N];
+    float A[MI::N][MI::N];
     {
         const float gg = g;
         A[0][0] = gg * gg * hxx; A[0][1] = gg * gg * hxy; A[1][0] = A[0][1]; A[1][1] = gg * gg * hyy;
@@ -315,6 +348,7 @@ __device__ int solve_level(const uchar* __restrict__ I, int w, int h, const floa
         if (MI::GAIN >= 0 && MI::OFF >= 0) { A[MI::GAIN][MI::OFF] = ht1; A[MI::OFF][MI::GAIN] = ht1; }
     }
     if (!invert<MI::N>(A, Hf)) return LVL_SINGULAR;
+    }
 
     const float x_start = x, y_start = y;
     // mean |r| of the latest iteration: each lane keeps its part, the warp sum is taken once
@@ -462,40 +496,32 @@ __device__ __forceinline__ int lk_point(const unsigned long long* __restrict__ t
     return status;
 }
 
-// Gauss-Newton iterations of one level for one feature (whole warp) with an affine warp against
-// the template in tv / gx / gy (vilib_ros.frontend.templates._track_affine): the template sample
-// at offset u from the centre is compared with the image at x + A u (A = a11 a12 a21 a22, kept
-// across levels). Parameters [d11, d12, d21, d22, dtx, dty, (dalpha), (dbeta)], U = [g gx ux,
-// g gx uy, g gy ux, g gy uy, g gx, g gy, (T), (1)], H = sum U U^T once per level (g = 1 + alpha
-// at the level's start); inverse compositional: the warp is composed with the inverse step.
-// First a translation phase (the sub-block of [dtx, dty, (dalpha), (dbeta)], A held), then on
-// 16 x 16 levels (AFFINE_PATCH) an affine phase; the oscillation test and the convergence test
-// on the position's step. Each lane samples the image at its own warped positions (its own
-// bilinear weights); the 8 sums of U r and the Hessian's entries by butterfly, so every lane
-// holds the same state (warp-uniform phases and stops).
-#define AFFINE_PATCH 16
-template <int P, int MODE, int G = 1>
-__device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, G>::NL],
-                                  const float (&gx)[Lay<P, G>::NL], const float (&gy)[Lay<P, G>::NL], float& x,
-                                  float& y, float (&A)[4], float& alpha, float& beta, int max_iterations, float eps2,
-                                  float min_eigen, float& residual, int& iters, LkGroup& gr, int k0 = 0)
-{
+// The solver of one affine level (whole warp, or group of G on SPLIT levels; sums in the same
+// order in every warp): H = sum U U^T (U as solve_level_affine's, at gain g), the inverse Hsi of
+// its translation (+ illumination) block Hs = H[4:, 4:] (which is solve_level's matrix) and, on
+// 16x16 levels, the inverse Hi of H. Returns the flat-patch measure (the smallest eigenvalue of the
+// gradient matrix per pixel); `fail` bit 0: Hs not SPD, bit 1: H not SPD.
+template <int MODE> struct AffInfo {
     typedef ModeInfo<MODE> MI;
+    enum { GS = MI::GAIN >= 0 ? 6 : -1, OS = MI::OFF >= 0 ? 6 + (MI::GAIN >= 0 ? 1 : 0) : -1,
+           NA = 6 + (GS >= 0) + (OS >= 0), NS = NA - 4 };
+};
+#define AFFINE_PATCH 16
+template <int P, int MODE, int G>
+__device__ __forceinline__ float affine_solver(const float (&tv)[Lay<P, G>::NL], const float (&gx)[Lay<P, G>::NL],
+                                               const float (&gy)[Lay<P, G>::NL], float g, int k0, LkGroup& gr,
+                                               float (&Hsi)[AffInfo<MODE>::NS][AffInfo<MODE>::NS],
+                                               float (&Hi)[AffInfo<MODE>::NA][AffInfo<MODE>::NA], int& fail)
+{
     constexpr bool SPLIT = Lay<P, G>::SPLIT;
-    constexpr int NP = Lay<P, G>::NL;   // this warp's samples: rows k0 ..
+    constexpr int NP = Lay<P, G>::NL;
     constexpr int RSTEP = 32 / P;
     constexpr float HALF = 0.5f * (P - 1);
-    constexpr int GS = MI::GAIN >= 0 ? 6 : -1;                         // slots in the affine parameters
-    constexpr int OS = MI::OFF >= 0 ? 6 + (MI::GAIN >= 0 ? 1 : 0) : -1;
-    constexpr int NA = 6 + (GS >= 0) + (OS >= 0);
-    constexpr int NS = NA - 4;                                         // translation (+ illumination)
+    constexpr int GS = AffInfo<MODE>::GS, OS = AffInfo<MODE>::OS, NA = AffInfo<MODE>::NA, NS = AffInfo<MODE>::NS;
     constexpr bool AFF = P == AFFINE_PATCH;
     const int lane = threadIdx.x;
     const float ucol = (float)(lane % P) - HALF;
     const int row0 = lane / P;
-    const float s255 = 1.f / 255.f;
-    const float g = MI::GAIN >= 0 ? 1.f + alpha : 1.f;
-
     float H[NA][NA];
     float sxx = 0.f, sxy = 0.f, syy = 0.f;
     {
@@ -540,18 +566,64 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
             sxx = v[q]; sxy = v[q + 1]; syy = v[q + 2];
         }
     }
-    {   // flat-patch test, as in solve_level
-        const float a = sxx / (P * P), b = sxy / (P * P), c = syy / (P * P);
-        const float lmin = 0.5f * (a + c - sqrtf((a - c) * (a - c) + 4.f * b * b));
-        if (!(lmin >= min_eigen)) return LVL_SINGULAR;
-    }
-    float Hi[NA][NA], Hs[NS][NS], Hsi[NS][NS];
+    // flat-patch measure, as in solve_level
+    const float fa = sxx / (P * P), fb = sxy / (P * P), fc = syy / (P * P);
+    const float lmin = 0.5f * (fa + fc - sqrtf((fa - fc) * (fa - fc) + 4.f * fb * fb));
+    float Hs[NS][NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i)
 #pragma unroll
         for (int j = 0; j < NS; ++j) Hs[i][j] = H[4 + i][4 + j];
-    if (!invert<NS>(Hs, Hsi)) return LVL_SINGULAR;
-    if (AFF && !invert<NA>(H, Hi)) return LVL_SINGULAR;
+    fail = invert<NS>(Hs, Hsi) ? 0 : 1;
+    if (AFF && !invert<NA>(H, Hi)) fail |= 2;
+    return lmin;
+}
+
+// Gauss-Newton iterations of one level for one feature (whole warp) with an affine warp against
+// the template in tv / gx / gy (vilib_ros.frontend.templates._track_affine): the template sample
+// at offset u from the centre is compared with the image at x + A u (A = a11 a12 a21 a22, kept
+// across levels). Parameters [d11, d12, d21, d22, dtx, dty, (dalpha), (dbeta)], U = [g gx ux,
+// g gx uy, g gy ux, g gy uy, g gx, g gy, (T), (1)], H = sum U U^T once per level (g = 1 + alpha
+// at the level's start); inverse compositional: the warp is composed with the inverse step.
+// First a translation phase (the sub-block of [dtx, dty, (dalpha), (dbeta)], A held), then on
+// 16 x 16 levels (AFFINE_PATCH) an affine phase; the oscillation test and the convergence test
+// on the position's step. Each lane samples the image at its own warped positions (its own
+// bilinear weights); the 8 sums of U r and the Hessian's entries by butterfly, so every lane
+// holds the same state (warp-uniform phases and stops).
+template <int P, int MODE, int G = 1, bool PRE = false>
+__device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, const float (&tv)[Lay<P, G>::NL],
+                                  const float (&gx)[Lay<P, G>::NL], const float (&gy)[Lay<P, G>::NL], float& x,
+                                  float& y, float (&A)[4], float& alpha, float& beta, int max_iterations, float eps2,
+                                  float min_eigen, float& residual, int& iters, LkGroup& gr, int k0 = 0,
+                                  const float* __restrict__ sv = nullptr)
+{
+    typedef ModeInfo<MODE> MI;
+    constexpr bool SPLIT = Lay<P, G>::SPLIT;
+    constexpr int NP = Lay<P, G>::NL;   // this warp's samples: rows k0 ..
+    constexpr int RSTEP = 32 / P;
+    constexpr float HALF = 0.5f * (P - 1);
+    constexpr int GS = MI::GAIN >= 0 ? 6 : -1;                         // slots in the affine parameters
+    constexpr int OS = MI::OFF >= 0 ? 6 + (MI::GAIN >= 0 ? 1 : 0) : -1;
+    constexpr int NA = 6 + (GS >= 0) + (OS >= 0);
+    constexpr int NS = NA - 4;                                         // translation (+ illumination)
+    constexpr bool AFF = P == AFFINE_PATCH;
+    const int lane = threadIdx.x;
+    const float ucol = (float)(lane % P) - HALF;
+    const int row0 = lane / P;
+    const float s255 = 1.f / 255.f;
+    const float g = MI::GAIN >= 0 ? 1.f + alpha : 1.f;
+
+    float Hi[NA][NA], Hsi[NS][NS];
+    if constexpr (PRE) {        // the level's solver, stored with the template (at gain 1)
+        if (!(sv[SLV_LMIN] >= min_eigen) || ((int)sv[SLV_FAIL] & (AFF ? 3 : 1))) return LVL_SINGULAR;
+        const float ig = 1.f / g;
+        solver_scale<NS, 2>(sv + SLV_HS, ig, Hsi);
+        if (AFF) solver_scale<NA, 6>(sv + SLV_H, ig, Hi);
+    } else {
+        int fail;
+        const float lmin = affine_solver<P, MODE, G>(tv, gx, gy, g, k0, gr, Hsi, Hi, fail);
+        if (!(lmin >= min_eigen) || (fail & (AFF ? 3 : 1))) return LVL_SINGULAR;
+    }
 
     const float xs = x, ys = y, s0 = A[0], s1 = A[1], s2 = A[2], s3 = A[3];
     float ra_lane = 0.f;
@@ -674,10 +746,15 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
 
 #define AFFINE_DET_MIN 0.25f   // vilib_ros.frontend.templates.AFFINE_DET_RANGE
 #define AFFINE_DET_MAX 4.0f
-#define TPL_AREA 324           // vilib_ros.frontend.tracker.PATCH_AREA: (16 + 2)^2 floats per level
+
+// LK_PRESOLVE 1: lk_template_* take each level's solver from the bank (written by
+// lk_extract_<mode>); 0: they build and invert the matrices on every frame (the earlier way).
+#ifndef LK_PRESOLVE
+#define LK_PRESOLVE 1
+#endif
 
 // The whole pyramid for one feature (whole warp) against its stored template levels `bank`
-// (TPL_AREA floats per level) where `valid` (a level without one is LVL_LEFT), from the initial
+// (TPL_STRIDE floats per level: samples and solver) where `valid` (a level without one is LVL_LEFT), from the initial
 // guess p0 (level 0), the illumination alpha / beta and (AFFINE) the warp A (updated). Status and
 // outputs as lk_point, plus a warp whose determinant leaves (AFFINE_DET_MIN, AFFINE_DET_MAX) is
 // DIVERGED.
@@ -704,7 +781,9 @@ __device__ __forceinline__ int lk_point_stored(const float* __restrict__ bank, c
     for (int l = n_levels - 1; l >= 0; --l) {
         const int w = w0 >> l, h = h0 >> l;
         const uchar* I = (const uchar*)img_levels[l];
-        const float* S = bank + (size_t)l * TPL_AREA;
+        const float* S = bank + (size_t)l * TPL_STRIDE;
+        const float* sv = S + TPL_AREA;   // the level's solver
+        constexpr bool PRE = LK_PRESOLVE != 0;
         int r = LVL_LEFT;
         if (valid[l]) {
             if ((patch16_mask >> l) & 1) {
@@ -712,17 +791,19 @@ __device__ __forceinline__ int lk_point_stored(const float* __restrict__ bank, c
                 const int k0 = Lay<16, G>::SPLIT ? gr.part * NL : 0;
                 float tv[NL], gx[NL], gy[NL];
                 template_from_bank<16, G>(S, tv, gx, gy, k0);
-                r = AFFINE ? solve_level_affine<16, MODE, G>(I, w, h, tv, gx, gy, x, y, A, alpha, beta,
-                                                                max_iterations, eps2, min_eigen, residual, iters, gr, k0)
-                           : solve_level<16, MODE, G>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
-                                                         min_eigen, residual, iters, gr, k0);
+                r = AFFINE ? solve_level_affine<16, MODE, G, PRE>(I, w, h, tv, gx, gy, x, y, A, alpha, beta,
+                                                                  max_iterations, eps2, min_eigen, residual, iters, gr,
+                                                                  k0, sv)
+                           : solve_level<16, MODE, G, PRE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations,
+                                                           eps2, min_eigen, residual, iters, gr, k0, sv);
             } else {
                 float tv[2], gx[2], gy[2];
                 template_from_bank<8>(S, tv, gx, gy);
-                r = AFFINE ? solve_level_affine<8, MODE>(I, w, h, tv, gx, gy, x, y, A, alpha, beta, max_iterations,
-                                                         eps2, min_eigen, residual, iters, gr)
-                           : solve_level<8, MODE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations, eps2,
-                                                  min_eigen, residual, iters, gr);
+                r = AFFINE ? solve_level_affine<8, MODE, 1, PRE>(I, w, h, tv, gx, gy, x, y, A, alpha, beta,
+                                                                 max_iterations, eps2, min_eigen, residual, iters, gr,
+                                                                 0, sv)
+                           : solve_level<8, MODE, 1, PRE>(I, w, h, tv, gx, gy, x, y, alpha, beta, max_iterations,
+                                                          eps2, min_eigen, residual, iters, gr, 0, sv);
             }
         }
         if (l == 0) {
@@ -965,7 +1046,7 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
     }
     float x, y, alpha = gain0[f] - 1.f, beta = offset0[f] / 255.f, residual;
     int iters;
-    const int status = lk_point_stored<MODE, AFFINE, G>(bank + (size_t)row * n_levels * TPL_AREA,
+    const int status = lk_point_stored<MODE, AFFINE, G>(bank + (size_t)row * n_levels * TPL_STRIDE,
                                                               bank_valid + (size_t)row * n_levels, img_levels, w0,
                                                               h0, n_levels, patch16_mask, p0, max_iterations, eps2,
                                                               min_eigen, max_residual, x, y, A, alpha, beta, residual,
@@ -1037,22 +1118,52 @@ template <int MODE> __device__ __forceinline__ void lk_template_fb_affine_impl(L
 LK_KERNELS(lk_template_fb_translation, lk_template_fb_translation_impl, LKTF_ARGS, LKTF_PASS)
 LK_KERNELS(lk_template_fb_affine, lk_template_fb_affine_impl, LKTF_ARGS, LKTF_PASS)
 
-// lk_extract: the templates of the table slots f < *count with refresh[f] != 0 (every slot where
-// `refresh` is null) at their positions uv[f] (level 0) in the image pyramid, into bank row
-// tslot[f]: per level the (P + 2) x (P + 2) samples around the level position with the one
+// lk_extract_<mode>: the templates of the table slots f < *count with refresh[f] != 0 (every
+// slot where `refresh` is null) at their positions uv[f] (level 0) in the image pyramid, into bank
+// row tslot[f]: per level the (P + 2) x (P + 2) samples around the level position with the one
 // bilinear fraction of template_from_image (so that LK on a stored template of the previous frame
-// is LK from the previous frame's image), valid where the patch and its gradient ring fit.
+// is LK from the previous frame's image), valid where the patch and its gradient ring fit; and
+// the level's solver (affine_solver at gain 1 on those samples: TPL_SOLVER floats after them).
 // Thread mapping: one warp per slot (blockDim = (32, LK_WARPS)); lane l fills samples l, l + 32,
-// ... of each level.
-extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_extract(
-    const unsigned long long* __restrict__ img_levels, int w0, int h0, int n_levels, int patch16_mask,
-    const long long* __restrict__ count, const float2* __restrict__ uv, const int* __restrict__ tslot,
-    const uchar* __restrict__ refresh, float* __restrict__ bank, uchar* __restrict__ bank_valid)
+// ... of each level, also into the warp's shared copy, from which the solver reads the template
+// (template_from_bank's arithmetic); lane 0 writes the solver.
+template <int P, int MODE>
+__device__ __forceinline__ void level_solver(const float* __restrict__ S, float* __restrict__ out)
 {
+    constexpr int NA = AffInfo<MODE>::NA, NS = AffInfo<MODE>::NS;
+    float tv[P * P / 32], gx[P * P / 32], gy[P * P / 32];
+    template_from_bank<P>(S, tv, gx, gy);
+    LkGroup gr{nullptr, 0, 0, 0};
+    float Hsi[NS][NS], Hi[NA][NA];
+    int fail = 0;
+    const float lmin = affine_solver<P, MODE, 1>(tv, gx, gy, 1.f, 0, gr, Hsi, Hi, fail);
+    if (threadIdx.x != 0) return;
+    out[SLV_LMIN] = lmin;
+    out[SLV_FAIL] = (float)fail;
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+#pragma unroll
+        for (int j = 0; j < NS; ++j) out[SLV_HS + i * NS + j] = Hsi[i][j];
+    if (P == AFFINE_PATCH) {
+#pragma unroll
+        for (int i = 0; i < NA; ++i)
+#pragma unroll
+            for (int j = 0; j < NA; ++j) out[SLV_H + i * NA + j] = Hi[i][j];
+    }
+}
+
+template <int MODE>
+__device__ void lk_extract_impl(const unsigned long long* __restrict__ img_levels, int w0, int h0, int n_levels,
+                                int patch16_mask, const long long* __restrict__ count, const float2* __restrict__ uv,
+                                const int* __restrict__ tslot, const uchar* __restrict__ refresh,
+                                float* __restrict__ bank, uchar* __restrict__ bank_valid)
+{
+    __shared__ float s_tpl[LK_WARPS][TPL_AREA];
     const int f = blockIdx.x * LK_WARPS + threadIdx.y;
     if (f >= (int)*count) return;             // warp-uniform
     if (refresh != nullptr && refresh[f] == 0) return;
     const int lane = threadIdx.x;
+    float* st = s_tpl[threadIdx.y];
     const float2 p = uv[f];
     const int row = tslot[f];
     for (int l = 0; l < n_levels; ++l) {
@@ -1070,11 +1181,25 @@ extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) lk_extract(
         const float ax = bx - fx, ay = by - fy;
         const float w00 = (1.f - ax) * (1.f - ay), w10 = ax * (1.f - ay), w01 = (1.f - ax) * ay, w11 = ax * ay;
         const int SW = P + 2;
-        float* out = bank + ((size_t)row * n_levels + l) * TPL_AREA;
+        float* out = bank + ((size_t)row * n_levels + l) * TPL_STRIDE;
         for (int i = lane; i < SW * SW; i += 32) {
             const int r = i / SW, c = i % SW;
             const uchar* q = T + (size_t)((int)fy - 1 + r) * w + (int)fx - 1 + c;
-            out[i] = w00 * __ldg(q) + w10 * __ldg(q + 1) + w01 * __ldg(q + w) + w11 * __ldg(q + w + 1);
+            const float v = w00 * __ldg(q) + w10 * __ldg(q + 1) + w01 * __ldg(q + w) + w11 * __ldg(q + w + 1);
+            out[i] = v;
+            st[i] = v;
         }
+        __syncwarp();                         // the warp's samples in shared memory
+        if (P == 16) level_solver<16, MODE>(st, out + TPL_AREA);
+        else level_solver<8, MODE>(st, out + TPL_AREA);
+        __syncwarp();                         // read before the next level overwrites them
     }
 }
+
+#define LKE_ARGS                                                                                  \
+    const unsigned long long* __restrict__ img_levels, int w0, int h0, int n_levels, int patch16_mask, \
+    const long long* __restrict__ count, const float2* __restrict__ uv, const int* __restrict__ tslot, \
+    const uchar* __restrict__ refresh, float* __restrict__ bank, uchar* __restrict__ bank_valid
+#define LKE_PASS img_levels, w0, h0, n_levels, patch16_mask, count, uv, tslot, refresh, bank, bank_valid
+
+LK_KERNELS(lk_extract, lk_extract_impl, LKE_ARGS, LKE_PASS)
