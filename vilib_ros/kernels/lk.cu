@@ -9,7 +9,8 @@
 // pixels and gradients in registers; per iteration every lane accumulates its part of the
 // 4-vector sum U r, then a butterfly (__shfl_xor_sync) reduction leaves the full sum in every
 // lane, so all lanes compute the same update and stay converged/diverged together (no
-// divergence inside the warp). Lane 0 writes the outputs.
+// divergence inside the warp). Lane 0 writes the outputs. The stored-template kernels
+// (lk_template_*) can give a feature a group of LK_FEATURE_WARPS warps instead (below, LkGroup).
 //
 // Parameters q = [tx, ty, alpha (gain), beta (offset)], model I(x + t) = (1 + alpha) T(x) + beta.
 // Intensities are scaled to [0, 1] inside (offset / residual outputs are in 0..255 units).
