@@ -62,3 +62,4 @@ def test_bench_node_small(euroc_path, tmp_path):
     assert be["node_no_covariance"]["processed"] == 41 and be["node"]["odometry"] > 0
     assert d["backend_node_fps"] > 0 and d["backend_offline_fps"] > 0
     assert "| backend_node (defaults) | 41/41 |" in md
+

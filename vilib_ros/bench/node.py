@@ -67,6 +67,8 @@ def configure_parser(p) -> None:
                    help="seconds of the generated sequence replayed by `vilib-ros run` for replay_fps (0 = skip)")
     p.add_argument("--backend-duration", type=float, default=30.0,
                    help="seconds of synthetic tracks fed to the backend node and the offline backend (0 = skip)")
+    p.add_argument("--trace-dir", default=None, help="write every frame's latency and its segments (publisher, "
+                   "transport, executor, node, back) as CSV per configuration into this folder")
     p.add_argument("--profile-backend", action="store_true",
                    help="run the backend node under cProfile and add its top functions to the JSON")
 
@@ -169,7 +171,7 @@ def publisher_main(spec_path: str) -> int:
             pub_r.publish(msg_r)
         t_send = time.monotonic()
         pub_l.publish(msg_l)   # the left image last: latency counts from the later image of the pair
-        sends.append((stamp, t_send))
+        sends.append((stamp, t_send, time.monotonic()))     # and when publish() returned
     Path(spec["sends"]).write_text(json.dumps(sends))
     t_end = time.monotonic() + 2.0
     while time.monotonic() < t_end:
@@ -241,8 +243,8 @@ class _Run:
                 last_n, still = len(arrivals), time.monotonic()
         self.client.node.destroy_subscription(sub)
         sends = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else []
-        lat = [(arrivals[s] - t) * 1e3 for s, t in sends if s in arrivals]
-        idx = [k for k, (s, _t) in enumerate(sends) if s in arrivals]
+        lat = [(arrivals[s[0]] - s[1]) * 1e3 for s in sends if s[0] in arrivals]
+        idx = [k for k, s in enumerate(sends) if s[0] in arrivals]
         worst = sorted(zip(lat, idx), reverse=True)[:5]
         steady = [v for v, k in zip(lat, idx) if k >= STEADY_FROM]
         span = (max(arrivals.values()) - sends[0][1]) if arrivals and sends else 0.0
@@ -254,7 +256,62 @@ class _Run:
                 # where the tail is: the five worst frames (index in the send order, ms)
                 "latency_worst": [[k, round(v, 2)] for v, k in worst],
                 "latency_p99_steady_ms": _pct(steady, 99),
-                "publisher_log_tail": pub.tail(5) if not sends else ""}
+                "publisher_log_tail": pub.tail(5) if not sends else "",
+                "_sends": sends, "_arrivals": arrivals}
+
+
+#: The segments of a frame's latency (ms), from the publisher's send to the tracks received here
+SEGMENTS = ("publish_call", "to_node", "busy", "wakeup", "in_node", "to_driver")
+
+
+def latency_breakdown(sends: list, arrivals: dict, frames: dict | None, rows_out: list | None = None) -> dict:
+    """Where each frame's latency went, from the publisher's send times (stamp, before publish(),
+    after it returned), the node's per-frame trace (its stats' ``frames``) and the arrival times
+    here (all CLOCK_MONOTONIC): ``publish_call`` the publisher's publish() itself; ``to_node`` send
+    to the node's middleware receiving it; then, until the node's callback began, ``busy`` (the
+    executor still in earlier callbacks: a backlog) and ``wakeup`` (the executor free, the image
+    there, its callback not begun: wake-up or the process not scheduled); ``in_node`` the
+    callback to the tracks published; ``to_driver`` from there to the tracks received by this
+    process. Returns p50 / p99 / max per segment and the five worst frames (index in the send
+    order, latency and its segments); ``rows_out`` gets every frame's (index, latency, segments)."""
+    if not frames or not frames.get("stamp_ns"):
+        return {}
+    node = {st: k for k, st in enumerate(frames["stamp_ns"])}
+    rows = []
+    for i, snd in enumerate(sends):
+        stamp, t_send = snd[0], snd[1]
+        k = node.get(stamp)
+        if k is None or stamp not in arrivals:
+            continue
+        dds, cb, pubd = frames["dds_received"][k], frames["callback"][k], frames["published"][k]
+        prev = (frames.get("previous_callback_end") or [None] * len(frames["callback"]))[k]
+        busy = wake = None
+        if dds is not None:
+            free = max(dds, prev) if prev is not None else dds      # the executor could take it from here
+            busy, wake = (free - dds) * 1e3, (cb - free) * 1e3
+        seg = {"publish_call": (snd[2] - t_send) * 1e3 if len(snd) > 2 else None,
+               "to_node": (dds - t_send) * 1e3 if dds is not None else None, "busy": busy, "wakeup": wake,
+               "in_node": (pubd - cb) * 1e3, "to_driver": (arrivals[stamp] - pubd) * 1e3}
+        rows.append((i, (arrivals[stamp] - t_send) * 1e3, seg))
+    if rows_out is not None:
+        rows_out.extend(rows)
+    out: dict = {}
+    for name in SEGMENTS:
+        v = [seg[name] for _i, _l, seg in rows if seg[name] is not None]
+        if v:
+            out[name] = {"p50": _pct(v, 50), "p99": _pct(v, 99), "max": float(max(v))}
+    out["worst"] = [{"index": i, "latency_ms": round(lat, 2), **{k: (None if v is None else round(v, 2))
+                                                                 for k, v in seg.items()}}
+                    for i, lat, seg in sorted(rows, key=lambda r: -r[1])[:5]]
+    return out
+
+
+def _write_trace(path: Path, rows: list) -> None:
+    """Every frame's latency and its segments (ms) as CSV (``--trace-dir``)."""
+    lines = ["index,latency_ms," + ",".join(SEGMENTS)]
+    lines += [f"{i},{lat:.3f}," + ",".join("" if seg[k] is None else f"{seg[k]:.3f}" for k in SEGMENTS)
+              for i, lat, seg in rows]
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _rss_kb(pid: int) -> int | None:
@@ -287,8 +344,9 @@ def run_command(args) -> int:
             for rate in [r for r in rates if not _window(r)]:
                 name = f"floor_{rate}"
                 print(f"bench-node: floor, bare publisher -> subscriber at {rate} Hz", file=sys.stderr)
-                results["floor"][rate] = run.publish(name, "bench_floor_image", "bench_floor_image", rate,
-                                                     args.frames, False, False)
+                r = run.publish(name, "bench_floor_image", "bench_floor_image", rate, args.frames, False, False)
+                r.pop("_sends"), r.pop("_arrivals")
+                results["floor"][rate] = r
             for mode in modes:
                 for rate in rates:
                     name = f"{mode}_{rate}"
@@ -300,6 +358,7 @@ def run_command(args) -> int:
                     finally:
                         node.stop()
                     st = json.loads((Path(tmpd) / f"{name}.json").read_text()) if (Path(tmpd) / f"{name}.json").is_file() else {}
+                    rows: list = []
                     device_used = st.get("device", device_used)
                     r.update(frames_in=st.get("images_received"), tracks_out=st.get("tracks_published"),
                              overhead_p50_ms=st.get("overhead_ms", {}).get("median"),
@@ -313,8 +372,12 @@ def run_command(args) -> int:
                              node_latency_max_ms=st.get("latency_ms", {}).get("max"),
                              process_max_ms=st.get("process_ms", {}).get("max"),
                              skipped={k: v for k, v in st.get("skipped", {}).items() if v},
-                             gc_pauses=st.get("gc_pauses"))
+                             gc_pauses=st.get("gc_pauses"),
+                             where=latency_breakdown(r.pop("_sends"), r.pop("_arrivals"), st.get("frames"), rows))
                     results["configs"][name] = r
+                    if args.trace_dir:
+                        Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
+                        _write_trace(Path(args.trace_dir) / f"{name}.csv", rows)
                     print(f"  {r['received']}/{r['sent']} tracks, {r['sustained_fps']:.1f} frames/s, latency p50 "
                           f"{r['latency_p50_ms']}, overhead p50 {r['overhead_p50_ms']} ms", file=sys.stderr)
             for rel in (("reliable", "best_effort") if args.burst > 0 else ()):
@@ -336,6 +399,7 @@ def run_command(args) -> int:
                 r.update(frames_in=st.get("images_received"), tracks_out=st.get("tracks_published"),
                          rss_start_kb=warm[0] if warm else None, rss_end_kb=samples[-1][1] if samples else None,
                          rss_max_kb=max(v for _, v in samples) if samples else None)
+                r.pop("_sends"), r.pop("_arrivals")
                 results["burst"][rel] = r
     finally:
         client.close()
@@ -460,6 +524,19 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                      f"{f(fl.get('latency_p50_ms'))} / {f(fl.get('latency_p99_ms'))} | {f(c.get('overhead_p50_ms'))} / "
                      f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {f(c.get('process_p50_ms'))} | "
                      f"{f(c.get('cpu_ms_per_frame'))} |")
+    wh = {n: c["where"] for n, c in cfg.items() if c.get("where")}
+    if wh:
+        lines += ["", "Where the latency goes (ms, p50 / p99 per segment; the worst frame's segments): publish() in "
+                  "the publisher; send -> the node's middleware received it; then, until the node's callback began, busy "
+                  "(the executor still in earlier callbacks) and wake-up (the executor free, the callback not begun); "
+                  "callback -> tracks published; -> tracks received here:", "",
+                  "| config | publish() | to node | busy | wake-up | in node | to driver | worst frame: index, ms = "
+                  "publish + to node + busy + wake-up + in node + to driver |", "|---" * 8 + "|"]
+        for name, w in wh.items():
+            cells = [f"{f(w[k]['p50'])} / {f(w[k]['p99'])}" if k in w else "-" for k in SEGMENTS]
+            wf = (w.get("worst") or [{}])[0]
+            worst = (f"{wf['index']}, {f(wf['latency_ms'])} = " + " + ".join(f(wf.get(k)) for k in SEGMENTS)) if wf else "-"
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {worst} |")
     if results["burst"]:
         lines += ["", "Burst (mono images as fast as the publisher sends them):", "",
                   "| QoS | sent | node in | tracks out | dropped | RSS after warm-up / end / max MB |", "|---|---|---|---|---|---|"]
