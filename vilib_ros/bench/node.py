@@ -36,6 +36,7 @@ Writes ``node_bench.json`` and ``node_bench.md`` into ``--out`` with device and 
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import json
 import os
 import platform
@@ -103,7 +104,7 @@ def publisher_main(spec_path: str) -> int:
     from sensor_msgs.msg import Image, Imu, PointCloud
 
     from vilib_ros.nodes._common import reliable_qos, sensor_qos
-    from vilib_ros.nodes.cdr import decode_pointcloud
+    from vilib_ros.nodes.cdr import header_stamp_ns
     from vilib_ros.nodes.conversions import arrays_to_imu, numpy_to_image
 
     spec = json.loads(Path(spec_path).read_text())
@@ -116,7 +117,7 @@ def publisher_main(spec_path: str) -> int:
     got = {"last": -1}
     window = _window(spec["rate"])
     if window:
-        node.create_subscription(PointCloud, "tracks", lambda b: got.__setitem__("last", decode_pointcloud(b).stamp_ns),
+        node.create_subscription(PointCloud, "tracks", lambda b: got.__setitem__("last", header_stamp_ns(b)),
                                  reliable_qos(100), raw=True)
 
     def load(cam):
@@ -129,6 +130,8 @@ def publisher_main(spec_path: str) -> int:
     ser_l = [bytearray(serialize_message(numpy_to_image(im, "mono8", 0, "cam0"))) for im in left]
     ser_r = [bytearray(serialize_message(numpy_to_image(im, "mono8", 0, "cam1"))) for im in right]
     imu_proto = bytearray(serialize_message(arrays_to_imu(0, [0.01, -0.02, 0.005], [9.8, 0.1, -0.2], "imu0")))
+    gc.collect()
+    gc.freeze()         # the frames and modules out of the collector's reach: no full collection mid-run
     need = {spec["image_topic"]: 1} if not spec["imu"] else {spec["image_topic"]: 1, "imu": 1}
     end = time.monotonic() + 60
     while time.monotonic() < end and not all(node.count_subscribers(t) >= n for t, n in need.items()):
@@ -150,13 +153,16 @@ def publisher_main(spec_path: str) -> int:
     n = int(spec["frames"])
     period = 0.0 if window or spec["rate"] == "max" else 1.0 / float(spec["rate"])
     t_start = time.monotonic()
+    cpu0, waited = time.process_time(), 0.0
     for k in range(n):
         stamp = T0_NS + (k + 1) * PERIOD_NS
         if window and k >= window:
             prev = T0_NS + (k + 1 - window) * PERIOD_NS
-            deadline = time.monotonic() + 10.0
+            t_wait = time.monotonic()
+            deadline = t_wait + 10.0
             while got["last"] < prev and time.monotonic() < deadline:
                 rclpy.spin_once(node, timeout_sec=0.001)
+            waited += time.monotonic() - t_wait
         elif period:
             delay = t_start + k * period - time.monotonic()
             if delay > 0:
@@ -172,7 +178,12 @@ def publisher_main(spec_path: str) -> int:
         t_send = time.monotonic()
         pub_l.publish(msg_l)   # the left image last: latency counts from the later image of the pair
         sends.append((stamp, t_send, time.monotonic()))     # and when publish() returned
-    Path(spec["sends"]).write_text(json.dumps(sends))
+    # what the publisher itself cost per frame: at backpressure it is the limit where its busy
+    # time (wall minus waiting for tracks) per frame comes near 1 / frames/s
+    wall, cpu = time.monotonic() - t_start, time.process_time() - cpu0
+    Path(spec["sends"]).write_text(json.dumps({"sends": sends, "publisher": {
+        "cpu_ms_per_frame": 1e3 * cpu / max(1, n), "busy_ms_per_frame": 1e3 * (wall - waited) / max(1, n),
+        "waiting_ms_per_frame": 1e3 * waited / max(1, n)}}))
     t_end = time.monotonic() + 2.0
     while time.monotonic() < t_end:
         rclpy.spin_once(node, timeout_sec=0.05)
@@ -203,7 +214,7 @@ class _Run:
     def publish(self, name: str, topic_in: str, topic_out: str, rate, frames: int, stereo: bool,
                 imu: bool, reliability: str = "reliable", node=None, timeout: float = 600.0,
                 rss_pid: int | None = None) -> dict:
-        from vilib_ros.nodes.cdr import decode_image, decode_pointcloud
+        from vilib_ros.nodes.cdr import header_stamp_ns
         from vilib_ros.nodes.processes import NodeProcess
         from sensor_msgs.msg import Image, PointCloud
 
@@ -212,10 +223,10 @@ class _Run:
         arrivals: dict[int, float] = {}
         qos = reliable_qos if reliability == "reliable" else sensor_qos
         if topic_out == "tracks":
-            cb = lambda b: arrivals.setdefault(decode_pointcloud(b).stamp_ns, time.monotonic())  # noqa: E731
+            cb = lambda b: arrivals.setdefault(header_stamp_ns(b), time.monotonic())  # noqa: E731
             sub = self.client.node.create_subscription(PointCloud, topic_out, cb, reliable_qos(1000), raw=True)
         else:
-            cb = lambda b: arrivals.setdefault(decode_image(b).stamp_ns, time.monotonic())  # noqa: E731
+            cb = lambda b: arrivals.setdefault(header_stamp_ns(b), time.monotonic())  # noqa: E731
             sub = self.client.node.create_subscription(Image, topic_out, cb, qos(1000), raw=True)
         if node is not None:
             ok = self.client.spin_until(lambda: self.client.node.count_publishers(topic_out) >= 1 or not node.alive, 90)
@@ -242,7 +253,8 @@ class _Run:
             if len(arrivals) != last_n:
                 last_n, still = len(arrivals), time.monotonic()
         self.client.node.destroy_subscription(sub)
-        sends = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else []
+        sent = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else {}
+        sends, publisher = sent.get("sends", []), sent.get("publisher", {})
         lat = [(arrivals[s[0]] - s[1]) * 1e3 for s in sends if s[0] in arrivals]
         idx = [k for k, s in enumerate(sends) if s[0] in arrivals]
         worst = sorted(zip(lat, idx), reverse=True)[:5]
@@ -250,7 +262,7 @@ class _Run:
         span = (max(arrivals.values()) - sends[0][1]) if arrivals and sends else 0.0
         if rss_pid is not None:
             rss.append((len(arrivals), _rss_kb(rss_pid)))
-        return {"rss_kb": rss, "sent": len(sends), "received": len(arrivals), "dropped": len(sends) - len(lat),
+        return {"rss_kb": rss, "publisher": publisher, "sent": len(sends), "received": len(arrivals), "dropped": len(sends) - len(lat),
                 "sustained_fps": len(arrivals) / span if span > 0 else 0.0,
                 "latency_p50_ms": _pct(lat, 50), "latency_p99_ms": _pct(lat, 99),
                 # where the tail is: the five worst frames (index in the send order, ms)
@@ -337,6 +349,8 @@ def run_command(args) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: dict = {"configs": {}, "floor": {}, "burst": {}}
     client = GraphClient(domain, "bench_node_driver")
+    gc.collect()
+    gc.freeze()         # as the nodes do: this process's arrival times are part of every latency
     device_used = args.device
     try:
         with tempfile.TemporaryDirectory() as tmpd:
@@ -531,12 +545,15 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                   "(the executor still in earlier callbacks) and wake-up (the executor free, the callback not begun); "
                   "callback -> tracks published; -> tracks received here:", "",
                   "| config | publish() | to node | busy | wake-up | in node | to driver | worst frame: index, ms = "
-                  "publish + to node + busy + wake-up + in node + to driver |", "|---" * 8 + "|"]
+                  "publish + to node + busy + wake-up + in node + to driver | publisher busy / CPU ms per frame |",
+                  "|---" * 9 + "|"]
         for name, w in wh.items():
             cells = [f"{f(w[k]['p50'])} / {f(w[k]['p99'])}" if k in w else "-" for k in SEGMENTS]
             wf = (w.get("worst") or [{}])[0]
             worst = (f"{wf['index']}, {f(wf['latency_ms'])} = " + " + ".join(f(wf.get(k)) for k in SEGMENTS)) if wf else "-"
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {worst} |")
+            pb = cfg[name].get("publisher") or {}
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {worst} | {f(pb.get('busy_ms_per_frame'))} / "
+                         f"{f(pb.get('cpu_ms_per_frame'))} |")
     if results["burst"]:
         lines += ["", "Burst (mono images as fast as the publisher sends them):", "",
                   "| QoS | sent | node in | tracks out | dropped | RSS after warm-up / end / max MB |", "|---|---|---|---|---|---|"]

@@ -184,8 +184,8 @@ from visualization_msgs.msg import Marker, MarkerArray
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
                                      take_pending, write_json)
-from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_transform, odometry_msg, static_transforms
-from vilib_ros.nodes.cdr import CdrError, decode_imu
+from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_tf_bytes, odometry_bytes, static_transforms
+from vilib_ros.nodes.cdr import CdrError, decode_imu, encode_header
 from vilib_ros.nodes.conversions import ns_to_stamp, pointcloud_to_trackframe
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
@@ -488,9 +488,7 @@ class BackendNode(Node):
     def _processed(self, stamp_ns: int) -> None:
         """``backend_processed``: this frame is done (a replay waits for it, bounded)."""
         if self.pub_processed.get_subscription_count() > 0:
-            h = Header()
-            h.stamp = ns_to_stamp(stamp_ns)
-            self.pub_processed.publish(h)
+            self.pub_processed.publish(encode_header(stamp_ns))
 
     def _process_frame(self, frame, publish: bool = True) -> None:
         t0 = time.monotonic()
@@ -515,14 +513,13 @@ class BackendNode(Node):
         if self.traj is not None:
             self.traj.append(state)
         if self.pub_tf is not None:
-            self.pub_tf.publish(self.TFMessage(transforms=[odom_transform(state, self.p["odom_frame"],
-                                                                          self.p["base_frame"])]))
+            self.pub_tf.publish(odom_tf_bytes(state, self.p["odom_frame"], self.p["base_frame"]))
         self.path.append(state.stamp_ns, state.p, state.q_xyzw)
         self._path_dirty = True
         if self.p["path_publish_period_s"] <= 0:
             self._publish_path()
         if getattr(state, "is_keyframe", False) and self.pub_lm.get_subscription_count() > 0:
-            self.pub_lm.publish(self._landmarks(odom.header.stamp))
+            self.pub_lm.publish(self._landmarks(ns_to_stamp(state.stamp_ns)))
 
     # --- messages ------------------------------------------------------------------------
     def _publish_path(self) -> None:
@@ -531,8 +528,9 @@ class BackendNode(Node):
             self.pub_path.publish(self.path.encode(int(t[-1]), self.p["odom_frame"]))
             self._path_dirty = False
 
-    def _odometry(self, s, covariance=None) -> Odometry:
-        return odometry_msg(s, self.p["odom_frame"], self.p["base_frame"], covariance)
+    def _odometry(self, s, covariance=None) -> bytes:
+        """The serialized odometry of state ``s`` (no message object per frame)."""
+        return odometry_bytes(s, self.p["odom_frame"], self.p["base_frame"], covariance)
 
     def _landmarks(self, stamp) -> MarkerArray:
         m = Marker()
