@@ -465,6 +465,11 @@ def replay(duration: float, device: str, domain: int) -> dict:
             res["ape_line"] = next((ln.strip("- ") for ln in report.splitlines() if "APE" in ln), None)
         except (OSError, KeyError, ValueError, TypeError) as exc:
             res["error"] = f"{exc.__class__.__name__}: {exc}; last output: {proc.stderr[-400:]}"
+        if (out / "dataset" / "mav0").is_dir():
+            # the ceiling of replay_fps: the player alone on the same sequence
+            from vilib_ros.bench.player import run as player_run
+
+            res["player_alone"] = player_run(out / "dataset", domain)
     print(f"  replay: {res.get('frames')} stereo frames in {res.get('replay_s')} s -> {res.get('fps')} frames/s "
           f"(whole run {res.get('replay_wall_s')} s; the player's time: {res.get('player_time_s')})", file=sys.stderr)
     return res
@@ -587,6 +592,17 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                      f"backend's drain {rp['replay_wall_s']:.1f} s ({rp['wall_fps']:.0f} frames/s); "
                      f"{rp.get('ape_line') or 'no APE line'}" if rp.get("fps") else
                      f"no figure (rc {rp['rc']}: {rp.get('error')})")]
+        pa = rp.get("player_alone") or {}
+        if pa.get("player_fps"):
+            ts = pa.get("player_time_s") or {}
+            lines += ["", f"The player alone on the same sequence (rate 1000, no backpressure, a bare reliable "
+                      f"subscriber on its topics, same run): {pa['images_sent']} stereo frames in "
+                      f"{pa['player_replay_s']:.2f} s = **{pa['player_fps']:.0f} frames/s** (of which waiting for "
+                      f"decoded images {f(ts.get('feed'))} s, publishing {f(ts.get('publish'))} s); received "
+                      f"{pa['received'].get('cam0')} cam0, {pa['received'].get('cam1')} cam1 images, "
+                      f"{pa['received'].get('imu')} IMU samples ({f(pa.get('received_fps'), 0)} frames/s)."]
+        elif pa:
+            lines += ["", f"The player alone: no figure ({pa.get('error')})"]
     (out / "node_bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
