@@ -100,10 +100,11 @@ def run_node(factory, args=None) -> int:
     return rc
 
 
-def take_pending(sub, limit: int = 10000):
+def take_pending(sub, limit: int = 10000, with_info: bool = False):
     """Yield the messages already waiting in subscription ``sub`` (serialized where it is raw),
     at most ``limit``, without going through the executor: it takes one message per subscription
-    per turn, and a turn costs more Python than an IMU sample does."""
+    per turn, and a turn costs more Python than an IMU sample does. ``with_info``: yield
+    (message, message info) (the info's ``received_timestamp``, ...)."""
     for _ in range(limit):
         try:
             with sub.handle:
@@ -112,7 +113,7 @@ def take_pending(sub, limit: int = 10000):
             return
         if taken is None:
             return
-        yield taken[0]
+        yield (taken[0], taken[1]) if with_info else taken[0]
 
 
 class GcPauses:
