@@ -267,6 +267,10 @@ def _imu_noise_from_yaml(path: str) -> dict | None:
     return {k: float(d[k]) for k in keys if k in d} or None
 
 
+#: Waiting tracks messages a tracks callback takes itself before it returns to the executor
+INLINE_TRACKS = 8
+
+
 class BackendNode(Node):
     def __init__(self):
         super().__init__("backend_node")
@@ -302,7 +306,8 @@ class BackendNode(Node):
         # tracks only), and behind a slow keyframe it must catch up, not drop (with depth 100 / 2000
         # a replay at ~90 frames/s on the GPU machine lost 240 of 601 frames and the trajectory)
         self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, imu_qos(IMU_DEPTH), raw=True)
-        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(TRACKS_DEPTH), raw=True)
+        self.sub_tracks = self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(TRACKS_DEPTH),
+                                                   raw=True)
         # Frames wait here until the IMU has caught up with their stamp (IMU and tracks come on
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
         self.pending: collections.deque = collections.deque()
@@ -440,6 +445,13 @@ class BackendNode(Node):
             self.fed_until = start
 
     def _on_tracks(self, msg) -> None:
+        """A tracks message, then up to INLINE_TRACKS more already waiting (in order): one
+        executor turn per burst, not per frame (a turn rebuilds the wait set in Python)."""
+        self._one_tracks(msg)
+        for raw in take_pending(self.sub_tracks, INLINE_TRACKS):
+            self._one_tracks(raw)
+
+    def _one_tracks(self, msg) -> None:
         added = self._take_pending_imu()        # the IMU up to this frame, if it is here already
         try:
             self._take_tracks(msg)
