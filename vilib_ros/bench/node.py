@@ -167,6 +167,7 @@ def publisher_main(spec_path: str) -> int:
             delay = t_start + k * period - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+                waited += delay
         if pub_imu is not None:
             for j in range(IMU_PER_FRAME):
                 pub_imu.publish(stamped(imu_proto, stamp - PERIOD_NS + (j + 1) * (PERIOD_NS // IMU_PER_FRAME)))
@@ -178,8 +179,8 @@ def publisher_main(spec_path: str) -> int:
         t_send = time.monotonic()
         pub_l.publish(msg_l)   # the left image last: latency counts from the later image of the pair
         sends.append((stamp, t_send, time.monotonic()))     # and when publish() returned
-    # what the publisher itself cost per frame: at backpressure it is the limit where its busy
-    # time (wall minus waiting for tracks) per frame comes near 1 / frames/s
+    # what the publisher itself cost per frame: it is the limit where its busy time (wall minus
+    # waiting for tracks or for the next frame's time) per frame comes near 1 / frames/s
     wall, cpu = time.monotonic() - t_start, time.process_time() - cpu0
     Path(spec["sends"]).write_text(json.dumps({"sends": sends, "publisher": {
         "cpu_ms_per_frame": 1e3 * cpu / max(1, n), "busy_ms_per_frame": 1e3 * (wall - waited) / max(1, n),

@@ -105,7 +105,9 @@ Node parameters (read-only unless said otherwise):
   debug_image_max_rate_hz (double, default 10.0, range [0.1, 1000], writable)
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
   stats_path (string, default ''): write a JSON summary (counts, latency, overhead, per-stage times,
-      CPU time per frame) here on shutdown
+      CPU time per frame, GC pauses, and ``frames``: per frame of the last 4096 its stamp and when
+      the middleware received it, the previous callback ended, its callback began, the IMU was
+      there, process() returned, the tracks were published) here on shutdown
   tracks_frame_id (string, default ''): frame id of ``tracks`` ('' = the image's)
   camera_frame_id (string, default 'cam0'): frame id of ``tracks`` when the image's is empty too
 Frontend parameters, named as the fields of :class:`vilib_ros.frontend.FrontendConfig`, nested
