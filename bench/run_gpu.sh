@@ -49,7 +49,8 @@ if [[ $what == node || $what == all ]]; then
   export AMENT_PREFIX_PATH=${AMENT_PREFIX_PATH:-$(python3 -c 'import sys; print(sys.prefix)')}
   export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
   if python3 -c "import rclpy, sensor_msgs.msg" 2>/dev/null; then
-    python3 -m vilib_ros bench-node --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_node.log" || rc=1
+    # --trace-dir: every frame's latency split into publisher / transport / executor / node / back (CSV)
+    python3 -m vilib_ros bench-node --device cuda --out "$OUT" --trace-dir "$OUT/node_trace" 2>&1 | tee "$LOGDIR/bench_node.log" || rc=1
   else
     echo "node: rclpy not importable and no .whl/*.whl to install: bench-node skipped" | tee "$LOGDIR/bench_node.log"
     rc=1

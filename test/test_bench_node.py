@@ -56,9 +56,19 @@ def test_bench_node_small(euroc_path, tmp_path):
     rp = d["replay"]
     assert rp["rc"] == 0 and rp["frames"] >= 40 and d["replay_fps"] == pytest.approx(rp["frames"] / rp["replay_s"])
     assert "Replay (`vilib-ros run --duration 2" in md
+    # the player alone on the same sequence: every frame and IMU sample it sent reached the subscriber
+    pa = rp["player_alone"]
+    assert pa["images_sent"] == rp["frames"] == pa["received"]["cam0"] == pa["received"]["cam1"]
+    assert pa["received"]["imu"] >= 10 * (rp["frames"] - 1) and pa["player_fps"] > 0
+    assert "The player alone on the same sequence" in md
+    # where each frame's latency went: every frame of the node's trace joined with its send and arrival
+    w = d["configs"]["mono_bp"]["where"]
+    assert len(w["worst"]) == 5 and w["in_node"]["p50"] > 0 and w["to_node"]["p50"] > 0
+    assert d["configs"]["mono_bp"]["publisher"]["busy_ms_per_frame"] > 0
     # the backend node against the offline backend on the same tracks: every frame processed
     be = d["backend_node"]
     assert be["offline"]["frames"] == be["node"]["frames"] == be["node"]["processed"] == 41
     assert be["node_no_covariance"]["processed"] == 41 and be["node"]["odometry"] > 0
     assert d["backend_node_fps"] > 0 and d["backend_offline_fps"] > 0
     assert "| backend_node (defaults) | 41/41 |" in md
+

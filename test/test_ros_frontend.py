@@ -171,6 +171,24 @@ class TestLatencyRecorded:
               f"median {np.median(lat):.1f}, p95 {np.percentile(lat, 95):.1f}; frontend callback median "
               f"{s['median']:.1f}")
 
+    def test_frame_trace(self, replay):
+        """The per-frame trace (bench-node puts a latency tail on transport, executor or node with
+        it): one row per image, in order; the middleware receives the image before the callback
+        runs, the times along the frame increase, and the tracks reach the recorder after the node
+        made them (the recorder's receive time: another process, the same monotonic clock)."""
+        tr, n = replay["stats"]["frames"], replay["n_images"]
+        assert tr["stamp_ns"] == sorted(dataset_stamps(replay["dataset"]))[:n]
+        t = {k: np.array([np.nan if v is None else v for v in tr[k]]) for k in tr if k != "stamp_ns"}
+        assert np.isfinite(t["dds_received"]).all()        # Fast DDS gives its receive time
+        assert (t["dds_received"] <= t["callback"] + 1e-4).all()
+        assert (t["callback"] <= t["imu_ready"]).all() and (t["imu_ready"] <= t["processed"]).all()
+        assert (t["processed"] <= t["published"]).all()
+        prev = t["previous_callback_end"][1:]              # the first frame may have no callback before it
+        assert (prev[np.isfinite(prev)] <= t["callback"][1:][np.isfinite(prev)]).all()
+        rx = {r["stamp_ns"]: r["recv_mono_ns"] * 1e-9 for r in replay["records"] if r["topic"] == "tracks"}
+        # after process() returned (publish() itself can return after the recorder took the message)
+        assert all(rx[s] >= p for s, p in zip(tr["stamp_ns"], t["processed"]))
+
     def test_diagnostics(self, replay):
         diags = [r for r in replay["records"] if r["topic"] == "diagnostics"]
         assert diags, "no diagnostics received"

@@ -36,6 +36,7 @@ Writes ``node_bench.json`` and ``node_bench.md`` into ``--out`` with device and 
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import json
 import os
 import platform
@@ -67,6 +68,8 @@ def configure_parser(p) -> None:
                    help="seconds of the generated sequence replayed by `vilib-ros run` for replay_fps (0 = skip)")
     p.add_argument("--backend-duration", type=float, default=30.0,
                    help="seconds of synthetic tracks fed to the backend node and the offline backend (0 = skip)")
+    p.add_argument("--trace-dir", default=None, help="write every frame's latency and its segments (publisher, "
+                   "transport, executor, node, back) as CSV per configuration into this folder")
     p.add_argument("--profile-backend", action="store_true",
                    help="run the backend node under cProfile and add its top functions to the JSON")
 
@@ -101,7 +104,7 @@ def publisher_main(spec_path: str) -> int:
     from sensor_msgs.msg import Image, Imu, PointCloud
 
     from vilib_ros.nodes._common import reliable_qos, sensor_qos
-    from vilib_ros.nodes.cdr import decode_pointcloud
+    from vilib_ros.nodes.cdr import header_stamp_ns
     from vilib_ros.nodes.conversions import arrays_to_imu, numpy_to_image
 
     spec = json.loads(Path(spec_path).read_text())
@@ -114,7 +117,7 @@ def publisher_main(spec_path: str) -> int:
     got = {"last": -1}
     window = _window(spec["rate"])
     if window:
-        node.create_subscription(PointCloud, "tracks", lambda b: got.__setitem__("last", decode_pointcloud(b).stamp_ns),
+        node.create_subscription(PointCloud, "tracks", lambda b: got.__setitem__("last", header_stamp_ns(b)),
                                  reliable_qos(100), raw=True)
 
     def load(cam):
@@ -127,6 +130,8 @@ def publisher_main(spec_path: str) -> int:
     ser_l = [bytearray(serialize_message(numpy_to_image(im, "mono8", 0, "cam0"))) for im in left]
     ser_r = [bytearray(serialize_message(numpy_to_image(im, "mono8", 0, "cam1"))) for im in right]
     imu_proto = bytearray(serialize_message(arrays_to_imu(0, [0.01, -0.02, 0.005], [9.8, 0.1, -0.2], "imu0")))
+    gc.collect()
+    gc.freeze()         # the frames and modules out of the collector's reach: no full collection mid-run
     need = {spec["image_topic"]: 1} if not spec["imu"] else {spec["image_topic"]: 1, "imu": 1}
     end = time.monotonic() + 60
     while time.monotonic() < end and not all(node.count_subscribers(t) >= n for t, n in need.items()):
@@ -148,17 +153,21 @@ def publisher_main(spec_path: str) -> int:
     n = int(spec["frames"])
     period = 0.0 if window or spec["rate"] == "max" else 1.0 / float(spec["rate"])
     t_start = time.monotonic()
+    cpu0, waited = time.process_time(), 0.0
     for k in range(n):
         stamp = T0_NS + (k + 1) * PERIOD_NS
         if window and k >= window:
             prev = T0_NS + (k + 1 - window) * PERIOD_NS
-            deadline = time.monotonic() + 10.0
+            t_wait = time.monotonic()
+            deadline = t_wait + 10.0
             while got["last"] < prev and time.monotonic() < deadline:
                 rclpy.spin_once(node, timeout_sec=0.001)
+            waited += time.monotonic() - t_wait
         elif period:
             delay = t_start + k * period - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+                waited += delay
         if pub_imu is not None:
             for j in range(IMU_PER_FRAME):
                 pub_imu.publish(stamped(imu_proto, stamp - PERIOD_NS + (j + 1) * (PERIOD_NS // IMU_PER_FRAME)))
@@ -169,8 +178,13 @@ def publisher_main(spec_path: str) -> int:
             pub_r.publish(msg_r)
         t_send = time.monotonic()
         pub_l.publish(msg_l)   # the left image last: latency counts from the later image of the pair
-        sends.append((stamp, t_send))
-    Path(spec["sends"]).write_text(json.dumps(sends))
+        sends.append((stamp, t_send, time.monotonic()))     # and when publish() returned
+    # what the publisher itself cost per frame: it is the limit where its busy time (wall minus
+    # waiting for tracks or for the next frame's time) per frame comes near 1 / frames/s
+    wall, cpu = time.monotonic() - t_start, time.process_time() - cpu0
+    Path(spec["sends"]).write_text(json.dumps({"sends": sends, "publisher": {
+        "cpu_ms_per_frame": 1e3 * cpu / max(1, n), "busy_ms_per_frame": 1e3 * (wall - waited) / max(1, n),
+        "waiting_ms_per_frame": 1e3 * waited / max(1, n)}}))
     t_end = time.monotonic() + 2.0
     while time.monotonic() < t_end:
         rclpy.spin_once(node, timeout_sec=0.05)
@@ -201,7 +215,7 @@ class _Run:
     def publish(self, name: str, topic_in: str, topic_out: str, rate, frames: int, stereo: bool,
                 imu: bool, reliability: str = "reliable", node=None, timeout: float = 600.0,
                 rss_pid: int | None = None) -> dict:
-        from vilib_ros.nodes.cdr import decode_image, decode_pointcloud
+        from vilib_ros.nodes.cdr import header_stamp_ns
         from vilib_ros.nodes.processes import NodeProcess
         from sensor_msgs.msg import Image, PointCloud
 
@@ -210,10 +224,10 @@ class _Run:
         arrivals: dict[int, float] = {}
         qos = reliable_qos if reliability == "reliable" else sensor_qos
         if topic_out == "tracks":
-            cb = lambda b: arrivals.setdefault(decode_pointcloud(b).stamp_ns, time.monotonic())  # noqa: E731
+            cb = lambda b: arrivals.setdefault(header_stamp_ns(b), time.monotonic())  # noqa: E731
             sub = self.client.node.create_subscription(PointCloud, topic_out, cb, reliable_qos(1000), raw=True)
         else:
-            cb = lambda b: arrivals.setdefault(decode_image(b).stamp_ns, time.monotonic())  # noqa: E731
+            cb = lambda b: arrivals.setdefault(header_stamp_ns(b), time.monotonic())  # noqa: E731
             sub = self.client.node.create_subscription(Image, topic_out, cb, qos(1000), raw=True)
         if node is not None:
             ok = self.client.spin_until(lambda: self.client.node.count_publishers(topic_out) >= 1 or not node.alive, 90)
@@ -240,21 +254,77 @@ class _Run:
             if len(arrivals) != last_n:
                 last_n, still = len(arrivals), time.monotonic()
         self.client.node.destroy_subscription(sub)
-        sends = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else []
-        lat = [(arrivals[s] - t) * 1e3 for s, t in sends if s in arrivals]
-        idx = [k for k, (s, _t) in enumerate(sends) if s in arrivals]
+        sent = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else {}
+        sends, publisher = sent.get("sends", []), sent.get("publisher", {})
+        lat = [(arrivals[s[0]] - s[1]) * 1e3 for s in sends if s[0] in arrivals]
+        idx = [k for k, s in enumerate(sends) if s[0] in arrivals]
         worst = sorted(zip(lat, idx), reverse=True)[:5]
         steady = [v for v, k in zip(lat, idx) if k >= STEADY_FROM]
         span = (max(arrivals.values()) - sends[0][1]) if arrivals and sends else 0.0
         if rss_pid is not None:
             rss.append((len(arrivals), _rss_kb(rss_pid)))
-        return {"rss_kb": rss, "sent": len(sends), "received": len(arrivals), "dropped": len(sends) - len(lat),
+        return {"rss_kb": rss, "publisher": publisher, "sent": len(sends), "received": len(arrivals), "dropped": len(sends) - len(lat),
                 "sustained_fps": len(arrivals) / span if span > 0 else 0.0,
                 "latency_p50_ms": _pct(lat, 50), "latency_p99_ms": _pct(lat, 99),
                 # where the tail is: the five worst frames (index in the send order, ms)
                 "latency_worst": [[k, round(v, 2)] for v, k in worst],
                 "latency_p99_steady_ms": _pct(steady, 99),
-                "publisher_log_tail": pub.tail(5) if not sends else ""}
+                "publisher_log_tail": pub.tail(5) if not sends else "",
+                "_sends": sends, "_arrivals": arrivals}
+
+
+#: The segments of a frame's latency (ms), from the publisher's send to the tracks received here
+SEGMENTS = ("publish_call", "to_node", "busy", "wakeup", "in_node", "to_driver")
+
+
+def latency_breakdown(sends: list, arrivals: dict, frames: dict | None, rows_out: list | None = None) -> dict:
+    """Where each frame's latency went, from the publisher's send times (stamp, before publish(),
+    after it returned), the node's per-frame trace (its stats' ``frames``) and the arrival times
+    here (all CLOCK_MONOTONIC): ``publish_call`` the publisher's publish() itself; ``to_node`` send
+    to the node's middleware receiving it; then, until the node's callback began, ``busy`` (the
+    executor still in earlier callbacks: a backlog) and ``wakeup`` (the executor free, the image
+    there, its callback not begun: wake-up or the process not scheduled); ``in_node`` the
+    callback to the tracks published; ``to_driver`` from there to the tracks received by this
+    process. Returns p50 / p99 / max per segment and the five worst frames (index in the send
+    order, latency and its segments); ``rows_out`` gets every frame's (index, latency, segments)."""
+    if not frames or not frames.get("stamp_ns"):
+        return {}
+    node = {st: k for k, st in enumerate(frames["stamp_ns"])}
+    rows = []
+    for i, snd in enumerate(sends):
+        stamp, t_send = snd[0], snd[1]
+        k = node.get(stamp)
+        if k is None or stamp not in arrivals:
+            continue
+        dds, cb, pubd = frames["dds_received"][k], frames["callback"][k], frames["published"][k]
+        prev = (frames.get("previous_callback_end") or [None] * len(frames["callback"]))[k]
+        busy = wake = None
+        if dds is not None:
+            free = max(dds, prev) if prev is not None else dds      # the executor could take it from here
+            busy, wake = (free - dds) * 1e3, (cb - free) * 1e3
+        seg = {"publish_call": (snd[2] - t_send) * 1e3 if len(snd) > 2 else None,
+               "to_node": (dds - t_send) * 1e3 if dds is not None else None, "busy": busy, "wakeup": wake,
+               "in_node": (pubd - cb) * 1e3, "to_driver": (arrivals[stamp] - pubd) * 1e3}
+        rows.append((i, (arrivals[stamp] - t_send) * 1e3, seg))
+    if rows_out is not None:
+        rows_out.extend(rows)
+    out: dict = {}
+    for name in SEGMENTS:
+        v = [seg[name] for _i, _l, seg in rows if seg[name] is not None]
+        if v:
+            out[name] = {"p50": _pct(v, 50), "p99": _pct(v, 99), "max": float(max(v))}
+    out["worst"] = [{"index": i, "latency_ms": round(lat, 2), **{k: (None if v is None else round(v, 2))
+                                                                 for k, v in seg.items()}}
+                    for i, lat, seg in sorted(rows, key=lambda r: -r[1])[:5]]
+    return out
+
+
+def _write_trace(path: Path, rows: list) -> None:
+    """Every frame's latency and its segments (ms) as CSV (``--trace-dir``)."""
+    lines = ["index,latency_ms," + ",".join(SEGMENTS)]
+    lines += [f"{i},{lat:.3f}," + ",".join("" if seg[k] is None else f"{seg[k]:.3f}" for k in SEGMENTS)
+              for i, lat, seg in rows]
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _rss_kb(pid: int) -> int | None:
@@ -280,6 +350,8 @@ def run_command(args) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: dict = {"configs": {}, "floor": {}, "burst": {}}
     client = GraphClient(domain, "bench_node_driver")
+    gc.collect()
+    gc.freeze()         # as the nodes do: this process's arrival times are part of every latency
     device_used = args.device
     try:
         with tempfile.TemporaryDirectory() as tmpd:
@@ -287,8 +359,9 @@ def run_command(args) -> int:
             for rate in [r for r in rates if not _window(r)]:
                 name = f"floor_{rate}"
                 print(f"bench-node: floor, bare publisher -> subscriber at {rate} Hz", file=sys.stderr)
-                results["floor"][rate] = run.publish(name, "bench_floor_image", "bench_floor_image", rate,
-                                                     args.frames, False, False)
+                r = run.publish(name, "bench_floor_image", "bench_floor_image", rate, args.frames, False, False)
+                r.pop("_sends"), r.pop("_arrivals")
+                results["floor"][rate] = r
             for mode in modes:
                 for rate in rates:
                     name = f"{mode}_{rate}"
@@ -300,6 +373,7 @@ def run_command(args) -> int:
                     finally:
                         node.stop()
                     st = json.loads((Path(tmpd) / f"{name}.json").read_text()) if (Path(tmpd) / f"{name}.json").is_file() else {}
+                    rows: list = []
                     device_used = st.get("device", device_used)
                     r.update(frames_in=st.get("images_received"), tracks_out=st.get("tracks_published"),
                              overhead_p50_ms=st.get("overhead_ms", {}).get("median"),
@@ -313,8 +387,12 @@ def run_command(args) -> int:
                              node_latency_max_ms=st.get("latency_ms", {}).get("max"),
                              process_max_ms=st.get("process_ms", {}).get("max"),
                              skipped={k: v for k, v in st.get("skipped", {}).items() if v},
-                             gc_pauses=st.get("gc_pauses"))
+                             gc_pauses=st.get("gc_pauses"),
+                             where=latency_breakdown(r.pop("_sends"), r.pop("_arrivals"), st.get("frames"), rows))
                     results["configs"][name] = r
+                    if args.trace_dir:
+                        Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
+                        _write_trace(Path(args.trace_dir) / f"{name}.csv", rows)
                     print(f"  {r['received']}/{r['sent']} tracks, {r['sustained_fps']:.1f} frames/s, latency p50 "
                           f"{r['latency_p50_ms']}, overhead p50 {r['overhead_p50_ms']} ms", file=sys.stderr)
             for rel in (("reliable", "best_effort") if args.burst > 0 else ()):
@@ -336,6 +414,7 @@ def run_command(args) -> int:
                 r.update(frames_in=st.get("images_received"), tracks_out=st.get("tracks_published"),
                          rss_start_kb=warm[0] if warm else None, rss_end_kb=samples[-1][1] if samples else None,
                          rss_max_kb=max(v for _, v in samples) if samples else None)
+                r.pop("_sends"), r.pop("_arrivals")
                 results["burst"][rel] = r
     finally:
         client.close()
@@ -387,6 +466,11 @@ def replay(duration: float, device: str, domain: int) -> dict:
             res["ape_line"] = next((ln.strip("- ") for ln in report.splitlines() if "APE" in ln), None)
         except (OSError, KeyError, ValueError, TypeError) as exc:
             res["error"] = f"{exc.__class__.__name__}: {exc}; last output: {proc.stderr[-400:]}"
+        if (out / "dataset" / "mav0").is_dir():
+            # the ceiling of replay_fps: the player alone on the same sequence
+            from vilib_ros.bench.player import run as player_run
+
+            res["player_alone"] = player_run(out / "dataset", domain)
     print(f"  replay: {res.get('frames')} stereo frames in {res.get('replay_s')} s -> {res.get('fps')} frames/s "
           f"(whole run {res.get('replay_wall_s')} s; the player's time: {res.get('player_time_s')})", file=sys.stderr)
     return res
@@ -460,6 +544,22 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                      f"{f(fl.get('latency_p50_ms'))} / {f(fl.get('latency_p99_ms'))} | {f(c.get('overhead_p50_ms'))} / "
                      f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {f(c.get('process_p50_ms'))} | "
                      f"{f(c.get('cpu_ms_per_frame'))} |")
+    wh = {n: c["where"] for n, c in cfg.items() if c.get("where")}
+    if wh:
+        lines += ["", "Where the latency goes (ms, p50 / p99 per segment; the worst frame's segments): publish() in "
+                  "the publisher; send -> the node's middleware received it; then, until the node's callback began, busy "
+                  "(the executor still in earlier callbacks) and wake-up (the executor free, the callback not begun); "
+                  "callback -> tracks published; -> tracks received here:", "",
+                  "| config | publish() | to node | busy | wake-up | in node | to driver | worst frame: index, ms = "
+                  "publish + to node + busy + wake-up + in node + to driver | publisher busy / CPU ms per frame |",
+                  "|---" * 9 + "|"]
+        for name, w in wh.items():
+            cells = [f"{f(w[k]['p50'])} / {f(w[k]['p99'])}" if k in w else "-" for k in SEGMENTS]
+            wf = (w.get("worst") or [{}])[0]
+            worst = (f"{wf['index']}, {f(wf['latency_ms'])} = " + " + ".join(f(wf.get(k)) for k in SEGMENTS)) if wf else "-"
+            pb = cfg[name].get("publisher") or {}
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {worst} | {f(pb.get('busy_ms_per_frame'))} / "
+                         f"{f(pb.get('cpu_ms_per_frame'))} |")
     if results["burst"]:
         lines += ["", "Burst (mono images as fast as the publisher sends them):", "",
                   "| QoS | sent | node in | tracks out | dropped | RSS after warm-up / end / max MB |", "|---|---|---|---|---|---|"]
@@ -493,6 +593,17 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                      f"backend's drain {rp['replay_wall_s']:.1f} s ({rp['wall_fps']:.0f} frames/s); "
                      f"{rp.get('ape_line') or 'no APE line'}" if rp.get("fps") else
                      f"no figure (rc {rp['rc']}: {rp.get('error')})")]
+        pa = rp.get("player_alone") or {}
+        if pa.get("player_fps"):
+            ts = pa.get("player_time_s") or {}
+            lines += ["", f"The player alone on the same sequence (rate 1000, no backpressure, a bare reliable "
+                      f"subscriber on its topics, same run): {pa['images_sent']} stereo frames in "
+                      f"{pa['player_replay_s']:.2f} s = **{pa['player_fps']:.0f} frames/s** (of which waiting for "
+                      f"decoded images {f(ts.get('feed'))} s, publishing {f(ts.get('publish'))} s); received "
+                      f"{pa['received'].get('cam0')} cam0, {pa['received'].get('cam1')} cam1 images, "
+                      f"{pa['received'].get('imu')} IMU samples ({f(pa.get('received_fps'), 0)} frames/s)."]
+        elif pa:
+            lines += ["", f"The player alone: no figure ({pa.get('error')})"]
     (out / "node_bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

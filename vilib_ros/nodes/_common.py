@@ -131,10 +131,11 @@ def _exit_while_closing(signum, frame) -> None:
     os._exit(124)
 
 
-def take_pending(sub, limit: int = 10000):
+def take_pending(sub, limit: int = 10000, with_info: bool = False):
     """Yield the messages already waiting in subscription ``sub`` (serialized where it is raw),
     at most ``limit``, without going through the executor: it takes one message per subscription
-    per turn, and a turn costs more Python than an IMU sample does."""
+    per turn, and a turn costs more Python than an IMU sample does. ``with_info``: yield
+    (message, message info) (the info's ``received_timestamp``, ...)."""
     for _ in range(limit):
         try:
             with sub.handle:
@@ -143,7 +144,7 @@ def take_pending(sub, limit: int = 10000):
             return
         if taken is None:
             return
-        yield taken[0]
+        yield (taken[0], taken[1]) if with_info else taken[0]
 
 
 class GcPauses:

@@ -184,8 +184,8 @@ from visualization_msgs.msg import Marker, MarkerArray
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
                                      take_pending, write_json)
-from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_transform, odometry_msg, static_transforms
-from vilib_ros.nodes.cdr import CdrError, decode_imu
+from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_tf_bytes, odometry_bytes, static_transforms
+from vilib_ros.nodes.cdr import CdrError, decode_imu, encode_header
 from vilib_ros.nodes.conversions import ns_to_stamp, pointcloud_to_trackframe
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
@@ -267,6 +267,10 @@ def _imu_noise_from_yaml(path: str) -> dict | None:
     return {k: float(d[k]) for k in keys if k in d} or None
 
 
+#: Waiting tracks messages a tracks callback takes itself before it returns to the executor
+INLINE_TRACKS = 8
+
+
 class BackendNode(Node):
     def __init__(self):
         super().__init__("backend_node")
@@ -302,7 +306,8 @@ class BackendNode(Node):
         # tracks only), and behind a slow keyframe it must catch up, not drop (with depth 100 / 2000
         # a replay at ~90 frames/s on the GPU machine lost 240 of 601 frames and the trajectory)
         self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, imu_qos(IMU_DEPTH), raw=True)
-        self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(TRACKS_DEPTH), raw=True)
+        self.sub_tracks = self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(TRACKS_DEPTH),
+                                                   raw=True)
         # Frames wait here until the IMU has caught up with their stamp (IMU and tracks come on
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
         self.pending: collections.deque = collections.deque()
@@ -440,6 +445,13 @@ class BackendNode(Node):
             self.fed_until = start
 
     def _on_tracks(self, msg) -> None:
+        """A tracks message, then up to INLINE_TRACKS more already waiting (in order): one
+        executor turn per burst, not per frame (a turn rebuilds the wait set in Python)."""
+        self._one_tracks(msg)
+        for raw in take_pending(self.sub_tracks, INLINE_TRACKS):
+            self._one_tracks(raw)
+
+    def _one_tracks(self, msg) -> None:
         added = self._take_pending_imu()        # the IMU up to this frame, if it is here already
         try:
             self._take_tracks(msg)
@@ -488,9 +500,7 @@ class BackendNode(Node):
     def _processed(self, stamp_ns: int) -> None:
         """``backend_processed``: this frame is done (a replay waits for it, bounded)."""
         if self.pub_processed.get_subscription_count() > 0:
-            h = Header()
-            h.stamp = ns_to_stamp(stamp_ns)
-            self.pub_processed.publish(h)
+            self.pub_processed.publish(encode_header(stamp_ns))
 
     def _process_frame(self, frame, publish: bool = True) -> None:
         t0 = time.monotonic()
@@ -515,14 +525,13 @@ class BackendNode(Node):
         if self.traj is not None:
             self.traj.append(state)
         if self.pub_tf is not None:
-            self.pub_tf.publish(self.TFMessage(transforms=[odom_transform(state, self.p["odom_frame"],
-                                                                          self.p["base_frame"])]))
+            self.pub_tf.publish(odom_tf_bytes(state, self.p["odom_frame"], self.p["base_frame"]))
         self.path.append(state.stamp_ns, state.p, state.q_xyzw)
         self._path_dirty = True
         if self.p["path_publish_period_s"] <= 0:
             self._publish_path()
         if getattr(state, "is_keyframe", False) and self.pub_lm.get_subscription_count() > 0:
-            self.pub_lm.publish(self._landmarks(odom.header.stamp))
+            self.pub_lm.publish(self._landmarks(ns_to_stamp(state.stamp_ns)))
 
     # --- messages ------------------------------------------------------------------------
     def _publish_path(self) -> None:
@@ -531,8 +540,9 @@ class BackendNode(Node):
             self.pub_path.publish(self.path.encode(int(t[-1]), self.p["odom_frame"]))
             self._path_dirty = False
 
-    def _odometry(self, s, covariance=None) -> Odometry:
-        return odometry_msg(s, self.p["odom_frame"], self.p["base_frame"], covariance)
+    def _odometry(self, s, covariance=None) -> bytes:
+        """The serialized odometry of state ``s`` (no message object per frame)."""
+        return odometry_bytes(s, self.p["odom_frame"], self.p["base_frame"], covariance)
 
     def _landmarks(self, stamp) -> MarkerArray:
         m = Marker()

@@ -105,7 +105,9 @@ Node parameters (read-only unless said otherwise):
   debug_image_max_rate_hz (double, default 10.0, range [0.1, 1000], writable)
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
   stats_path (string, default ''): write a JSON summary (counts, latency, overhead, per-stage times,
-      CPU time per frame) here on shutdown
+      CPU time per frame, GC pauses, and ``frames``: per frame of the last 4096 its stamp and when
+      the middleware received it, the previous callback ended, its callback began, the IMU was
+      there, process() returned, the tracks were published) here on shutdown
   tracks_frame_id (string, default ''): frame id of ``tracks`` ('' = the image's)
   camera_frame_id (string, default 'cam0'): frame id of ``tracks`` when the image's is empty too
 Frontend parameters, named as the fields of :class:`vilib_ros.frontend.FrontendConfig`, nested
@@ -181,7 +183,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.nodes._common import GcPauses, diagnostic_status, exit_main, reliable_qos, sensor_qos, take_pending, write_json
-from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu
+from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu, encode_image
 from vilib_ros.nodes.conversions import (TRACKS_LAYOUTS, ImageConversionError, TracksEncoder, camera_from_camera_info,
                                          compressed_to_mono8, draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
 from vilib_ros.nodes.debug_image import DebugImageWorker
@@ -190,6 +192,10 @@ from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, TimeJump
 from vilib_ros.nodes.params import (FRONTEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs,
                                     check_on_set, declare_all, default_right, specs_from_dataclass)
 from vilib_ros.nodes.stereo_pairing import StereoPairer
+
+#: Rounds of waiting images an image callback takes itself before it returns to the executor
+#: (the timers -- diagnostics, stereo flush -- wait at most this many frames)
+INLINE_IMAGES = 8
 
 # Changing these needs new subscriptions or buffers: fixed at start.
 FRONTEND_READ_ONLY = ("stereo",)
@@ -277,6 +283,7 @@ class FrontendNode(Node):
         self.device = self.p["device"]
         self.tracker = None
         self.cam = self.cam_right = None
+        self.encoder = TracksEncoder(self.p["tracks_layout"])
         if self.p["calibration_source"] == "parameters":
             self._set_calibration(camera_from_params(self.p),
                                   camera_from_params(self.p, "right.") if self.stereo else None)
@@ -286,7 +293,6 @@ class FrontendNode(Node):
 
         q = int(self.p["queue_size"])
         in_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
-        self.encoder = TracksEncoder(self.p["tracks_layout"])
         self.pub_tracks = self.create_publisher(PointCloud, "tracks", reliable_qos(10))
         # reliable (depth 2): a bgr8 frame is over Fast DDS's 512 KB shared-memory segment and its
         # best-effort UDP fragments get lost; best-effort subscribers (rviz) still match
@@ -295,13 +301,17 @@ class FrontendNode(Node):
         self.debug = DebugImageWorker(self._draw_and_publish, self.p["debug_image_max_rate_hz"])
         compressed = self.p["image_transport"] == "compressed"
         kind, suffix = (CompressedImage, "/compressed") if compressed else (Image, "")
-        self.create_subscription(kind, "image" + suffix, lambda m: self._on_image(m, "image"), in_qos(q),
-                                 raw=not compressed)
+        # callbacks with the message info: the middleware's receive time goes into the frame trace
+        self.sub_image = self.create_subscription(kind, "image" + suffix,
+                                                  lambda m, info: self._on_image(m, "image", info), in_qos(q),
+                                                  raw=not compressed)
+        self._image_subs = [(self.sub_image, "image")]
         self.sub_right = None
         if self.stereo:
             self.sub_right = self.create_subscription(kind, "image_right" + suffix,
-                                                      lambda m: self._on_image(m, "image_right"), in_qos(q),
+                                                      lambda m, info: self._on_image(m, "image_right", info), in_qos(q),
                                                       raw=not compressed)
+            self._image_subs.insert(0, (self.sub_right, "image_right"))
             self.pairs = StereoPairer(self._process, lambda: self.count_publishers(self.sub_right.topic_name) > 0,
                                       self.p["stereo_timeout_s"], lambda: self.st.skips.count("stereo_unmatched"))
             self.create_timer(0.01, self.pairs.flush)
@@ -315,6 +325,8 @@ class FrontendNode(Node):
                             jump_threshold_ns=int(self.p["time_jump_threshold_s"] * 1e9))
         self.clock = TimeJump(int(self.p["time_jump_threshold_s"] * 1e9))
         self.periods: list = []
+        self._dds_rx: dict = {}          # stamp -> the middleware's receive time (monotonic s)
+        self._cb_end = self._prev_cb_end = float("nan")     # when the last callback ended (the trace)
         self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
         self.get_logger().info(
             f"frontend on {self.device} ({self._describe()}, tracks layout {self.p['tracks_layout']}, "
@@ -361,7 +373,12 @@ class FrontendNode(Node):
                 d = k % 8                   # 1 px a frame, back to the start every 8 (stays inside tex)
                 img = np.ascontiguousarray(tex[8:8 + h, 8 + d:8 + d + w])
                 right = np.ascontiguousarray(tex[8:8 + h, 16 + d:16 + d + w]) if stereo else None
-                tracker.process(img, (k + 1) * 50_000_000, image_right=right)
+                if k == 0:
+                    # the image conversion and the tracks encoder too (their first call imported
+                    # OpenCV and built buffers: 20-25 ms on the first real frame, the frames behind it queued)
+                    self._convert(encode_image(50_000_000, "warm_up", img, "mono8"), "image")
+                frame = tracker.process(img, (k + 1) * 50_000_000, image_right=right)
+                self.encoder.encode(frame, "warm_up")
         except Exception as exc:  # noqa: BLE001 - the first real frame will say what is wrong
             self.get_logger().warning(f"tracker warm-up failed ({exc!r}); the first frames pay for it")
         tracker.reset()
@@ -437,8 +454,11 @@ class FrontendNode(Node):
     def _on_imu(self, msg: bytes) -> None:
         """An IMU message and every one already waiting behind it: one executor turn per burst
         (a player sends the samples up to an image together), not one per sample."""
+        t = time.monotonic()
         self._add_imu(msg)
         self._take_pending_imu()
+        self._cb_end = time.monotonic()
+        self.st.node_stage["imu_callback"].add((self._cb_end - t) * 1e3)
 
     def _add_imu(self, msg: bytes) -> None:
         """A serialized IMU message (raw subscription): decoded without building the message."""
@@ -459,8 +479,30 @@ class FrontendNode(Node):
                                       f"{self.p['time_jump_threshold_s']} s (looped bag, restarted driver?)")
         self.st.imu_rx.tick()
 
-    def _on_image(self, msg, topic: str) -> None:
+    def _on_image(self, msg, topic: str, info=None) -> None:
+        """An image, then (up to INLINE_IMAGES rounds) the images already waiting on the image
+        topics, taken here in arrival order per topic: the executor's turn per message (the wait
+        set rebuilt in Python, ~0.1-0.3 ms) is paid once per burst, not per frame, while frames
+        queue behind a slow one or several are in flight."""
+        self._one_image(msg, topic, info)
+        for _ in range(INLINE_IMAGES):
+            took = False
+            for sub, name in self._image_subs:
+                for raw, inf in take_pending(sub, 1, with_info=True):
+                    self._one_image(raw, name, inf)
+                    took = True
+            if not took:
+                return
+
+    def _one_image(self, msg, topic: str, info) -> None:
         t_recv = time.monotonic()
+        self._prev_cb_end = self._cb_end
+        try:
+            self._take_image(msg, topic, info, t_recv)
+        finally:
+            self._cb_end = time.monotonic()
+
+    def _take_image(self, msg, topic: str, info, t_recv: float) -> None:
         if topic == "image":
             self.st.rx.tick()
         got = self._convert(msg, topic)
@@ -468,12 +510,27 @@ class FrontendNode(Node):
             return
         self.st.node_stage["convert"].add((time.monotonic() - t_recv) * 1e3)
         stamp, img, frame_id = got
+        self._note_dds_received(stamp, info)
         if topic == "image_right":
             self.pairs.right(stamp, img, t_recv)
         elif self.stereo:
             self.pairs.left(stamp, img, frame_id, t_recv)
         else:
             self._process(stamp, img, frame_id, t_recv)
+
+    def _note_dds_received(self, stamp: int, info) -> None:
+        """The middleware's receive time of an image (its message info, system clock) on the
+        monotonic clock, kept per stamp until the frame is processed (the later of a stereo pair)."""
+        try:
+            rx_ns = int(info["received_timestamp"])
+        except (TypeError, KeyError, ValueError):
+            return
+        if rx_ns <= 0:
+            return
+        t = rx_ns * 1e-9 - (time.time() - time.monotonic())
+        self._dds_rx[stamp] = max(t, self._dds_rx.get(stamp, t))
+        while len(self._dds_rx) > 64:                     # frames that were skipped or never paired
+            del self._dds_rx[next(iter(self._dds_rx))]
 
     def _take_pending_imu(self) -> None:
         """Run the IMU callback for every IMU message already waiting in the subscription.
@@ -571,7 +628,7 @@ class FrontendNode(Node):
         self.st.node_stage["publish"].add((t2 - t1) * 1e3)
         if self.st.tx.count == 0:
             self.gc.reset()             # the pauses from the first frame on (start-up apart)
-        self.st.frame_done(t_recv, t0, t1, t2, frame)
+        self.st.frame_done(t_recv, t0, t1, t2, frame, self._dds_rx.pop(stamp, float("nan")), self._prev_cb_end)
         if self.p["publish_debug_image"] and self.debug.due() and self.pub_debug.get_subscription_count() > 0:
             self.debug.offer(img, frame, out_id)
 
@@ -590,6 +647,12 @@ class FrontendNode(Node):
         return d
 
     def _publish_diagnostics(self) -> None:
+        t = time.monotonic()
+        self._build_and_publish_diagnostics()
+        self._cb_end = time.monotonic()
+        self.st.node_stage["diagnostics"].add((self._cb_end - t) * 1e3)
+
+    def _build_and_publish_diagnostics(self) -> None:
         d = self.diagnostics_values()
         problems = self.st.skips.total()
         level = DiagnosticStatus.OK if problems == 0 else DiagnosticStatus.WARN

@@ -22,6 +22,13 @@ EVENTS = ("time_resets", "imu_time_resets", "imu_gaps", "imu_gap_samples", "imu_
           "empty_frame_id", "config_applied_live", "tracker_rebuilt", "debug_images")
 
 
+#: The per-frame trace: the image's stamp (ns), then CLOCK_MONOTONIC seconds: the middleware
+#: received the image (its ``received_timestamp``; NaN where the RMW gives none), the node's
+#: node's previous callback (of any kind) ended, this image's callback began, the IMU was there, ``process()`` returned, the tracks were published.
+TRACE_FIELDS = ("stamp_ns", "dds_received", "previous_callback_end", "callback", "imu_ready", "processed", "published")
+TRACE_KEEP = 4096
+
+
 class FrontendStats:
     def __init__(self, warn):
         self.skips = SkipLog(SKIP_REASONS, warn)
@@ -32,18 +39,30 @@ class FrontendStats:
         self.latency = Stat()      # receive (the later image of a stereo pair) -> tracks published, ms
         self.process = Stat()      # FeatureTracker.process(), ms
         self.overhead = Stat()     # latency - process: what the node adds, ms
-        # where the overhead goes: message -> image, IMU drain + wait, encode + publish (ms)
-        self.node_stage: dict[str, Stat] = {k: Stat() for k in ("convert", "imu", "publish")}
+        # where the overhead goes: message -> image, IMU drain + wait, encode + publish (ms); and
+        # the callbacks that hold the executor between images: IMU bursts, the diagnostics timer
+        self.node_stage: dict[str, Stat] = {k: Stat() for k in ("convert", "imu", "publish", "imu_callback",
+                                                                 "diagnostics")}
         self.stage: dict[str, Stat] = collections.defaultdict(Stat)
         self.last_features = 0
         self.last_stats: dict = {}
         # CPU time per frame counts from the first frame published: start-up (imports, kernel
         # compilation, graph capture, JIT) is not spread over the frames
         self._cpu0: float | None = None
+        # per frame (the last TRACE_KEEP): stamp and the monotonic times along its way, so that a
+        # latency tail can be put on transport, executor or node (see TRACE_FIELDS)
+        self.trace = np.zeros((TRACE_KEEP, len(TRACE_FIELDS)), np.float64)
+        self.trace_stamp = np.zeros(TRACE_KEEP, np.int64)     # float64 would round ns stamps
+        self._n_trace = 0
 
-    def frame_done(self, t_recv: float, t0: float, t1: float, t2: float, frame) -> None:
+    def frame_done(self, t_recv: float, t0: float, t1: float, t2: float, frame, t_dds: float = float("nan"),
+                   t_prev_end: float = float("nan")) -> None:
         if self._cpu0 is None:
             self._cpu0 = time.process_time()
+        k = self._n_trace % TRACE_KEEP
+        self.trace[k] = (0.0, t_dds, t_prev_end, t_recv, t0, t1, t2)
+        self.trace_stamp[k] = frame.stamp_ns
+        self._n_trace += 1
         self.tx.tick()
         self.process.add((t1 - t0) * 1e3)
         self.latency.add((t2 - t_recv) * 1e3)
@@ -77,6 +96,15 @@ class FrontendStats:
         d.update({f"frontend.{k}": v for k, v in sorted(dict(self.last_stats).items())})
         return d
 
+    def trace_rows(self) -> dict:
+        """The per-frame trace in frame order, as ``{field: list}`` (stamps as int)."""
+        n = min(self._n_trace, TRACE_KEEP)
+        shift = -(self._n_trace % TRACE_KEEP)
+        rows = np.roll(self.trace, shift, axis=0)[TRACE_KEEP - n:]
+        out = {f: [None if not np.isfinite(v) else float(v) for v in rows[:, i]] for i, f in enumerate(TRACE_FIELDS)}
+        out["stamp_ns"] = [int(v) for v in np.roll(self.trace_stamp, shift)[TRACE_KEEP - n:]]
+        return out
+
     def summary(self, name: str, device: str) -> dict:
         frames = max(1, self.tx.count - 1)
         cpu = 0.0 if self._cpu0 is None else time.process_time() - self._cpu0
@@ -89,5 +117,6 @@ class FrontendStats:
             "cpu_s": cpu, "cpu_ms_per_frame": cpu * 1e3 / frames,
             "stages_ms": {k: v.summary() for k, v in self.stage.items()},
             "node_stages_ms": {k: v.summary() for k, v in self.node_stage.items()},
+            "frames": self.trace_rows(),
             "frontend_stats": dict(self.last_stats),
         }

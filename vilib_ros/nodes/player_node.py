@@ -68,7 +68,9 @@ Parameters
       before exiting, wait this long for every matched subscriber to acknowledge everything
       published (a reliable sample lost on the way is repaired only while the player lives)
   progress (bool, default true, read-only): show a tqdm progress bar on stderr
-  prefetch (integer, default 8, range [1, 256], read-only): images read and decoded ahead
+  prefetch (integer, default 16, range [1, 256], read-only): images read and decoded ahead
+  decode_workers (integer, default 0, range [0, 64], read-only): threads decoding the images of an
+      ASL folder (PNG files), in order; 0 = the CPU count, at least 4 and at most 8
   stats_path (string, default '', read-only): write what was sent and skipped as JSON here at the end
   cam0_frame_id, cam1_frame_id, imu_frame_id (string, defaults 'cam0', 'cam1', 'imu0', read-only): header frame ids
 """
@@ -76,6 +78,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -123,7 +126,9 @@ def parameter_table() -> list[ParamSpec]:
         ParamSpec("ack_timeout_s", 10.0, "at the end, wait this long for every subscriber to acknowledge "
                   "everything published", range=(0.0, 3600.0), read_only=True),
         ParamSpec("progress", True, "show a tqdm progress bar on stderr", read_only=True),
-        ParamSpec("prefetch", 8, "images read and decoded ahead in a worker thread", range=(1, 256),
+        ParamSpec("decode_workers", 0, "threads decoding the images of an ASL folder (0 = the CPU count, at least 4 "
+                  "and at most 8)", range=(0, 64), read_only=True),
+        ParamSpec("prefetch", 16, "images read and decoded ahead in a worker thread", range=(1, 256),
                   read_only=True),
         ParamSpec("stats_path", "", "write what was sent and skipped as JSON here at the end", read_only=True),
         ParamSpec("cam0_frame_id", "cam0", "header frame id of cam0 images", read_only=True),
@@ -144,7 +149,8 @@ class PlayerNode(Node):
         from vilib_ros.datasets.replay import Prefetcher
 
         path = self.p["dataset"]
-        self.feed = Prefetcher(lambda: open_dataset(path), depth=self.p["prefetch"])
+        workers = int(self.p["decode_workers"]) or min(8, max(4, os.cpu_count() or 1))
+        self.feed = Prefetcher(lambda: open_dataset(path), depth=self.p["prefetch"], workers=workers)
         self.ds = self.feed.ds
         self.n_cams = min(len(self.ds.cameras) if self.p["publish_cam1"] else 1, 2)
         self.pub_img = [self.create_publisher(Image, f"cam{c}/image_raw", reliable_qos(30))
