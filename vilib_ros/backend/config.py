@@ -76,6 +76,9 @@ class BackendConfig:
     relinearize_skip: int = 1
     partial_relinearization_check: bool = False
     extra_updates: int = 0              # extra iSAM2 iterations per keyframe
+    rooted_smoother: bool = True        # the newest state in the Bayes tree's root: its covariance without a
+                                        # shortcut (fixed_lag.RootedFixedLagSmoother); false: gtsam's
+                                        # IncrementalFixedLagSmoother
     # --- failure handling ---
     max_speed: float = 30.0             # m/s
     max_gyro_bias: float = 0.3          # rad/s

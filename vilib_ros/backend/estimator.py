@@ -5,7 +5,9 @@ IMU bias B(k), linked by ``CombinedImuFactor`` (preintegrated between keyframes)
 L(n) in world coordinates with ``GenericStereoFactor3D`` (stereo, normalised calibration
 ``Cal3_S2Stereo(1, 1, 0, 0, 0, baseline)`` and sigma = pixel_sigma / fx) or
 ``GenericProjectionFactorCal3_S2`` (mono, or stereo tracks without a right match), all with
-Huber costs. An ``IncrementalFixedLagSmoother`` keeps ``window_s`` seconds (mono:
+Huber costs. A fixed-lag smoother on iSAM2 (:class:`~vilib_ros.backend.fixed_lag.RootedFixedLagSmoother`:
+landmarks eliminated first, the newest state last, in the root clique, so that its covariance is
+cheap; ``rooted_smoother`` false: gtsam's ``IncrementalFixedLagSmoother``) keeps ``window_s`` seconds (mono:
 ``mono_window_s`` when larger: the metric scale needs a longer window); with
 ``marginalise_every_s`` the states older than the window leave it in batches, so that only
 one update per batch pays for the marginalisation (the window then spans ``window_s`` to

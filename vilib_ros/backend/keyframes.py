@@ -163,7 +163,7 @@ class KeyframeMixin:
         t_py = time.perf_counter()
         self._set_lag(ts)
         try:
-            self._smoother.update(graph, vals, stamps)
+            self._smoother_update(graph, vals, stamps, (X, V, B))
             for _ in range(cfg.extra_updates):
                 self._smoother.update()
             t_upd = time.perf_counter()

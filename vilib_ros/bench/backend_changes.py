@@ -125,10 +125,19 @@ def estimator_class(isam: dict):
 
     class _Tuned(VioEstimator):
         def _isam2_params(self):
+            import gtsam
+
             p = super()._isam2_params()
             for k, v in isam.items():
                 if k == "factorization":
                     p.setFactorization(v)
+                elif k == "wildfireThreshold":
+                    p.setOptimizationParams(gtsam.ISAM2GaussNewtonParams(v))
+                elif k == "relinearizeThreshold":     # {variable character: threshold}: per variable type
+                    m = gtsam.ISAM2ThresholdMap()
+                    for c, th in v.items():
+                        m.insert((c, np.full({"x": 6, "v": 3, "b": 6, "l": 3}[c], float(th))))
+                    p.setRelinearizeThreshold(m)
                 else:
                     setattr(p, k, v)
             return p

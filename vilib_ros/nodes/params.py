@@ -175,6 +175,8 @@ BACKEND_PARAMS = {
     'relinearize_skip': Meta('iSAM2 relinearises every this many updates', range=(1, 1000)),
     'partial_relinearization_check': Meta('iSAM2 partial relinearisation check'),
     'extra_updates': Meta('extra iSAM2 iterations per keyframe', range=(0, 100)),
+    'rooted_smoother': Meta('iSAM2 eliminates landmarks first and the newest state last (its covariance from '
+                            'the root clique, ~0.1 ms); false: gtsam\'s IncrementalFixedLagSmoother'),
     'max_speed': Meta('speed above which the estimate counts as diverged (reset), m/s', range=(0.0, 10000.0)),
     'max_gyro_bias': Meta('gyro bias above which the estimate counts as diverged, rad/s', range=(0.0, 100.0)),
     'max_acc_bias': Meta('accelerometer bias above which the estimate counts as diverged, m/s^2', range=(0.0, 100.0)),
