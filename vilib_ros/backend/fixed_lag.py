@@ -41,6 +41,7 @@ class RootedFixedLagSmoother:
         self._stamps: dict[int, float] = {}
         self._newest: tuple = ()
         self._landmark_chr = ord("l")
+        self.last_result = None             # ISAM2Result of the last update (what it re-eliminated)
 
     def setSmootherLag(self, lag: float) -> None:  # noqa: N802 - gtsam's name
         self._lag = float(lag)
@@ -80,7 +81,7 @@ class RootedFixedLagSmoother:
             for k in st:
                 if k not in stamps:         # the new and refreshed keys are affected anyway
                     extra.push_back(k)
-        self._isam.update(graph, values, [], groups, None, extra, False)
+        self.last_result = self._isam.update(graph, values, [], groups, None, extra, False)
         if leaving:
             kl = g.KeyList()
             for k in leaving:

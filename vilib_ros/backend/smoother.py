@@ -140,7 +140,12 @@ class SmootherMixin:
     def _isam2_params(self):
         cfg = self.config
         p = self._g.ISAM2Params()
-        p.setRelinearizeThreshold(cfg.relinearize_threshold)
+        # per variable type (the key's character): landmarks have their own threshold
+        th = self._g.ISAM2ThresholdMap()
+        for c, dim in (("x", 6), ("v", 3), ("b", 6)):
+            th.insert((c, np.full(dim, cfg.relinearize_threshold)))
+        th.insert(("l", np.full(3, cfg.relinearize_threshold_landmarks)))
+        p.setRelinearizeThreshold(th)
         p.relinearizeSkip = cfg.relinearize_skip
         p.enablePartialRelinearizationCheck = cfg.partial_relinearization_check
         # the smoother removes the marginalised factors every keyframe: reuse their slots instead of

@@ -81,7 +81,7 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
   window_s (double, default 1.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
   mono_window_s (double, default 2.5, range [0.1, 600.0], read-only): mono mode uses max(window_s,
       mono_window_s): scale needs it
-  marginalise_every_s (double, default 0.0, range [0.0, 60.0], read-only): old states leave the smoother in
+  marginalise_every_s (double, default 1.0, range [0.0, 60.0], read-only): old states leave the smoother in
       batches this often; the window then spans window_s .. window_s + this, s (0 = every keyframe)
   mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo if
       cam1 is given)
@@ -155,6 +155,9 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
   mono_init_window_s (double, default 2.0, range [0.0, 600.0], read-only): mono: window for the moving-start
       alignment
   relinearize_threshold (double, default 0.01, range [0.0, 10.0], read-only): iSAM2 relinearisation threshold
+      of poses, velocities and biases
+  relinearize_threshold_landmarks (double, default 0.1, range [0.0, 10.0], read-only): iSAM2 relinearisation
+      threshold of landmarks, m
   relinearize_skip (integer, default 1, range [1, 1000], read-only): iSAM2 relinearises every this many
       updates
   partial_relinearization_check (bool, default False, read-only): iSAM2 partial relinearisation check
