@@ -92,11 +92,7 @@ class TestStateCovariance:
         assert isinstance(c, StateCovariance) and c.pose.shape == (6, 6) and c.velocity.shape == (3, 3)
         assert c.stamp_ns == last_kf
         sm = est._smoother
-        graph = gtsam.NonlinearFactorGraph()
-        factors = sm.getFactors()
-        for j in range(factors.size()):
-            if factors.at(j) is not None:
-                graph.add(factors.at(j))
+        graph = _smoother_graph(sm)
         marg = gtsam.Marginals(graph, sm.getLinearizationPoint())
         k = max(gtsam.Symbol(key).index() for key in sm.getLinearizationPoint().keys()
                 if gtsam.Symbol(key).chr() == ord("x"))
@@ -104,6 +100,18 @@ class TestStateCovariance:
         np.testing.assert_allclose(c.velocity, marg.marginalCovariance(gtsam.symbol("v", k)), rtol=0.05, atol=1e-12)
         R = sm.calculateEstimate().atPose3(gtsam.symbol("x", k)).rotation().matrix()
         np.testing.assert_allclose(c.R_wb, R, atol=1e-9)
+
+
+def _smoother_graph(sm):
+    """The smoother's nonlinear factors (its empty slots left out) as one graph."""
+    import gtsam
+
+    graph = gtsam.NonlinearFactorGraph()
+    factors = sm.getFactors()
+    for j in range(factors.size()):
+        if factors.at(j) is not None:
+            graph.add(factors.at(j))
+    return graph
 
 
 def _run_minisim(duration_s: float, **cfg):
@@ -138,11 +146,7 @@ class TestRootedSmoother:
         est, _ = _run_minisim(4.0)
         c = est.state_covariance()
         sm = est._smoother
-        graph = gtsam.NonlinearFactorGraph()
-        factors = sm.getFactors()
-        for j in range(factors.size()):
-            if factors.at(j) is not None:
-                graph.add(factors.at(j))
+        graph = _smoother_graph(sm)
         lin = sm.getLinearizationPoint()
         keys = list(lin.keys())
         H, _ = graph.linearize(lin).hessian(gtsam.Ordering(keys))
