@@ -83,6 +83,8 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       mono_window_s): scale needs it
   marginalise_every_s (double, default 1.0, range [0.0, 60.0], read-only): old states leave the smoother in
       batches this often; the window then spans window_s .. window_s + this, s (0 = every keyframe)
+  mono_marginalise_every_s (double, default 1.5, range [0.0, 60.0], read-only): mono mode's
+      marginalise_every_s, s
   mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo if
       cam1 is given)
   kf_min_interval_s (double, default 0.08, range [0.001, 10.0], read-only): shortest time between keyframes, s

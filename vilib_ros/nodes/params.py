@@ -159,6 +159,7 @@ BACKEND_PARAMS = {
                                   'fixes the point)'),
     'marginalise_every_s': Meta('old states leave the smoother in batches this often; the window then spans '
                                 'window_s .. window_s + this, s (0 = every keyframe)', range=(0.0, 60.0)),
+    'mono_marginalise_every_s': Meta('mono mode\'s marginalise_every_s, s', range=(0.0, 60.0)),
     'huber_k': Meta('Huber threshold of the visual factors, in sigmas', range=(1e-06, 100.0)),
     'chi2_stereo': Meta('stereo outlier gate (99 % of chi2(3))', range=(0.0, 1000000.0)),
     'chi2_mono': Meta('mono outlier gate (99 % of chi2(2))', range=(0.0, 1000000.0)),
