@@ -5,9 +5,11 @@ IMU bias B(k), linked by ``CombinedImuFactor`` (preintegrated between keyframes)
 L(n) in world coordinates with ``GenericStereoFactor3D`` (stereo, normalised calibration
 ``Cal3_S2Stereo(1, 1, 0, 0, 0, baseline)`` and sigma = pixel_sigma / fx) or
 ``GenericProjectionFactorCal3_S2`` (mono, or stereo tracks without a right match), all with
-Huber costs. An ``IncrementalFixedLagSmoother`` keeps ``window_s`` seconds (mono:
+Huber costs. A fixed-lag smoother on iSAM2 (:class:`~vilib_ros.backend.fixed_lag.RootedFixedLagSmoother`:
+landmarks eliminated first, the newest state last, in the root clique, so that its covariance is
+cheap; ``rooted_smoother`` false: gtsam's ``IncrementalFixedLagSmoother``) keeps ``window_s`` seconds (mono:
 ``mono_window_s`` when larger: the metric scale needs a longer window); with
-``marginalise_every_s`` the states older than the window leave it in batches, so that only
+``marginalise_every_s`` (mono: ``mono_marginalise_every_s``) the states older than the window leave it in batches, so that only
 one update per batch pays for the marginalisation (the window then spans ``window_s`` to
 ``window_s + marginalise_every_s``). iSAM2 reuses the slots of marginalised factors. The IMU is
 preintegrated between keyframes with gtsam's noise model from the dataset's imu0 sensor.yaml
@@ -146,6 +148,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         # observations per keyframe and their grid in this mode (mono has its own: LandmarkMixin)
         self.max_obs_per_kf = cfg.mono_max_landmarks_per_kf if mode == "mono" else cfg.max_landmarks_per_kf
         self.landmark_grid = cfg.mono_landmark_grid if mode == "mono" else cfg.landmark_grid
+        self.marginalise_every_s = cfg.mono_marginalise_every_s if mode == "mono" else cfg.marginalise_every_s
         self.imu_noise = normalise_imu_noise(imu_noise)
         self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
                                                   cfg.imu_walk_scale)

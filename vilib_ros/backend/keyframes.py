@@ -163,7 +163,7 @@ class KeyframeMixin:
         t_py = time.perf_counter()
         self._set_lag(ts)
         try:
-            self._smoother.update(graph, vals, stamps)
+            self._smoother_update(graph, vals, stamps, (X, V, B))
             for _ in range(cfg.extra_updates):
                 self._smoother.update()
             t_upd = time.perf_counter()
@@ -217,11 +217,11 @@ class KeyframeMixin:
         return state
 
     def _set_lag(self, ts: float) -> None:
-        """Batch marginalisation (``marginalise_every_s``): the smoother's lag is window_s + the
+        """Batch marginalisation (``marginalise_every_s``, mono: ``mono_marginalise_every_s``): the smoother's lag is window_s + the
         batch period, except on the update where a batch is due. An update that marginalises
         re-eliminates the cliques of the leaving states (1-1.5 ms of a 2-3 ms stereo update), so
         doing it for several keyframes at once makes most updates cheaper."""
-        every = self.config.marginalise_every_s
+        every = self.marginalise_every_s
         if every <= 0:
             return
         due = ts - self._marg_ts >= every

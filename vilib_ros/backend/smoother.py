@@ -8,6 +8,7 @@ import logging
 import numpy as np
 
 from ..types import TrackFrame
+from .fixed_lag import RootedFixedLagSmoother
 from .imu import effective_noise_scale, make_preintegration_params
 from .initialisation import accel_init, dynamic_init_mono, dynamic_init_stereo, is_static, static_init
 from .keyframes import _Keyframe
@@ -94,7 +95,10 @@ class SmootherMixin:
 
     def _start_smoother(self, t_ns, T, v, bias6, rot_sigma, pos_sigma, v_sigma, ba_sigma, bg_sigma, first=False):
         gtsam = self._g
-        self._smoother = gtsam.IncrementalFixedLagSmoother(self.window_s, self._isam2_params())
+        if self.config.rooted_smoother:
+            self._smoother = RootedFixedLagSmoother(self.window_s, self._isam2_params())
+        else:
+            self._smoother = gtsam.IncrementalFixedLagSmoother(self.window_s, self._isam2_params())
         if first:
             self._kf_idx = 0
         else:
@@ -117,7 +121,7 @@ class SmootherMixin:
         vals.insert(B, bias)
         ts = self._ts(t_ns)
         self._marg_ts = ts                  # last batch marginalisation (KeyframeMixin._set_lag)
-        self._smoother.update(graph, vals, {X: ts, V: ts, B: ts})
+        self._smoother_update(graph, vals, {X: ts, V: ts, B: ts}, (X, V, B))
         self._kfs[k] = _Keyframe(k, int(t_ns), T.copy(), np.asarray(v, float).copy(), np.asarray(bias6, float).copy())
         self._kf_final[k] = T.copy()
         self._last_kf = self._kfs[k]
@@ -125,10 +129,23 @@ class SmootherMixin:
         self._pim_t = int(t_ns)
         self.stats["keyframes"] += 1
 
+    def _smoother_update(self, graph, vals, stamps, newest) -> None:
+        """One smoother update; ``newest``: the new state's keys (the root clique of
+        :class:`RootedFixedLagSmoother`, where its marginal covariance is cheap)."""
+        if self.config.rooted_smoother:
+            self._smoother.update(graph, vals, stamps, newest)
+        else:
+            self._smoother.update(graph, vals, stamps)
+
     def _isam2_params(self):
         cfg = self.config
         p = self._g.ISAM2Params()
-        p.setRelinearizeThreshold(cfg.relinearize_threshold)
+        # per variable type (the key's character): landmarks have their own threshold
+        th = self._g.ISAM2ThresholdMap()
+        for c, dim in (("x", 6), ("v", 3), ("b", 6)):
+            th.insert((c, np.full(dim, cfg.relinearize_threshold)))
+        th.insert(("l", np.full(3, cfg.relinearize_threshold_landmarks)))
+        p.setRelinearizeThreshold(th)
         p.relinearizeSkip = cfg.relinearize_skip
         p.enablePartialRelinearizationCheck = cfg.partial_relinearization_check
         # the smoother removes the marginalised factors every keyframe: reuse their slots instead of

@@ -26,7 +26,13 @@ import numpy as np
 
 #: Adopted changes, cumulative: (what, BackendConfig overrides, ISAM2Params overrides). The first
 #: row restores the defaults measured in backend_cpu.md of 2026-11-24 07:05; the last is today's.
-_MONO_BEFORE = {"mono_window_s": 3.0, "mono_max_landmarks_per_kf": 60, "mono_landmark_grid": 0}  # before the grid
+#: what the rows before 2026-11-24 18:00 need of today's defaults: gtsam's smoother, marginalisation on every
+#: keyframe, one relinearisation threshold
+_ISAM_BEFORE = {"rooted_smoother": False, "marginalise_every_s": 0.0, "mono_marginalise_every_s": 0.0,
+                "relinearize_threshold_landmarks": 0.01}
+_EVERY_KF = {"marginalise_every_s": 0.0, "mono_marginalise_every_s": 0.0}
+_MONO_BEFORE = {"mono_window_s": 3.0, "mono_max_landmarks_per_kf": 60, "mono_landmark_grid": 0,  # before the grid
+                **_ISAM_BEFORE}
 CHANGES = [
     ("2026-11-24 07:05 defaults (mono window 6 s, landmark prior in stereo too, iSAM2 factor slots not reused)",
      {**_MONO_BEFORE, "mono_window_s": 6.0, "landmark_prior_stereo": True}, {"findUnusedFactorSlots": False}),
@@ -34,11 +40,26 @@ CHANGES = [
      {**_MONO_BEFORE, "mono_window_s": 6.0, "landmark_prior_stereo": True}, {}),
     ("+ no landmark prior in stereo (a stereo observation fixes the point)", {**_MONO_BEFORE, "mono_window_s": 6.0}, {}),
     ("+ mono window 3 s instead of 6 s (the defaults of 2026-11-24 09:22)", dict(_MONO_BEFORE), {}),
-    ("+ mono: 45 observations per keyframe spread over a 4x4 grid, window 2.5 s (today's defaults)", {}, {}),
+    ("+ mono: 45 observations per keyframe spread over a 4x4 grid, window 2.5 s (the defaults of 2026-11-24 15:15)",
+     dict(_ISAM_BEFORE), {}),
+    ("+ fixed-lag smoother with landmarks eliminated first and the newest state last (its covariance from the root "
+     "clique; rooted_smoother)", {**_EVERY_KF, "relinearize_threshold_landmarks": 0.01}, {}),
+    ("+ landmarks relinearised at 0.1 m (states at 0.01)", dict(_EVERY_KF), {}),
+    ("+ batch marginalisation every 1 s, mono every 1.5 s (today's defaults)", {}, {}),
 ]
 
 #: Measured against today's defaults (this run's rows; what they showed: the md).
 TRIED = [
+    ("gtsam's IncrementalFixedLagSmoother (today's other defaults)", {"rooted_smoother": False}, {}),
+    ("one relinearisation threshold (0.01)", {"relinearize_threshold_landmarks": 0.01}, {}),
+    ("batch marginalisation every 1.5 s in stereo too", {"marginalise_every_s": 1.5}, {}),
+    ("mono: batch marginalisation every 1 s", {"mono_marginalise_every_s": 1.0}, {}),
+    ("stereo: 50 observations per keyframe", {"max_landmarks_per_kf": 50}, {}),
+]
+
+#: Measured on 2026-11-24 14:57 against the defaults of 15:15 (gtsam's smoother, marginalisation every
+#: keyframe); that table is in git history (bench/results/backend_changes.md at 3fa165f). Not rerun.
+TRIED_1457 = [
     ("stereo: observations spread over a 4x4 grid", {"landmark_grid": 4}, {}),
     ("stereo: 4x4 grid, 50 observations per keyframe", {"landmark_grid": 4, "max_landmarks_per_kf": 50}, {}),
     ("stereo: 50 observations per keyframe", {"max_landmarks_per_kf": 50}, {}),
@@ -125,10 +146,19 @@ def estimator_class(isam: dict):
 
     class _Tuned(VioEstimator):
         def _isam2_params(self):
+            import gtsam
+
             p = super()._isam2_params()
             for k, v in isam.items():
                 if k == "factorization":
                     p.setFactorization(v)
+                elif k == "wildfireThreshold":
+                    p.setOptimizationParams(gtsam.ISAM2GaussNewtonParams(v))
+                elif k == "relinearizeThreshold":     # {variable character: threshold}: per variable type
+                    m = gtsam.ISAM2ThresholdMap()
+                    for c, th in v.items():
+                        m.insert((c, np.full({"x": 6, "v": 3, "b": 6, "l": 3}[c], float(th))))
+                    p.setRelinearizeThreshold(m)
                 else:
                     setattr(p, k, v)
             return p
@@ -142,13 +172,19 @@ def run_lockstep(rows, frames, imu_t, imu_d, cam0, cam1, imu_noise, mode: str) -
 
     ests = [estimator_class(isam)(BackendConfig(mode=mode, **ov), cam0, cam1 if mode == "stereo" else None,
                                   imu_noise) for _, ov, isam in rows]
+    for e in ests:
+        e.covariance_s = []             # per keyframe: state_covariance() (the odometry's), timed apart
     j = 0
     for f in frames:
         j1 = int(np.searchsorted(imu_t, f.stamp_ns, side="right"))
         for e in ests:
             if j1 > j:
                 e.add_imu_batch(imu_t[j:j1], imu_d[j:j1])
-            e.add_frame(f)
+            s = e.add_frame(f)
+            if s is not None and s.is_keyframe:
+                t = time.perf_counter()
+                e.state_covariance()
+                e.covariance_s.append(time.perf_counter() - t)
         j = j1
     return ests
 
@@ -199,9 +235,10 @@ def run(sequences, cache: Path, machine: dict, load, modes=("stereo", "mono")) -
                            "load": _load(), "wall_s": time.perf_counter() - t}
                     for (what, _, _), e in zip(rows, ests):
                         r = backend_row(what, inp, e, [0.0], gt_tum, tmp)
-                        col["cells"].append({k: r.get(k) for k in ("ate_causal_m", "ate_smoothed_m", "keyframe_ms",
-                                                                   "keyframe_ms_p90", "keyframes", "resets",
-                                                                   "obs_per_keyframe")})
+                        cell = {k: r.get(k) for k in ("ate_causal_m", "ate_smoothed_m", "keyframe_ms",
+                                                      "keyframe_ms_p90", "keyframes", "resets", "obs_per_keyframe")}
+                        cell["covariance_ms"] = 1e3 * float(np.median(e.covariance_s)) if e.covariance_s else None
+                        col["cells"].append(cell)
                     res["columns"].append(col)
                     print(f"bench-backend --changes: {name} / {inp} / {mode} done in {col['wall_s']:.0f} s "
                           f"(load {col['load']})", file=sys.stderr)
@@ -210,10 +247,11 @@ def run(sequences, cache: Path, machine: dict, load, modes=("stereo", "mono")) -
 
 
 def _cell(c) -> str:
+    cov = f" (+{c['covariance_ms']:.1f})" if c.get("covariance_ms") is not None else ""
     if c["ate_causal_m"] is None:
-        return f"- / -, {c['keyframe_ms']:.1f} ms"
+        return f"- / -, {c['keyframe_ms']:.1f} ms{cov}"
     rs = f", {c['resets']} resets" if c["resets"] else ""
-    return f"{100 * c['ate_causal_m']:.2f} / {100 * c['ate_smoothed_m']:.2f}, {c['keyframe_ms']:.1f} ms{rs}"
+    return f"{100 * c['ate_causal_m']:.2f} / {100 * c['ate_smoothed_m']:.2f}, {c['keyframe_ms']:.1f} ms{cov}{rs}"
 
 
 def markdown(res: dict, notes: str = "") -> str:
@@ -226,7 +264,9 @@ def markdown(res: dict, notes: str = "") -> str:
         L.append(f"Data: {d}")
     for name, why in res.get("skipped", {}).items():
         L.append(f"Skipped {name}: {why}")
-    L += ["", "Each cell: ATE causal / smoothed [cm] (SE3, evo), keyframe median [ms]. The rows of a column ran in "
+    L += ["", "Each cell: ATE causal / smoothed [cm] (SE3, evo), keyframe median [ms] (+ the median of the odometry "
+          "covariance, `state_covariance()`, per keyframe [ms], timed apart: the backend node adds it to every "
+          "keyframe with `odometry_covariance` on). The rows of a column ran in "
           "lockstep (frame by frame, in turns) on the same tracks, so their times share the load; compare times "
           "within a column. ATEs are deterministic.", ""]
     cols = res["columns"]

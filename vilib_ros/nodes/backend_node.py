@@ -66,8 +66,8 @@ Node parameters (all read-only):
   publish_tf (bool, default true): publish /tf and /tf_static
   publish_odometry_imu (bool, default true): publish ``odometry_imu``
   odometry_covariance (bool, default true): the smoother's marginals into the odometry's
-      covariances, once per keyframe (two gtsam marginal computations, ~6 ms per keyframe on the
-      2-core machine: a third of the node's time per frame; off: zeros)
+      covariances, once per keyframe (the newest state is the Bayes tree's root clique: ~0.1 ms
+      per keyframe on the 2-core machine, 6-9 ms before; off: zeros)
   path_max_length (integer, default 20000, range [1, 10000000]): poses kept in ``path`` (oldest dropped)
   path_publish_period_s (double, default 0.5, range [0, 60]): ``path`` republishing period (0 = every frame)
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
@@ -81,8 +81,10 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
   window_s (double, default 1.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
   mono_window_s (double, default 2.5, range [0.1, 600.0], read-only): mono mode uses max(window_s,
       mono_window_s): scale needs it
-  marginalise_every_s (double, default 0.0, range [0.0, 60.0], read-only): old states leave the smoother in
+  marginalise_every_s (double, default 1.0, range [0.0, 60.0], read-only): old states leave the smoother in
       batches this often; the window then spans window_s .. window_s + this, s (0 = every keyframe)
+  mono_marginalise_every_s (double, default 1.5, range [0.0, 60.0], read-only): mono mode's
+      marginalise_every_s, s
   mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo if
       cam1 is given)
   kf_min_interval_s (double, default 0.08, range [0.001, 10.0], read-only): shortest time between keyframes, s
@@ -155,10 +157,15 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
   mono_init_window_s (double, default 2.0, range [0.0, 600.0], read-only): mono: window for the moving-start
       alignment
   relinearize_threshold (double, default 0.01, range [0.0, 10.0], read-only): iSAM2 relinearisation threshold
+      of poses, velocities and biases
+  relinearize_threshold_landmarks (double, default 0.1, range [0.0, 10.0], read-only): iSAM2 relinearisation
+      threshold of landmarks, m
   relinearize_skip (integer, default 1, range [1, 1000], read-only): iSAM2 relinearises every this many
       updates
   partial_relinearization_check (bool, default False, read-only): iSAM2 partial relinearisation check
   extra_updates (integer, default 0, range [0, 100], read-only): extra iSAM2 iterations per keyframe
+  rooted_smoother (bool, default True, read-only): iSAM2 eliminates landmarks first and the newest state last
+      (its covariance from the root clique, ~0.1 ms); false: gtsam's IncrementalFixedLagSmoother
   max_speed (double, default 30.0, range [0.0, 10000.0], read-only): speed above which the estimate counts as
       diverged (reset), m/s
   max_gyro_bias (double, default 0.3, range [0.0, 100.0], read-only): gyro bias above which the estimate
@@ -237,7 +244,7 @@ def node_specs() -> list[ParamSpec]:
                   "reset: the estimator starts again", range=(0.001, 3600.0), read_only=True),
         ParamSpec("publish_odometry_imu", True, "publish odometry_imu at IMU rate", read_only=True),
         ParamSpec("odometry_covariance", True, "fill the odometry covariances from the smoother's marginals once "
-                  "per keyframe (costly; off: zeros)", read_only=True),
+                  "per keyframe (off: zeros)", read_only=True),
         ParamSpec("path_max_length", 20000, "poses kept in the published path (oldest dropped)",
                   range=(1, 10_000_000), read_only=True),
         ParamSpec("path_publish_period_s", 0.5, "path republishing period while subscribed, s (0 = every frame)",

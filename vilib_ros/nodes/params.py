@@ -159,6 +159,7 @@ BACKEND_PARAMS = {
                                   'fixes the point)'),
     'marginalise_every_s': Meta('old states leave the smoother in batches this often; the window then spans '
                                 'window_s .. window_s + this, s (0 = every keyframe)', range=(0.0, 60.0)),
+    'mono_marginalise_every_s': Meta('mono mode\'s marginalise_every_s, s', range=(0.0, 60.0)),
     'huber_k': Meta('Huber threshold of the visual factors, in sigmas', range=(1e-06, 100.0)),
     'chi2_stereo': Meta('stereo outlier gate (99 % of chi2(3))', range=(0.0, 1000000.0)),
     'chi2_mono': Meta('mono outlier gate (99 % of chi2(2))', range=(0.0, 1000000.0)),
@@ -171,10 +172,13 @@ BACKEND_PARAMS = {
     'static_gyro_mean': Meta('rad/s (|mean gyro| at rest = the bias)', range=(0.0, 100.0)),
     'dynamic_init_frames': Meta('stereo: frames for the moving-start alignment', range=(2, 1000)),
     'mono_init_window_s': Meta('mono: window for the moving-start alignment', range=(0.0, 600.0)),
-    'relinearize_threshold': Meta('iSAM2 relinearisation threshold', range=(0.0, 10.0)),
+    'relinearize_threshold': Meta('iSAM2 relinearisation threshold of poses, velocities and biases', range=(0.0, 10.0)),
+    'relinearize_threshold_landmarks': Meta('iSAM2 relinearisation threshold of landmarks, m', range=(0.0, 10.0)),
     'relinearize_skip': Meta('iSAM2 relinearises every this many updates', range=(1, 1000)),
     'partial_relinearization_check': Meta('iSAM2 partial relinearisation check'),
     'extra_updates': Meta('extra iSAM2 iterations per keyframe', range=(0, 100)),
+    'rooted_smoother': Meta('iSAM2 eliminates landmarks first and the newest state last (its covariance from '
+                            'the root clique, ~0.1 ms); false: gtsam\'s IncrementalFixedLagSmoother'),
     'max_speed': Meta('speed above which the estimate counts as diverged (reset), m/s', range=(0.0, 10000.0)),
     'max_gyro_bias': Meta('gyro bias above which the estimate counts as diverged, rad/s', range=(0.0, 100.0)),
     'max_acc_bias': Meta('accelerometer bias above which the estimate counts as diverged, m/s^2', range=(0.0, 100.0)),

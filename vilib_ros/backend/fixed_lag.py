@@ -1,0 +1,106 @@
+"""A fixed-lag smoother on gtsam's ``ISAM2`` that orders the Bayes tree: landmarks low, the newest state at the root.
+
+gtsam's ``IncrementalFixedLagSmoother`` constrains the elimination order only when it
+marginalises (the leaving keys first, the rest free); otherwise iSAM2 puts every key of the new
+factors last, the ~60 landmarks the keyframe observes among them. Measured on the synthetic
+sequence (2026-11-24): the root clique then held ~80 variables, most of them landmarks, the newest
+pose sat below it, and its marginal covariance (the odometry's) needed the Bayes tree's shortcut
+through landmark cliques: 6-9 ms per keyframe on the 2-core machine, more than the update itself.
+
+:class:`RootedFixedLagSmoother` gives iSAM2 an order on every update, in groups: the leaving keys
+(when some leave), the landmarks, the window's other states, the newest state (pose, velocity,
+bias). Landmarks are eliminated before the states they link, as in bundle adjustment's Schur
+order; the newest state forms the root clique, whose conditional has no parents, so its marginal
+is read from the root alone (``marginalCovariance``: ~0.1 ms). Marginalisation is gtsam's: the
+leaving keys must be leaves of the re-eliminated tree, so an update that marginalises re-eliminates
+every key of the window (``extraReelimKeys``; gtsam's smoother re-eliminates the cliques between
+the leaving keys and the leaves, which in a visual-inertial window is nearly all of them: the
+keyframe's landmarks tie its poses together) and then calls ``ISAM2.marginalizeLeaves``. Only
+the elimination order differs from gtsam's smoother: the same solution (test_covariance.py) and
+the same time per update (bench/results/backend_changes.md).
+
+The interface is the subset of ``IncrementalFixedLagSmoother`` the estimator uses: ``update``,
+``calculateEstimate``, ``marginalCovariance``, ``setSmootherLag``, ``timestamps``, ``getFactors``,
+``getLinearizationPoint``, ``getISAM2``.
+"""
+from __future__ import annotations
+
+
+class RootedFixedLagSmoother:
+    """Fixed-lag smoother over ``ISAM2(params)`` with a lag in seconds; see the module docstring.
+
+    ``update(graph, values, stamps, newest=())``: ``stamps`` {key: time [s]} for the new keys and
+    for keys whose time is refreshed; ``newest``: the keys to keep in the root clique."""
+
+    def __init__(self, lag: float, params):
+        import gtsam
+
+        self._g = gtsam
+        self._isam = gtsam.ISAM2(params)
+        self._lag = float(lag)
+        self._stamps: dict[int, float] = {}
+        self._newest: tuple = ()
+        self._landmark_chr = ord("l")
+        self.last_result = None             # ISAM2Result of the last update (what it re-eliminated)
+
+    def setSmootherLag(self, lag: float) -> None:  # noqa: N802 - gtsam's name
+        self._lag = float(lag)
+
+    def smootherLag(self) -> float:  # noqa: N802
+        return self._lag
+
+    def timestamps(self) -> dict:
+        return dict(self._stamps)
+
+    def update(self, graph=None, values=None, stamps: dict | None = None, newest=()) -> None:
+        g = self._g
+        graph = g.NonlinearFactorGraph() if graph is None else graph
+        values = g.Values() if values is None else values
+        stamps = stamps or {}
+        st = self._stamps
+        st.update(stamps)
+        now = max(st.values()) if st else 0.0
+        limit = now - self._lag
+        leaving = [k for k, t in st.items() if t < limit]
+        newest = tuple(newest) or self._newest
+        self._newest = newest
+        # elimination order: leaving keys, landmarks, the window's states, the newest state
+        # (insert2 keeps a key's first group: the exceptions go in first)
+        groups = g.KeyGroupMap()
+        base = 1 if leaving else 0
+        for k in leaving:
+            groups.insert2(k, 0)
+        for k in newest:
+            groups.insert2(k, base + 2)
+        lm = self._landmark_chr
+        for k in st:
+            groups.insert2(k, base if (k >> 56) == lm else base + 1)
+        extra = None
+        if leaving:
+            extra = g.KeyList()
+            for k in st:
+                if k not in stamps:         # the new and refreshed keys are affected anyway
+                    extra.push_back(k)
+        self.last_result = self._isam.update(graph, values, [], groups, None, extra, False)
+        if leaving:
+            kl = g.KeyList()
+            for k in leaving:
+                kl.push_back(k)
+                del st[k]
+            self._isam.marginalizeLeaves(kl)
+
+    def calculateEstimate(self):  # noqa: N802
+        return self._isam.calculateEstimate()
+
+    def marginalCovariance(self, key: int):  # noqa: N802
+        return self._isam.marginalCovariance(key)
+
+    def getFactors(self):  # noqa: N802
+        return self._isam.getFactorsUnsafe()
+
+    def getLinearizationPoint(self):  # noqa: N802
+        return self._isam.getLinearizationPoint()
+
+    def getISAM2(self):  # noqa: N802
+        return self._isam
+
