@@ -587,3 +587,28 @@ class TestEncodeBackendOutputs:
         for fid in ("", "a", "cam0", "frame_7"):
             ref = Header(stamp=ns_to_stamp(1_403_715_999_000_000_007), frame_id=fid)
             assert deserialize_message(encode_header(1_403_715_999_000_000_007, fid), Header) == ref
+
+
+class TestEncodeImu:
+    """cdr.encode_imu (the player's IMU samples) against rclpy: the message built field by field
+    (conversions.arrays_to_imu), serialized by rclpy, equal to ours read back by rclpy's
+    deserializer, of the same length, and read back by our own decode_imu."""
+
+    # frame ids of every length mod 8: the doubles' alignment after the string differs
+    @pytest.mark.parametrize("frame_id", ["", "i", "im", "imu", "imu0", "imu0_", "imu0_a", "imu0_ab", "imu0_abc"])
+    def test_against_rclpy(self, frame_id):
+        from rclpy.serialization import deserialize_message, serialize_message
+        from sensor_msgs.msg import Imu
+
+        from vilib_ros.nodes.cdr import decode_imu, encode_imu
+        from vilib_ros.nodes.conversions import arrays_to_imu
+
+        rng = np.random.default_rng(len(frame_id))
+        g, a = rng.normal(size=3), rng.normal(9.8, 1.0, size=3)
+        t = 1_403_715_999_000_000_007 + len(frame_id)
+        ref = arrays_to_imu(t, g, a, frame_id)
+        got = encode_imu(t, frame_id, g, a)
+        assert len(got) == len(serialize_message(ref))
+        assert deserialize_message(got, Imu) == ref
+        t_back, g_back, a_back = decode_imu(got)
+        assert t_back == t and np.array_equal(g_back, g) and np.array_equal(a_back, a)

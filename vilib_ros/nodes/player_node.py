@@ -89,8 +89,7 @@ from sensor_msgs.msg import Image, Imu, PointCloud
 from std_msgs.msg import Bool, Header
 
 from vilib_ros.nodes._common import exit_main, latched_qos, reliable_qos
-from vilib_ros.nodes.cdr import CdrError, encode_image, header_stamp_ns
-from vilib_ros.nodes.conversions import arrays_to_imu
+from vilib_ros.nodes.cdr import CdrError, encode_image, encode_imu, header_stamp_ns
 from vilib_ros.nodes.params import ParamSpec, check_on_set, declare_all
 
 #: Skipped frames logged one by one per reason; the rest only in the summary.
@@ -289,7 +288,7 @@ class PlayerNode(Node):
                     self._spin_for(target - time.monotonic())
             if ev[0] == "imu":
                 t_a = time.monotonic()
-                self.pub_imu.publish(arrays_to_imu(t_ev, ev[2], ev[3], self.p["imu_frame_id"]))
+                self.pub_imu.publish(encode_imu(t_ev, self.p["imu_frame_id"], ev[2], ev[3]))
                 spent["publish"] += time.monotonic() - t_a
                 self.stats["imu"] += 1
                 continue
