@@ -14,9 +14,8 @@ class BackendConfig:
     mono_window_s: float = 2.5          # mono mode uses max(window_s, mono_window_s): scale needs it (6 s, then
                                         # 3 s before; with the grid below 2.5 s kept the ATE, backend_changes.md)
     marginalise_every_s: float = 1.0    # old states leave the smoother in batches, this often: the window
-                                        # then spans window_s .. window_s + this (0 = every keyframe); with the
-                                        # rooted smoother the updates between batches re-eliminate only the
-                                        # observed landmarks and the states: 30 % less time per keyframe
+                                        # then spans window_s .. window_s + this (0 = every keyframe); the
+                                        # updates between batches do not re-eliminate the whole window
                                         # (0 before; backend_changes.md)
     mono_marginalise_every_s: float = 1.5  # mono mode's marginalise_every_s (its 2.5 s window; 1 s beside it in
                                         # backend_changes.md)
