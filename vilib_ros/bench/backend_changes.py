@@ -86,9 +86,9 @@ TRIED_EARLIER = [
     ("mono window 6 s, batch marginalisation every 1 s", {"mono_window_s": 6.0, "marginalise_every_s": 1.0}, {}),
 ]
 
-FINDINGS = """## What the table shows (2026-11-24, @RUN@ UTC, this machine)
+FINDINGS = """## What the table shows (2026-11-24, 18:47-19:00 UTC, this machine)
 
-The run shared the 2 cores with the other engineers' jobs (load average per column in the json, @LOAD@): compare
+The run shared the 2 cores with the other engineers' jobs (load average per column in the json, 1.0-2.7 from other jobs at the start of the columns): compare
 times within a column only. ATEs are deterministic.
 
 **Where a keyframe's time went** (before this table's changes; `bench-backend`'s breakdown on its synthetic 60 s
@@ -114,13 +114,22 @@ sat below them and each marginal went through the Bayes tree's shortcut.
   every column), the estimates are the same (ATEs identical to the row above; test_covariance checks the
   covariance against a dense inverse of the whole linearised Hessian and the trajectory against gtsam's
   smoother). The update alone is no cheaper: it still re-eliminates the window.
-- **Adopted: landmarks relinearised at 0.1 m** (`relinearize_threshold_landmarks`; poses, velocities, biases at
-  0.01): @THR@
 - **Adopted: batch marginalisation every 1 s, mono every 1.5 s** (`marginalise_every_s`,
-  `mono_marginalise_every_s`). With the landmarks below the states in the tree, an update between batches
-  re-eliminates the observed landmarks and the states, not the window: @BATCH@ On 2026-11-24 09:22 the same
-  batch marginalisation on gtsam's smoother and order gained little and cost ATE on v101 (`TRIED_EARLIER`).
-- **Tried, not adopted** (this run): @TRIED@
+  `mono_marginalise_every_s`): an update between batches does not re-eliminate the whole window. Against the defaults of 15:15 (the fifth row) mono
+  keyframes took 26-39 % less time in every column (8.0 -> 5.9, 9.2 -> 6.2, 9.7 -> 6.0, 9.8 -> 6.0 ms), stereo
+  8-16 % less in three columns (5.9 -> 5.4, 6.8 -> 5.8, 7.0 -> 5.9 ms) and 5 % more in one (6.3 -> 6.6: within
+  this run's noise; on `bench-backend`'s sequence, quiet machine, 33 % less). The causal ATE held in all eight
+  columns (equal, or 0.01 cm: 1.90 -> 1.91 on v101 exact stereo, 3.00 -> 2.99 on v101 ours mono); the smoothed
+  one rose by 0.02 and 0.05 cm in the synthetic60 mono columns. On `bench-backend`'s sequence (issue 12's
+  measure, `backend_cpu.md`) both ATEs went down in both modes. The window spans 1-2 s in stereo, 2.5-4 s in mono.
+- **Tried, not adopted** (this run): gtsam's smoother with today's other defaults: the same ATEs (the same solution),
+  the same keyframe times within the noise, but the covariance costs 2.3-5.7 ms (mono's marginals are cheaper:
+  fewer landmarks per keyframe); landmarks relinearised at 0.1 m (adopted in the run of 18:31, git history):
+  2-6 % less time and a lower ATE on v101 exact stereo (1.91 -> 1.76 cm) and v101 ours mono (2.99 -> 2.94), but
+  higher on v101 exact mono (4.03 -> 4.15) and v101 ours stereo (0.83 -> 0.85); mono every 1 s: v101 mono
+  4.03 -> 4.19 and 2.99 -> 3.04 cm; stereo every 1.5 s: ATE equal or lower (synthetic60 exact 0.67 -> 0.62 cm,
+  v101 exact 1.91 -> 1.89) at about the same time: a candidate, not adopted for want of a second run; stereo,
+  50 observations per keyframe: 15-20 % faster, but the ATE with our tracks on v101 0.83 -> 1.01 cm.
 - **Tried, not kept** (before this run): a Gauss-Newton step over the whole window per keyframe instead of iSAM2
   (our own batch window smoother, the leaving keys' marginal as a `LinearContainerFactor`): the update 4.0 ms
   against iSAM2's 3.1 ms and the ATE 1.67 against 1.37 cm (bench-backend's sequence, lockstep): the marginal's
@@ -139,7 +148,14 @@ sat below them and each marginal went through the Bayes tree's shortcut.
   `BatchFixedLagSmoother` 3-5x slower; fewer keyframes (parallax 20 px, every 0.6 s) cost ATE. Smart factors:
   with fixed-lag marginalisation they fail (borglab/gtsam#1976; the workaround removes and re-adds them, and
   removing factors while marginalising is itself a known failure, borglab/gtsam#2479): not tried.
-- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`): @REMAINS@"""
+- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`): mono is met on `bench-backend`'s sequence (4.41 ms
+  median there, 19:01 UTC, load 0.2-0.6; 5.9-6.2 ms in this table's columns, which ran beside 11 other
+  configurations and other jobs), stereo is not (3.44 ms; 4.80 with the defaults of 15:15 in the same run). What is left is half gtsam, half Python: the update between batches
+  still re-eliminates most of the window (the relinearised landmarks with the observed ones: 150 of 161
+  variables), and the Python part is ~1.5 ms (triangulation ~0.4-0.6, ~90 factor constructors through pybind,
+  gating, the preintegration noise measured from the IMU window 0.2). What would cut it: landmarks with fewer
+  variables (inverse depth anchored in their first keyframe: one instead of three), the factors of a keyframe
+  built without a pybind call each, and batch marginalisation every 1.5 s in stereo once confirmed."""
 
 
 def estimator_class(isam: dict):
