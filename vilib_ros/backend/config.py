@@ -14,12 +14,11 @@ class BackendConfig:
     mono_window_s: float = 2.5          # mono mode uses max(window_s, mono_window_s): scale needs it (6 s, then
                                         # 3 s before; with the grid below 2.5 s kept the ATE, backend_changes.md)
     marginalise_every_s: float = 1.0    # old states leave the smoother in batches, this often: the window
-                                        # then spans window_s .. window_s + this (0 = every keyframe); with the
-                                        # rooted smoother the updates between batches re-eliminate only the
-                                        # observed landmarks and the states: 30 % less time per keyframe
+                                        # then spans window_s .. window_s + this (0 = every keyframe); the
+                                        # updates between batches do not re-eliminate the whole window
                                         # (0 before; backend_changes.md)
-    mono_marginalise_every_s: float = 1.5  # mono mode's marginalise_every_s (1 s raised the mono ATE of
-                                        # bench-backend's sequence; 1.5 s lowered it)
+    mono_marginalise_every_s: float = 1.5  # mono mode's marginalise_every_s (its 2.5 s window; 1 s beside it in
+                                        # backend_changes.md)
     mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given)
     # --- keyframe selection ---
     kf_min_interval_s: float = 0.08
@@ -78,8 +77,9 @@ class BackendConfig:
     mono_init_window_s: float = 2.0     # mono: window for the moving-start alignment
     # --- optimisation ---
     relinearize_threshold: float = 0.01  # 0.05 left cm-level linearisation errors in the window
-    relinearize_threshold_landmarks: float = 0.1  # landmarks' own threshold (m): a landmark moves less per update
-                                        # than the states; relinearising fewer of them cut time and ATE (0.01 before)
+    relinearize_threshold_landmarks: float = 0.01  # landmarks' own threshold (m); 0.1 cut 2-5 % of the time and
+                                        # lowered the ATE in most columns of backend_changes.md, but raised it
+                                        # in three (V1_01 mono 4.03 -> 4.15 cm): not the default
     relinearize_skip: int = 1
     partial_relinearization_check: bool = False
     extra_updates: int = 0              # extra iSAM2 iterations per keyframe

@@ -43,22 +43,22 @@ CHANGES = [
     ("+ mono: 45 observations per keyframe spread over a 4x4 grid, window 2.5 s (the defaults of 2026-11-24 15:15)",
      dict(_ISAM_BEFORE), {}),
     ("+ fixed-lag smoother with landmarks eliminated first and the newest state last (its covariance from the root "
-     "clique; rooted_smoother)", {**_EVERY_KF, "relinearize_threshold_landmarks": 0.01}, {}),
-    ("+ landmarks relinearised at 0.1 m (states at 0.01)", dict(_EVERY_KF), {}),
+     "clique; rooted_smoother)", dict(_EVERY_KF), {}),
     ("+ batch marginalisation every 1 s, mono every 1.5 s (today's defaults)", {}, {}),
 ]
 
 #: Measured against today's defaults (this run's rows; what they showed: the md).
 TRIED = [
     ("gtsam's IncrementalFixedLagSmoother (today's other defaults)", {"rooted_smoother": False}, {}),
-    ("one relinearisation threshold (0.01)", {"relinearize_threshold_landmarks": 0.01}, {}),
+    ("landmarks relinearised at 0.1 m (states at 0.01)", {"relinearize_threshold_landmarks": 0.1}, {}),
     ("batch marginalisation every 1.5 s in stereo too", {"marginalise_every_s": 1.5}, {}),
     ("mono: batch marginalisation every 1 s", {"mono_marginalise_every_s": 1.0}, {}),
     ("stereo: 50 observations per keyframe", {"max_landmarks_per_kf": 50}, {}),
 ]
 
 #: Measured on 2026-11-24 14:57 against the defaults of 15:15 (gtsam's smoother, marginalisation every
-#: keyframe); that table is in git history (bench/results/backend_changes.md at 3fa165f). Not rerun.
+#: keyframe); that table is in git history (bench/results/backend_changes.md at 3fa165f). Not rerun; the
+#: findings below summarise them.
 TRIED_1457 = [
     ("stereo: observations spread over a 4x4 grid", {"landmark_grid": 4}, {}),
     ("stereo: 4x4 grid, 50 observations per keyframe", {"landmark_grid": 4, "max_landmarks_per_kf": 50}, {}),
@@ -86,54 +86,76 @@ TRIED_EARLIER = [
     ("mono window 6 s, batch marginalisation every 1 s", {"mono_window_s": 6.0, "marginalise_every_s": 1.0}, {}),
 ]
 
-FINDINGS = """## What the table shows (2026-11-24, 14:57-15:13 UTC, this machine)
+FINDINGS = """## What the table shows (2026-11-24, 18:47-19:00 UTC, this machine)
 
-This run shared the 2 cores with the other engineers' test runs (load average 3-6, per column in the json):
-the times are 1.5-3x those of `backend_cpu.md`; compare them within a column only. ATEs are deterministic.
+The run shared the 2 cores with the other engineers' jobs (load average per column in the json, 1.0-2.7 from other jobs at the start of the columns): compare
+times within a column only. ATEs are deterministic.
 
-- **Adopted (mono).** 45 observations per keyframe instead of 60, dealt out over a 4x4 image grid (each
-  cell's longest track first, then each cell's second, ...: `mono_max_landmarks_per_kf`,
-  `mono_landmark_grid`), with a 2.5 s mono window instead of 3 s: 29-35 % less time per keyframe in every
-  mono column (24.0 -> 15.6, 22.0 -> 14.9, 13.2 -> 9.4, 31.8 -> 21.8 ms here), and the causal ATE went
-  down in all four (4.36 -> 4.03, 3.06 -> 3.00, 1.55 -> 1.26, 1.55 -> 1.47 cm); on `bench-backend`'s own data
-  too (`backend_cpu.md`). The grid makes fewer observations as informative as more: 60 over the grid gave
-  the lowest mono ATEs (3.50, 2.88, 1.56, 1.48 cm) but cost more time than the old defaults' 60; 45 over the
-  grid with the 3 s window 3.81 / 3.00 / 1.30 / 1.47 cm. Not adopted: 40 observations (one column up,
-  1.55 -> 1.59 cm, though 15 % faster than 45), a 3x3 grid (1.55 -> 1.57 cm on synthetic60 exact tracks).
-- **Stereo: nothing adopted.** The grid raised the stereo ATE on v101 with exact tracks (1.90 -> 2.34 cm:
-  stereo landmarks are fixed by their own disparity, and the grid passes over long tracks for spread;
-  why it helps mono and not stereo was not analysed further); 50 observations per keyframe cut 10-25 % of the time but raised
-  the ATE with our tracks on v101 (0.83 -> 1.01 cm); a 0.75 s window with batch marginalisation every
-  0.5 s raised it on v101 (1.90 -> 2.45 cm).
-- **Python (same estimates, not a row: the code changed, not the configuration).** Observation factors
-  built through constructors bound once per keyframe, the mono parallax test vectorised, candidates
-  triangulated lazily in two batches, SVDs without U, the per-frame IMU prediction from a cached
-  NavState; the offline runner's backend gets one queue message per frame (4 arrays and the IMU before
-  it, `add_imu_batch`). Identical trajectories in stereo, equal mono ATE (to 1e-9 m); the time is in
-  `backend_cpu.md` (`--against`: the code before, same data, same run). Measured and left: gtsam's
-  `integrateMeasurement` is 1.6-3.5 us per IMU sample through pybind (~10 per frame) and the Python
-  wrapper has no batch form; a stereo factor costs ~3 us to construct (~90 per keyframe).
-- **gtsam, looked up or measured, not adopted.** Smart factors: with IncrementalFixedLagSmoother's
-  marginalisation they fail (borglab/gtsam#1976: a VariableIndex assertion; the workaround, as Kimera
-  does, removes and rebuilds the smart factors of marginalised poses, and removing factors while the
-  smoother marginalises is itself a known failure, borglab/gtsam#2479): not tried. Elimination ordering:
-  201 of 246 updates (synthetic60, stereo) marginalise, and on those the smoother already passes a
-  constrained ordering (marginalised keys first, the rest, landmarks included, free for CCOLAMD); the
-  other updates cannot be given one through the Python `IncrementalFixedLagSmoother.update`, and a fixed-lag
-  smoother of our own on `ISAM2.update(constrainedKeys=...)` would need the Bayes tree's cliques to mark
-  what marginalisation re-eliminates (gtsam's `recursiveMarkAffectedKeys`), which the wrapper does not
-  expose. `enableDetailedResults` and `evaluateNonlinearError` are already off by default (checked);
-  there is one update per keyframe (`extra_updates` = 0; the smoother marginalises inside that update).
-- **Tried on 2026-11-24 09:22** (`TRIED_EARLIER`; that table is in git history, `bench/results/
-  backend_changes.md` at bb036d8): QR instead of Cholesky 3-5x slower; no cached linearised factors, a
-  partial relinearisation check, relinearising every 2nd update or a threshold of 0.02: time within the
-  noise (the update is elimination, not linearisation); batch marginalisation (0.5 / 1 s): most updates
-  cheaper but the window longer, ATE up on v101; `calculateEstimate(keys)` slower than the whole estimate;
-  `BatchFixedLagSmoother` 3-5x slower; fewer keyframes (parallax 20 px, every 0.6 s): ATE up.
-- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`). Stereo is unchanged in
-  gtsam: the update re-eliminates the landmarks each keyframe observes, and every cheaper selection
-  tried costs ATE; what would cut it is a cheaper update per observation (landmarks anchored by inverse
-  depth, one variable instead of three, or landmarks eliminated inside C++ factors), not done here."""
+**Where a keyframe's time went** (before this table's changes; `bench-backend`'s breakdown on its synthetic 60 s
+sequence, 2026-11-24 18:10 UTC, load 2.4-3.5): stereo 4.70 ms median = iSAM2 update 3.04 + estimate and reads
+0.14 + Python 1.40 (visual factors 1.10: gating, triangulation, factor construction; bookkeeping after the update
+0.30); mono 6.01 ms = 4.13 + 0.22 + 1.40. Every update re-eliminated the whole window (median 146 variables
+re-eliminated with 130 in the window, mono 196 / 189): marginalising on every keyframe forces the leaving keys to
+the leaves, and the keyframe's landmarks tie its poses together, so iSAM2 worked as a batch solver at twice the
+cost of one (the same window linearised and eliminated from nothing in gtsam: 0.22 + 1.09 ms stereo, 0.48 + 1.68
+mono). Relinearisation was not the cost (switched off: 5-20 % less update time, mono then diverges); nor
+linearisation (the stereo factors of a window: 0.34 ms). Python, timed per call (means, stereo): triangulation
+0.41 ms (vectorised DLT) + 0.24 ms (the iterative path of candidates with a gated observation), the
+preintegration noise measured from the IMU window 0.21 ms, pending observations 0.08 ms, the rest of the visual
+factors (gating, ~90 pybind constructors at ~3 us) ~0.45 ms. And beside the keyframe, the odometry covariance the
+node asks for: 6-9 ms (the cells' `+`): iSAM2 (and gtsam's smoother) eliminates the keys of the new factors last,
+the keyframe's ~60 landmarks among them, so the root clique held ~80 variables, mostly landmarks, the newest pose
+sat below them and each marginal went through the Bayes tree's shortcut.
+
+- **Adopted: a fixed-lag smoother of our own on `ISAM2.update`** (`RootedFixedLagSmoother`, `rooted_smoother`):
+  it passes iSAM2 an elimination order on every update (leaving keys, landmarks, the window's states, the newest
+  pose, velocity and bias) and marginalises as gtsam's smoother does (`marginalizeLeaves`, after re-eliminating
+  the window). The newest state is the root clique: the covariance costs 0.1 ms instead of 6-9 (+10 -> +0.1 ms in
+  every column), the estimates are the same (ATEs identical to the row above; test_covariance checks the
+  covariance against a dense inverse of the whole linearised Hessian and the trajectory against gtsam's
+  smoother). The update alone is no cheaper: it still re-eliminates the window.
+- **Adopted: batch marginalisation every 1 s, mono every 1.5 s** (`marginalise_every_s`,
+  `mono_marginalise_every_s`): an update between batches does not re-eliminate the whole window. Against the defaults of 15:15 (the fifth row) mono
+  keyframes took 26-39 % less time in every column (8.0 -> 5.9, 9.2 -> 6.2, 9.7 -> 6.0, 9.8 -> 6.0 ms), stereo
+  8-16 % less in three columns (5.9 -> 5.4, 6.8 -> 5.8, 7.0 -> 5.9 ms) and 5 % more in one (6.3 -> 6.6: within
+  this run's noise; on `bench-backend`'s sequence, quiet machine, 33 % less). The causal ATE held in all eight
+  columns (equal, or 0.01 cm: 1.90 -> 1.91 on v101 exact stereo, 3.00 -> 2.99 on v101 ours mono); the smoothed
+  one rose by 0.02 and 0.05 cm in the synthetic60 mono columns. On `bench-backend`'s sequence (issue 12's
+  measure, `backend_cpu.md`) both ATEs went down in both modes. The window spans 1-2 s in stereo, 2.5-4 s in mono.
+- **Tried, not adopted** (this run): gtsam's smoother with today's other defaults: the same ATEs (the same solution),
+  the same keyframe times within the noise, but the covariance costs 2.3-5.7 ms (mono's marginals are cheaper:
+  fewer landmarks per keyframe); landmarks relinearised at 0.1 m (adopted in the run of 18:31, git history):
+  2-6 % less time and a lower ATE on v101 exact stereo (1.91 -> 1.76 cm) and v101 ours mono (2.99 -> 2.94), but
+  higher on v101 exact mono (4.03 -> 4.15) and v101 ours stereo (0.83 -> 0.85); mono every 1 s: v101 mono
+  4.03 -> 4.19 and 2.99 -> 3.04 cm; stereo every 1.5 s: ATE equal or lower (synthetic60 exact 0.67 -> 0.62 cm,
+  v101 exact 1.91 -> 1.89) at about the same time: a candidate, not adopted for want of a second run; stereo,
+  50 observations per keyframe: 15-20 % faster, but the ATE with our tracks on v101 0.83 -> 1.01 cm.
+- **Tried, not kept** (before this run): a Gauss-Newton step over the whole window per keyframe instead of iSAM2
+  (our own batch window smoother, the leaving keys' marginal as a `LinearContainerFactor`): the update 4.0 ms
+  against iSAM2's 3.1 ms and the ATE 1.67 against 1.37 cm (bench-backend's sequence, lockstep): the marginal's
+  neighbours relinearised against a prior fixed at the old point (iSAM2 keeps them fixed), and the factor
+  bookkeeping in Python. With the rooted smoother, in lockstep on bench-backend's sequence: no cached linearised
+  factors 10-20 % slower; a wildfire threshold of 0.01, relinearising every 2nd update, a state threshold of 0.02,
+  landmarks at 0.2 m: time within the noise, ATE equal or up (mono with every 2nd update: 1.8 -> 3.9 cm). In the
+  table of 18:14 (git history of this file): landmarks at 0.05 m no better than 0.1; a 0.5 s window with
+  keyframes at least every 0.3 s 15 % faster in stereo but the ATE with our tracks on v101 0.85 -> 1.02 cm.
+- **The node** (`python -m vilib_ros.bench.backend_node --domain-id 42`: the backend node over DDS on the 30 s
+  synthetic stereo tracks, with and without `odometry_covariance` in the same run; 2026-11-24 18:17 UTC, load
+  6-8): 270 frames/s with the covariance, 254 without (the same within the noise; the offline estimator 857);
+  before, 251 with and 391 without (README, a quiet machine).
+- **Kept from earlier tables** (14:57 and 09:22, git history): the mono grid of 45 observations (adopted then);
+  for stereo, a grid, 50 observations, a 0.75 s window all cost ATE on v101; QR instead of Cholesky 3-5x slower;
+  `BatchFixedLagSmoother` 3-5x slower; fewer keyframes (parallax 20 px, every 0.6 s) cost ATE. Smart factors:
+  with fixed-lag marginalisation they fail (borglab/gtsam#1976; the workaround removes and re-adds them, and
+  removing factors while marginalising is itself a known failure, borglab/gtsam#2479): not tried.
+- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`): mono is met on `bench-backend`'s sequence (4.41 ms
+  median there, 19:01 UTC, load 0.2-0.6; 5.9-6.2 ms in this table's columns, which ran beside 11 other
+  configurations and other jobs), stereo is not (3.44 ms; 4.80 with the defaults of 15:15 in the same run). What is left is half gtsam, half Python: the update between batches
+  still re-eliminates most of the window (the relinearised landmarks with the observed ones: 150 of 161
+  variables), and the Python part is ~1.5 ms (triangulation ~0.4-0.6, ~90 factor constructors through pybind,
+  gating, the preintegration noise measured from the IMU window 0.2). What would cut it: landmarks with fewer
+  variables (inverse depth anchored in their first keyframe: one instead of three), the factors of a keyframe
+  built without a pybind call each, and batch marginalisation every 1.5 s in stereo once confirmed."""
 
 
 def estimator_class(isam: dict):

@@ -158,7 +158,7 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       alignment
   relinearize_threshold (double, default 0.01, range [0.0, 10.0], read-only): iSAM2 relinearisation threshold
       of poses, velocities and biases
-  relinearize_threshold_landmarks (double, default 0.1, range [0.0, 10.0], read-only): iSAM2 relinearisation
+  relinearize_threshold_landmarks (double, default 0.01, range [0.0, 10.0], read-only): iSAM2 relinearisation
       threshold of landmarks, m
   relinearize_skip (integer, default 1, range [1, 1000], read-only): iSAM2 relinearises every this many
       updates
