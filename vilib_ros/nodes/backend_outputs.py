@@ -48,19 +48,22 @@ def odometry_msg(state, odom_frame: str, base_frame: str, covariance=None):
     return o
 
 
+def _pose7(state) -> np.ndarray:
+    """x y z qx qy qz qw of ``state``."""
+    return np.concatenate([np.asarray(state.p, np.float64).reshape(3), np.asarray(state.q_xyzw, np.float64).reshape(4)])
+
+
 def odometry_bytes(state, odom_frame: str, base_frame: str, covariance=None) -> bytes:
     """:func:`odometry_msg` serialized directly (:func:`vilib_ros.nodes.cdr.encode_odometry`: no
     message object; rclpy's conversion and serialization of one took ~150 us per frame)."""
     v_body = state.R.T @ np.asarray(state.v, dtype=np.float64)
-    pose = np.concatenate([np.asarray(state.p, np.float64).reshape(3), np.asarray(state.q_xyzw, np.float64).reshape(4)])
     cov = (None, None) if covariance is None else covariance
-    return encode_odometry(state.stamp_ns, odom_frame, base_frame, pose, np.r_[v_body, 0.0, 0.0, 0.0], *cov)
+    return encode_odometry(state.stamp_ns, odom_frame, base_frame, _pose7(state), np.r_[v_body, 0.0, 0.0, 0.0], *cov)
 
 
 def odom_tf_bytes(state, odom_frame: str, base_frame: str) -> bytes:
     """A ``tf2_msgs/TFMessage`` of :func:`odom_transform`, serialized directly."""
-    pose = np.concatenate([np.asarray(state.p, np.float64).reshape(3), np.asarray(state.q_xyzw, np.float64).reshape(4)])
-    return encode_tf(state.stamp_ns, odom_frame, base_frame, pose)
+    return encode_tf(state.stamp_ns, odom_frame, base_frame, _pose7(state))
 
 
 def transform(stamp_ns: int, parent: str, child: str, T: np.ndarray):

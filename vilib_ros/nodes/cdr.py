@@ -124,7 +124,8 @@ def encode_tf(stamp_ns: int, frame_id: str, child_frame_id: str, pose7) -> bytes
     """Serialized ``tf2_msgs/TFMessage`` holding one ``TransformStamped`` (``pose7`` x y z qx qy qz qw)."""
     stamp_ns = int(stamp_ns)
     head = ENCAPSULATION + _U32.pack(1) + _TIME.pack(stamp_ns // 1_000_000_000, stamp_ns % 1_000_000_000)
-    head = _pad8(head + _string(frame_id) + _pad(len(_string(frame_id))) + _string(child_frame_id))
+    fid = _string(frame_id)
+    head = _pad8(head + fid + _pad(len(fid)) + _string(child_frame_id))
     return head + np.asarray(pose7, "<f8").reshape(7).tobytes()
 
 
