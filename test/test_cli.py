@@ -21,11 +21,11 @@ def _python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return subprocess.run([sys.executable, "-m", "vilib_ros", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+                          timeout=300, cwd=cwd)
 
 
 LOADED = """
@@ -75,11 +75,29 @@ class TestUserErrors:
     def test_message_and_exit_2_without_traceback(self, argv, needle, tmp_path):
         """Regression: every user error printed a Python traceback before its message."""
         cmd = argv[0]
-        r = _cli(*[a.replace("/tmp/x", str(tmp_path / "x")) for a in argv])
+        # in an empty folder: not next to a vilib_ros_output/ of the user's own runs
+        (tmp_path / "cwd").mkdir()
+        r = _cli(*[a.replace("/tmp/x", str(tmp_path / "x")) for a in argv], cwd=tmp_path / "cwd")
         assert r.returncode == 2, r.stderr
         assert f"vilib-ros {cmd}: error: " in r.stderr and needle in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
         assert not (tmp_path / "x").exists()
+
+    def test_bad_duration_beside_an_earlier_generated_sequence(self, tmp_path):
+        """Regression: with the default run's sequence in ./vilib_ros_output (the README's first
+        command), `vilib-ros run --duration -1` replayed that sequence instead of saying the
+        duration is wrong (and `--duration 30` replayed the 10 s one)."""
+        import yaml
+
+        from vilib_ros.pipeline import _config_dict
+        from vilib_ros.synthetic import SequenceConfig
+
+        ds = tmp_path / "vilib_ros_output" / "synthetic" / "dataset"
+        (ds / "mav0").mkdir(parents=True)
+        (ds / "synthetic.yaml").write_text(yaml.safe_dump(_config_dict(SequenceConfig())))
+        r = _cli("run", "--duration", "-1", cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert "vilib-ros run: error: " in r.stderr and "duration_s" in r.stderr, r.stderr
 
     def test_verbose_adds_the_traceback(self):
         r = _cli("-v", "run", "/no/such/dataset")

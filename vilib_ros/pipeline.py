@@ -108,20 +108,40 @@ def _prepare(args) -> tuple:
         out = Path(args.out) if args.out else Path("vilib_ros_output") / name
         out.mkdir(parents=True, exist_ok=True)
         return ds, ds_path, out, name
+    from vilib_ros.synthetic import SequenceConfig, generate_sequence
+
+    cfg = SequenceConfig(duration_s=float(args.duration))   # checks the duration before any folder exists
     name = "synthetic"
     out = Path(args.out) if args.out else Path("vilib_ros_output") / name
     ds_path = out / "dataset"
-    if not (ds_path / "mav0").is_dir():
-        from vilib_ros.synthetic import SequenceConfig, generate_sequence
-
-        cfg = SequenceConfig(duration_s=float(args.duration))   # checks the duration before any folder exists
+    # a sequence generated earlier is reused only when it has these settings (regression: a 10 s
+    # sequence from an earlier run was replayed for --duration 30, and --duration -1 was not checked)
+    if not (ds_path / "mav0").is_dir() or _generated_config(ds_path) != _config_dict(cfg):
         _say(f"generating a {args.duration:g} s synthetic stereo sequence in {ds_path}")
         out.mkdir(parents=True, exist_ok=True)
         # rendering workers are spawned processes that re-import __main__; from an
         # interactive or ``python -c`` session render in this process instead
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-        generate_sequence(ds_path, cfg, progress=True, workers=None if main_file else 1)
+        generate_sequence(ds_path, cfg, progress=True, workers=None if main_file else 1, overwrite=True)
     return open_dataset(ds_path), ds_path, out, name
+
+
+def _config_dict(cfg) -> dict:
+    """The generator's settings as ``synthetic.yaml`` holds them (YAML types: tuples as lists)."""
+    import yaml
+    from dataclasses import asdict
+
+    return yaml.safe_load(yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}))
+
+
+def _generated_config(ds_path: Path) -> dict | None:
+    """The settings in a generated sequence's ``synthetic.yaml`` (None: none readable)."""
+    import yaml
+
+    try:
+        return yaml.safe_load((ds_path / "synthetic.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
 
 
 def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
