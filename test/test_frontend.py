@@ -553,9 +553,9 @@ class TestGpuPipeline:
 
         frames = euroc_frames[:6]
         runs = {}
-        for name in ("mapped", "pinned", "cupy", "copy", "pageable"):
+        for name in ("mapped", "pinned", "cupy", "copy", "pageable", "mapped_bands", "copy_bands"):
             ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda")
-            if name in ("copy", "pageable"):
+            if name not in ("mapped", "pinned", "cupy"):
                 ft.pipeline.upload = name
             pinned = ft.pinned_frames(len(frames))
             for p, f in zip(pinned, frames):
@@ -565,6 +565,33 @@ class TestGpuPipeline:
         for name, r in runs.items():
             for a, b in zip(runs["mapped"], r):
                 assert np.array_equal(a.ids, b.ids) and np.array_equal(a.uv, b.uv), name
+
+    @pytest.mark.parametrize("upload", ["mapped_bands", "copy_bands"])
+    def test_bands_stereo_submit_ahead(self, euroc_frames, upload):
+        """The band uploads with frames in flight (upload stream, the staging slots reused while
+        earlier frames compute), stereo, and strided frames give the tracks of 'mapped'
+        process(): regression guard for a pyramid kernel reading a band before its copy."""
+        frames = [f if i % 4 else np.ascontiguousarray(f[:, ::-1]) for i, f in enumerate(euroc_frames[:14])]
+        right = [np.roll(f, -6, axis=1) for f in frames]
+        ref_ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda", camera_right=euroc_cam0())
+        ref = [ref_ft.process(f, STAMP0 + i * DT, image_right=r).copy() for i, (f, r) in enumerate(zip(frames, right))]
+        ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda", camera_right=euroc_cam0())
+        ft.pipeline.upload = upload
+        got = []
+        for i, (f, r) in enumerate(zip(frames, right)):
+            if i % 3 == 0:                  # a strided frame: copied row by row into the bands
+                wide = np.zeros((f.shape[0], 2 * f.shape[1]), np.uint8)
+                wide[:, ::2] = f
+                f = wide[:, ::2]
+            ft.submit(f, STAMP0 + i * DT, image_right=r)
+            if i >= 3:                      # three frames in flight
+                got.append(ft.result().copy())
+        got += [ft.result().copy() for _ in range(3)]
+        assert len(got) == len(ref)
+        for a, b in zip(ref, got):
+            assert len(a) > 50
+            assert np.array_equal(a.ids, b.ids) and np.array_equal(a.uv, b.uv)
+            np.testing.assert_array_equal(a.uv_right, b.uv_right)
 
     def test_poisoned_results(self, euroc_frames):
         """Every field of every returned track is written by the kernels (result slots and the

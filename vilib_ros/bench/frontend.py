@@ -358,8 +358,18 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     res["host_copy"] = host_copy(frames)
     for up, ft in fts.items():
         res["stages_mono" if up == default else f"stages_mono_{up}_upload"] = stage_breakdown(ft, frames, min(n, 500))
-    ft, right = _tracker("cuda", stereo=True, frames=frames)
-    res["stereo"] = run_process(ft, frames, n, right=right)
+    # stereo, every upload variant interleaved
+    sts = {}
+    for up in UPLOADS:
+        sts[up], right = _tracker("cuda", stereo=True, frames=frames)
+        sts[up].pipeline.upload = up
+        process_times(sts[up], frames, 50, right=right)
+    lat = interleaved({up: (lambda ft=ft: process_times(ft, frames, chunk, right=right)[0]) for up, ft in sts.items()},
+                      rounds)
+    for up in UPLOADS:
+        res["stereo" if up == default else f"stereo_{up}_upload"] = _stats(lat[up])
+    ft = sts[default]
+    res["stereo"]["tracks_per_frame"] = float(np.mean(process_times(ft, frames, 100, right=right)[1]))
     res["stages_stereo"] = stage_breakdown(ft, frames, min(n, 500), right=right)
     ft, _ = _tracker("cuda")
     pinned = ft.pinned_frames(len(frames))
@@ -463,24 +473,26 @@ def markdown(res) -> str:
          f"~{REFERENCE['frames_per_s']:.0f} frames/s serially, measured {REFERENCE['measured']}", "",
          "| measurement | p50 us | p90 us | p99 us |", "|---|---:|---:|---:|"]
     d = res.get("upload_default", "pageable")
-    ups = [u for u in ("mapped", "copy", "pageable") if u != d]
+    from vilib_ros.frontend.upload_bands import UPLOADS
+
+    ups = [u for u in UPLOADS if u != d]
     for name, key in ((f"mono process(), upload='{d}' (default)", "mono"),
                       *((f"mono process(), upload='{u}'", f"mono_{u}_upload") for u in ups),
-                      ("stereo process()", "stereo"),
+                      (f"stereo process(), upload='{d}' (default)", "stereo"),
+                      *((f"stereo process(), upload='{u}'", f"stereo_{u}_upload") for u in ups),
                       ("host time per frame (submit + result, no wait)", ("host_split", "host")),
                       ("  of which submit()", ("host_split", "submit")),
                       ("GPU time per frame (graph queued behind a spin kernel)", ("gpu", "exec")),
                       ("GPU time per frame as process() sees it", ("gpu", "as_seen_by_process")),
                       *((f"detection alone, pageable frame, upload='{u}'", ("detect_pageable", u))
-                        for u in ("mapped", "copy", "pageable")),
+                        for u in UPLOADS),
                       ("redetection kernels, flag off (every frame)", ("gated_detection", "flag_off")),
                       ("redetection kernels, flag on (detection frames)", ("gated_detection", "flag_on"))):
         r = res.get(key) if isinstance(key, str) else res.get(key[0], {}).get(key[1])
         if r is None:
             continue
         L.append(f"| {name} | {r['p50_us']:.1f} | {r['p90_us']:.1f} | {r['p99_us']:.1f} |")
-    for key in ("stages_mono", "stages_mono_mapped_upload", "stages_mono_copy_upload", "stages_mono_pageable_upload",
-                "stages_stereo"):
+    for key in ("stages_mono", *(f"stages_mono_{u}_upload" for u in UPLOADS), "stages_stereo"):
         if res.get(key):
             L += ["", f"GPU time per stage, {key[7:].replace('_', ' ')} (events between the stages, queued behind a spin "
                   "kernel; median / p90 us): " + ", ".join(f"{k} {v['p50_us']:.1f} / {v['p90_us']:.1f}"
@@ -496,7 +508,7 @@ def markdown(res) -> str:
         r = res["gated_detection_full_grid"]["flag_off"]
         L += ["", f"redetection kernels with the flag off and the CRF's full grid (one block per 32x8 pixels): "
               f"{r['p50_us']:.1f} us"]
-    for up in ("mapped", "copy", "pageable"):
+    for up in UPLOADS:
         if res.get(f"submit_ahead_{up}_upload"):
             L += ["", f"submit-ahead with upload='{up}': {res[f'submit_ahead_{up}_upload']['fps']:.0f} frames/s"]
     L += ["", f"- submit-ahead: **{res['submit_ahead_fps']:.0f} frames/s** ({res['submit_ahead']['frames']} frames)",

@@ -16,6 +16,10 @@ How the frame gets to the device (``upload``):
   place;
 * ``'copy'``: the frame is copied into a page-locked slot, then a DMA copy to the device;
 * ``'pageable'``: a DMA copy straight from the caller's array (the driver stages it);
+* ``'mapped_bands'``: as ``'mapped'``, but the graph is launched before the host copy, which then
+  goes band by band, each band released to the waiting pyramid kernel by a flag
+  (:mod:`vilib_ros.frontend.upload_bands`): the copy overlaps the launch and the PCIe read;
+* ``'copy_bands'``: as ``'copy'``, each band's DMA copy queued as soon as the band is staged;
 * a CuPy array is read in place on the device.
 
 Slots: :data:`~vilib_ros.frontend.gpu_frame.RING` frame slots (staging buffer, device pyramid,
@@ -32,13 +36,15 @@ import numpy as np
 from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
 from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
 from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS
+from vilib_ros.frontend.upload_bands import I32_BAND_ROWS, I32_SEQ, U64_BANDS, UPLOADS, BandCopier, BandFlags
 from vilib_ros.types import FrameStats, TrackFrame
 
 RESULT_SLOTS = 8
-UPLOADS = ("mapped", "copy", "pageable")
 # FrameParams (kernels/frame.cuh): word offsets of its fields
 _U64_SRC, _U64_OUT = 0, 2
 _F32_M, _F32_USE_M, _F32_DT, _I32_STEREO = 6, 15, 18, 19
+_H_COUNT, _H_NEXT_ID = H["count"], H["next_id"]
+_RESULT_COLUMNS = ("hdr", "cnt", "ids", "uv", "xy", "vel", "score", "level", "age", "uv_r", "xy_r")
 
 
 class _Ticket:
@@ -85,6 +91,8 @@ class GpuPipeline:
         nb = self._rl.nbytes
         res = pinned_buffer(RESULT_SLOTS * nb, keep)
         self._out = [self._rl.views(res[o * nb:(o + 1) * nb]) for o in range(RESULT_SLOTS)]
+        self._out_cols = [tuple(v[n] for n in _RESULT_COLUMNS) for v in self._out]     # per slot, built once
+        self._elapsed = cp.cuda.get_elapsed_time
         self._dev = {a.ctypes.data: host_device_pointer(a.ctypes.data)
                      for a in [x for cam in self._img for x in cam] + [prm, res]}
         if not all(self._dev.values()):
@@ -94,8 +102,13 @@ class GpuPipeline:
         self._prm_dev = [self._dev[prm.ctypes.data] + PARAMS_BYTES * s for s in range(RING)]
         self._img_dev = [[self._dev[a.ctypes.data] for a in cam] for cam in self._img]
         self._out_dev = [self._dev[res.ctypes.data] + nb * o for o in range(RESULT_SLOTS)]
-        self._out_offsets = tuple(np.int32(self._rl.offset(n)) for n in
-                                  ("hdr", "cnt", "ids", "uv", "xy", "vel", "score", "level", "age", "uv_r", "xy_r"))
+        self._bands = BandCopier(self.H, self.W)
+        self._band_flags = BandFlags(RING, keep)
+        self._img_bands = [[self._bands.views(a) for a in cam] for cam in self._img]
+        self._prm_u64[:, U64_BANDS] = self._band_flags.dev
+        self._prm_i32[:, I32_BAND_ROWS] = self._bands.rows
+        self._checked = checked_launches()
+        self._out_offsets = tuple(np.int32(self._rl.offset(n)) for n in _RESULT_COLUMNS)
         self._ev_start = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
         self._ev_done = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
         self._ev_up = [cp.cuda.Event(disable_timing=True) for _ in range(RING)]
@@ -179,10 +192,12 @@ class GpuPipeline:
         # upload and compute go as ONE graph on the compute stream (3 CUDA calls on the host instead
         # of 8: there is no earlier frame for the upload to overlap with). Otherwise the upload graph
         # on the upload stream overlaps the compute of the frames before it.
-        alone = not self._pending and self.probe is None
-        old = self._pending.pop(o, None)
-        if old is not None:                 # never collected: copy it out before its slot is reused
-            old.frame = self._frame(old).copy()
+        pending = self._pending
+        alone = not pending and self.probe is None
+        if pending:
+            old = pending.pop(o, None)
+            if old is not None:             # never collected: copy it out before its slot is reused
+                old.frame = self._frame(old).copy()
         if not alone and self._slot_out[s] >= 0:    # the upload that last used this slot's staging is done
             self._ev_done[self._slot_out[s]].synchronize()
         self._slot_out[s] = o
@@ -202,24 +217,30 @@ class GpuPipeline:
             f[_F32_M:_F32_M + 9] = np.asarray(R, np.float64).T.ravel()
             f[_F32_USE_M] = 1.0
         f[_F32_DT] = dt
-        self._prm_i32[s, _I32_STEREO] = 1 if stereo else 0
+        i = self._prm_i32[s]
+        i[_I32_STEREO] = 1 if stereo else 0
+        # 'mapped_bands': the frame is copied after the launch; the pyramid kernel waits for its bands
+        seq = self._band_flags.next_seq() if self._bands.pending else 0
+        i[I32_SEQ] = seq
         tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
         self._ev_start[o].record(up)
         if alone:
-            self._launch(self.graphs, ("frame", s, stereo), up, lambda checked: self._enqueue_frame(s, stereo, checked))
+            self._launch(self.graphs, ("frame", s, stereo), up, lambda checked: self._enqueue_frame(s, stereo, checked),
+                         seq)
         else:
             self._launch(self.graphs_up, ("up", s, stereo), up, lambda checked: self.k.enqueue_upload(
-                s, stereo, self._prm_dev[s], up, checked, probe=self.probe))
+                s, stereo, self._prm_dev[s], up, checked, probe=self.probe), seq)
             if up is not self.stream:
                 self._ev_up[s].record(up)
                 self.stream.wait_event(self._ev_up[s])
             self._launch(self.graphs, (s, stereo), self.stream, lambda checked: self.k.enqueue_compute(
-                s, stereo, self.stream, checked, self._out_offsets, probe=self.probe))
+                s, stereo, self.stream, checked, self._out_offsets, probe=self.probe), seq)
         self._ev_done[o].record(self.stream)
-        if checked_launches():              # the graphs' kernels: a fault shows here
+        self._bands.flush(seq)              # 'mapped_bands': the host copy, now that the GPU has the work
+        if self._checked:                   # the graphs' kernels: a fault shows here
             self.stream.synchronize()
         host_stats["graph_launches"] = self.graph_launches
-        self._pending[o] = tk
+        pending[o] = tk
         return tk
 
     def _enqueue_frame(self, s, stereo, checked) -> None:
@@ -229,36 +250,45 @@ class GpuPipeline:
 
     def _source(self, image, cam, s, up) -> int:
         """Device-accessible address of one camera's frame for the pyramid kernel (see ``upload``)."""
-        cp = self._cp
         if not isinstance(image, np.ndarray):       # a CuPy array: read on the device, after the caller's work
-            self._ev_input.record(cp.cuda.get_current_stream())
+            self._ev_input.record(self._cp.cuda.get_current_stream())
             up.wait_event(self._ev_input)
             return int(image.data.ptr)
         staging = self._img[cam][s]
         d = 0
         if self._pinned:                            # frames of pinned_frames() are read in place
             d = self._pinned.get(image.ctypes.data, 0) if image.flags.c_contiguous else 0
-        if self.upload == "mapped":
+        upload = self.upload
+        if upload == "mapped" or upload == "mapped_bands":
             if d:
                 return d
-            np.copyto(staging, image)               # the one host copy, into the page-locked slot
+            if upload == "mapped_bands":            # copied after the launch (flush), band by band
+                self._bands.defer(self._img_bands[cam][s], image, self._band_flags.host[s, cam])
+            else:
+                np.copyto(staging, image)           # the one host copy, into the page-locked slot
             return self._img_dev[cam][s]
-        level0 = self.k.pyrs_r[s].levels[0] if cam else self.k.pyrs[s].levels[0]
+        level0 = (self.k.pyrs_r[s] if cam else self.k.pyrs[s]).levels[0].data.ptr
+        if upload == "copy_bands" and not d:
+            self._bands.copy_dma(self._img_bands[cam][s], image, staging.ctypes.data, level0, up.ptr)
+            return level0
         host = image.ctypes.data
-        if not d and (self.upload == "copy" or not image.flags.c_contiguous):
+        if not d and (upload != "pageable" or not image.flags.c_contiguous):
             np.copyto(staging, image)               # the one host copy, into the page-locked slot
             host = staging.ctypes.data
-        cp.cuda.runtime.memcpyAsync(level0.data.ptr, host, self.W * self.H, cp.cuda.runtime.memcpyHostToDevice,
-                                    up.ptr)
-        return level0.data.ptr
+        self._cp.cuda.runtime.memcpyAsync(level0, host, self.W * self.H, self._cp.cuda.runtime.memcpyHostToDevice,
+                                          up.ptr)
+        return level0
 
-    def _launch(self, cache, key, stream, enqueue) -> None:
+    def _launch(self, cache, key, stream, enqueue, seq: int = 0) -> None:
         """The graph for ``key`` (captured from ``enqueue`` the first time), else the kernels."""
         g = None if self.probe else cache.get(key, lambda: enqueue(False))
         if g is not None:
             g.launch(stream)
             self.graph_launches += 1
         else:
+            # kernels launched one by one may be synchronised one by one (checked launches): a
+            # 'mapped_bands' frame is copied first, or the pyramid kernel would wait for it
+            self._bands.flush(seq)
             enqueue(True)
 
     # ------------------------------------------------------------------ results
@@ -272,21 +302,17 @@ class GpuPipeline:
         return fr
 
     def _frame(self, tk: _Ticket) -> TrackFrame:
-        cp = self._cp
         o = tk.out
-        self._ev_done[o].synchronize()
-        v = self._out[o]
-        hdr = v["hdr"]
-        n = int(hdr[H["count"]])
-        np.copyto(self._counters, v["cnt"])
-        self._next_id = int(hdr[H["next_id"]])
+        ev_done = self._ev_done[o]
+        ev_done.synchronize()
+        hdr, cnt, ids, uv, xy, vel, score, level, age, uv_r, xy_r = self._out_cols[o]
+        n = int(hdr[_H_COUNT])
+        self._counters[:] = cnt
+        self._next_id = int(hdr[_H_NEXT_ID])
         self._count = n
         tk.keep = None
-        fr = TrackFrame(stamp_ns=tk.stamp, ids=v["ids"][:n], uv=v["uv"][:n], xy=v["xy"][:n], velocity=v["vel"][:n],
-                        score=v["score"][:n], level=v["level"][:n], age=v["age"][:n],
-                        timings={"gpu_s": cp.cuda.get_elapsed_time(self._ev_start[o], self._ev_done[o]) * 1e-3},
-                        stats=FrameStats(COUNTER_INDEX, v["cnt"], tk.host))
-        if tk.stereo:
-            fr.uv_right = v["uv_r"][:n]
-            fr.xy_right = v["xy_r"][:n]
+        fr = TrackFrame(tk.stamp, ids[:n], uv[:n], xy[:n], vel[:n], score[:n], level[:n], age[:n],
+                        uv_r[:n] if tk.stereo else None, xy_r[:n] if tk.stereo else None,
+                        {"gpu_s": self._elapsed(self._ev_start[o], ev_done) * 1e-3},
+                        FrameStats(COUNTER_INDEX, cnt, tk.host))
         return fr

@@ -48,6 +48,13 @@ __device__ __forceinline__ void pf_halve(const unsigned char* __restrict__ src, 
     }
 }
 
+__device__ __forceinline__ unsigned long long pf_clock_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     const FrameParams* __restrict__ hp, FrameParams* __restrict__ dp,
     const unsigned long long* __restrict__ levels, int max_levels, int w0, int h0, int n_fused)
@@ -67,6 +74,20 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     unsigned char* L0 = reinterpret_cast<unsigned char*>(levels[cam * max_levels]);
     const bool copy0 = src != L0;
     const int x0 = blockIdx.x * PF_TW, y0 = blockIdx.y * PF_TH;
+    const unsigned int seq = hp->seq;
+    if (seq != 0u) {
+        // upload 'mapped_bands': the graph was launched before the host copied the frame; the host
+        // copies it band by band (band_rows, a multiple of PF_TH: a tile lies in one band) and then
+        // writes seq into the band's flag. Thread 0 waits for this tile's band (bounded: after 1 s
+        // the tile is read as it is, so that a host that stopped cannot hang the device).
+        if (tid == 0) {
+            const volatile unsigned int* flag = reinterpret_cast<const volatile unsigned int*>(hp->bands)
+                                                + cam * BAND_FLAGS + y0 / hp->band_rows;
+            const unsigned long long t_start = pf_clock_ns();
+            while (*flag != seq && pf_clock_ns() - t_start < 1000000000ull) __nanosleep(200);
+        }
+        __syncthreads();
+    }
     {
         const int r = tid >> 3, c = (tid & 7) * 16;
         const int y = y0 + r, x = x0 + c;
@@ -74,13 +95,14 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
         if (y < h0) {
             const long long o = (long long)y * w0 + x;
             if ((w0 & 15) == 0 && (s & 15ull) == 0 && x + 16 <= w0) {
-                v = *reinterpret_cast<const uint4*>(src + o);
+                // written by the host after the launch ('mapped_bands'): fetched again, never a cached line
+                v = seq != 0u ? __ldcv(reinterpret_cast<const uint4*>(src + o)) : *reinterpret_cast<const uint4*>(src + o);
                 if (copy0) *reinterpret_cast<uint4*>(L0 + o) = v;
             } else {
                 unsigned char b[16];
 #pragma unroll
                 for (int k = 0; k < 16; ++k) {
-                    b[k] = (x + k < w0) ? src[o + k] : (unsigned char)0;
+                    b[k] = (x + k < w0) ? (seq != 0u ? __ldcv(src + o + k) : src[o + k]) : (unsigned char)0;
                     if (copy0 && x + k < w0) L0[o + k] = b[k];
                 }
                 v = *reinterpret_cast<const uint4*>(b);
