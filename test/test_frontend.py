@@ -575,15 +575,27 @@ class TestGpuPipeline:
         right = [np.roll(f, -6, axis=1) for f in frames]
         ref_ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda", camera_right=euroc_cam0())
         ref = [ref_ft.process(f, STAMP0 + i * DT, image_right=r).copy() for i, (f, r) in enumerate(zip(frames, right))]
+        from vilib_ros.frontend.gpu_frame import RING
+        from vilib_ros.frontend.upload_bands import I32_SEQ
+
         ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda", camera_right=euroc_cam0())
         ft.pipeline.upload = upload
+        pinned = ft.pinned_frames(len(right))
         got = []
         for i, (f, r) in enumerate(zip(frames, right)):
             if i % 3 == 0:                  # a strided frame: copied row by row into the bands
                 wide = np.zeros((f.shape[0], 2 * f.shape[1]), np.uint8)
                 wide[:, ::2] = f
                 f = wide[:, ::2]
+            if i % 2:                       # a page-locked right frame, read in place: no band to wait for
+                pinned[i][...] = r
+                r = pinned[i]
             ft.submit(f, STAMP0 + i * DT, image_right=r)
+            seq = ft.pipeline._prm_i32[i % RING, I32_SEQ:I32_SEQ + 2]
+            if upload == "mapped_bands":    # the kernel waits for a camera's bands only where they come
+                assert seq[0] != 0 and (seq[1] == 0) == bool(i % 2), (i, seq)
+            else:
+                assert not seq.any()
             if i >= 3:                      # three frames in flight
                 got.append(ft.result().copy())
         got += [ft.result().copy() for _ in range(3)]

@@ -107,6 +107,7 @@ class TestFrameParamsLayout:
             '#include <cstddef>\n#include "frame.cuh"\n'
             f"static_assert(offsetof(FrameParams, bands) == 8 * {ub.U64_BANDS}, \"bands\");\n"
             f"static_assert(offsetof(FrameParams, seq) == 4 * {ub.I32_SEQ}, \"seq\");\n"
+            f"static_assert(sizeof(FrameParams::seq) == 8, \"seq per camera\");\n"
             f"static_assert(offsetof(FrameParams, band_rows) == 4 * {ub.I32_BAND_ROWS}, \"band_rows\");\n"
             f"static_assert(sizeof(FrameParams) == {PARAMS_BYTES}, \"size\");\n"
             f"static_assert(BAND_FLAGS == {ub.BAND_FLAGS}, \"flags\");\n")

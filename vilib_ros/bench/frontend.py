@@ -168,6 +168,32 @@ def run_submit_ahead(ft, frames, n, warm=50) -> dict:
     return {"frames": n, "fps": n / wall}
 
 
+def host_steps(ft, frames, n, warm=50) -> dict:
+    """Where the host time of a synchronous process() goes, step by step (perf_counter_ns marks
+    of ``GpuPipeline.steps``; names in ``gpu_pipeline.STEPS``): the interface's checks, the frame
+    source (the host copy, but for 'mapped_bands'), events + graph launch, the 'mapped_bands'
+    copy, submit's return to the wait, the wait for the GPU, the TrackFrame, the return."""
+    from vilib_ros.frontend.gpu_pipeline import STEPS
+
+    p = ft.pipeline
+    nf = len(frames)
+    out = {k: [] for k in STEPS}
+    p.steps = marks = []
+    try:
+        for k in range(n + warm):
+            marks.clear()
+            t0 = time.perf_counter_ns()
+            ft.process(frames[k % nf], _stamp())
+            t1 = time.perf_counter_ns()
+            if k >= warm and len(marks) == len(STEPS) - 1:
+                ts = [t0, *marks, t1]
+                for name, a, b in zip(STEPS, ts, ts[1:]):
+                    out[name].append((b - a) * 1e-9)
+    finally:
+        p.steps = None
+    return {k: _stats(v) for k, v in out.items()}
+
+
 def run_profile(ft, frames, n) -> dict:
     """cProfile of process(): host time per frame = profiled time minus the waits (synchronize)."""
     nf = len(frames)
@@ -349,6 +375,7 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
         detect_times(d, frames, 20)
     dt = interleaved({up: (lambda d=d: detect_times(d, frames, chunk)) for up, d in dets.items()}, rounds)
     res["detect_pageable"] = {up: _stats(v) for up, v in dt.items()}
+    res["host_steps"] = {up: host_steps(ft, frames, min(n, 1000)) for up, ft in fts.items()}
     ft = fts[default]
     res["host_split"] = run_host_split(ft, frames, n)
     res["gpu"] = run_gpu_exec(ft, frames, min(n, 1000))
@@ -497,6 +524,12 @@ def markdown(res) -> str:
             L += ["", f"GPU time per stage, {key[7:].replace('_', ' ')} (events between the stages, queued behind a spin "
                   "kernel; median / p90 us): " + ", ".join(f"{k} {v['p50_us']:.1f} / {v['p90_us']:.1f}"
                                                          for k, v in res[key].items())]
+    if res.get("host_steps"):
+        names = list(next(iter(res["host_steps"].values())))
+        L += ["", "Host steps of a synchronous process(), median us (GpuPipeline.steps marks; 'wait' is the GPU):", "",
+              "| upload | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        for up, st in res["host_steps"].items():
+            L.append(f"| {up} | " + " | ".join(f"{st[k]['p50_us']:.1f}" for k in names) + " |")
     if res.get("host_copy"):
         L += ["", "Host copy of the frame into the page-locked slot (median / p90 us): " +
               ", ".join(f"{k} {v['p50_us']:.1f} / {v['p90_us']:.1f}" for k, v in res["host_copy"].items())]

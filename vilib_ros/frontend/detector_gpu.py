@@ -263,6 +263,7 @@ class GpuFastDetector:
         self._prm_host[1] = 0
         self._seq = self._band_flags.next_seq() if self._bands.pending else 0
         self._prm_i32[I32_SEQ] = self._seq
+        self._prm_i32[I32_SEQ + 1] = 0
         return src, occ is not None
 
     def flush_upload(self) -> None:

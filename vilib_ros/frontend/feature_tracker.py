@@ -41,6 +41,7 @@ from vilib_ros.frontend.tracker import TrackerConfig, make_tracker
 from vilib_ros.types import FrameStats, TrackFrame
 
 log = logging.getLogger("vilib_ros.frontend")
+_U8 = np.dtype(np.uint8)
 
 
 @dataclass
@@ -131,6 +132,7 @@ class FeatureTracker:
             raise ValueError(f"first_id must be an integer >= 0, got {first_id!r}")
         self.camera = camera
         self.width, self.height = int(camera.width), int(camera.height)
+        self._shape = (self.height, self.width)
         self.camera_right = camera_right
         if camera_right is not None:
             if (camera_right.width, camera_right.height) != (self.width, self.height):
@@ -305,6 +307,8 @@ class FeatureTracker:
 
     # ------------------------------------------------------------------ helpers
     def _check_image(self, image, what):
+        if type(image) is np.ndarray and image.shape == self._shape and image.dtype == _U8:
+            return image                    # the common case, one test
         if not (isinstance(image, np.ndarray) or _is_cupy(image)):
             raise ValueError(f"{what} must be a numpy (or, on the GPU, CuPy) array, got {type(image).__name__}")
         if image.size == 0:

@@ -31,6 +31,8 @@ those of :class:`~vilib_ros.frontend.track_table.TrackTable`.
 """
 from __future__ import annotations
 
+from time import perf_counter_ns as _ns
+
 import numpy as np
 
 from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
@@ -40,6 +42,8 @@ from vilib_ros.frontend.upload_bands import I32_BAND_ROWS, I32_SEQ, U64_BANDS, U
 from vilib_ros.types import FrameStats, TrackFrame
 
 RESULT_SLOTS = 8
+#: what the host does between the marks of ``GpuPipeline.steps`` (benchmark), one name per interval
+STEPS = ("checks", "source", "launch", "copy", "between", "wait", "frame", "return")
 # FrameParams (kernels/frame.cuh): word offsets of its fields
 _U64_SRC, _U64_OUT = 0, 2
 _F32_M, _F32_USE_M, _F32_DT, _I32_STEREO = 6, 15, 18, 19
@@ -117,6 +121,7 @@ class GpuPipeline:
         self.graphs_up = GraphCache(self.up_stream, config.use_graph, name="frontend upload")
         self.graph_launches = 0
         self.probe = None                   # benchmark: called with each stage's name after it is enqueued
+        self.steps = None                   # benchmark: a list; perf_counter_ns() appended after each host step
         self._pinned: dict[int, int] = {}   # frames of pinned_frames(): host -> device address
         self._frames = 0
         self._slot_out = [-1] * RING        # result slot of the last frame uploaded into each frame slot
@@ -186,6 +191,9 @@ class GpuPipeline:
 
     # ------------------------------------------------------------------ per frame
     def submit(self, image, image_right, stamp_ns: int, R, dt: float, host_stats: dict) -> _Ticket:
+        steps = self.steps
+        if steps is not None:
+            steps.append(_ns())             # STEPS[0]: the interface's checks done
         s, o, k = self._frames % RING, self._frames % RESULT_SLOTS, self._frames
         self._frames += 1
         # Nothing in flight (every earlier frame collected, as process() does): the GPU is idle, so
@@ -220,9 +228,13 @@ class GpuPipeline:
         i = self._prm_i32[s]
         i[_I32_STEREO] = 1 if stereo else 0
         # 'mapped_bands': the frame is copied after the launch; the pyramid kernel waits for its bands
-        seq = self._band_flags.next_seq() if self._bands.pending else 0
-        i[I32_SEQ] = seq
+        cams = self._bands.cams
+        seq = self._band_flags.next_seq() if cams else 0
+        i[I32_SEQ] = seq if cams & 1 else 0
+        i[I32_SEQ + 1] = seq if cams & 2 else 0
         tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
+        if steps is not None:
+            steps.append(_ns())             # slot, frame source (the copy but for 'mapped_bands'), parameters
         self._ev_start[o].record(up)
         if alone:
             self._launch(self.graphs, ("frame", s, stereo), up, lambda checked: self._enqueue_frame(s, stereo, checked),
@@ -236,7 +248,11 @@ class GpuPipeline:
             self._launch(self.graphs, (s, stereo), self.stream, lambda checked: self.k.enqueue_compute(
                 s, stereo, self.stream, checked, self._out_offsets, probe=self.probe), seq)
         self._ev_done[o].record(self.stream)
+        if steps is not None:
+            steps.append(_ns())             # events and graph launch
         self._bands.flush(seq)              # 'mapped_bands': the host copy, now that the GPU has the work
+        if steps is not None:
+            steps.append(_ns())             # 'mapped_bands' copy
         if self._checked:                   # the graphs' kernels: a fault shows here
             self.stream.synchronize()
         host_stats["graph_launches"] = self.graph_launches
@@ -263,7 +279,7 @@ class GpuPipeline:
             if d:
                 return d
             if upload == "mapped_bands":            # copied after the launch (flush), band by band
-                self._bands.defer(self._img_bands[cam][s], image, self._band_flags.host[s, cam])
+                self._bands.defer(self._img_bands[cam][s], image, self._band_flags.host[s, cam], cam)
             else:
                 np.copyto(staging, image)           # the one host copy, into the page-locked slot
             return self._img_dev[cam][s]
@@ -304,7 +320,12 @@ class GpuPipeline:
     def _frame(self, tk: _Ticket) -> TrackFrame:
         o = tk.out
         ev_done = self._ev_done[o]
+        steps = self.steps
+        if steps is not None:
+            steps.append(_ns())             # submit's return, result() up to the wait
         ev_done.synchronize()
+        if steps is not None:
+            steps.append(_ns())             # the wait for the GPU
         hdr, cnt, ids, uv, xy, vel, score, level, age, uv_r, xy_r = self._out_cols[o]
         n = int(hdr[_H_COUNT])
         self._counters[:] = cnt
@@ -315,4 +336,6 @@ class GpuPipeline:
                         uv_r[:n] if tk.stereo else None, xy_r[:n] if tk.stereo else None,
                         {"gpu_s": self._elapsed(self._ev_start[o], ev_done) * 1e-3},
                         FrameStats(COUNTER_INDEX, cnt, tk.host))
+        if steps is not None:
+            steps.append(_ns())             # the TrackFrame (views of the result slot)
         return fr

@@ -27,7 +27,7 @@ BAND_FLAGS = 16          # flags per camera and slot (kernels/frame.cuh BAND_FLA
 BANDS = 4                # bands per frame (fewer where the frame has fewer 32-row tiles)
 TILE_ROWS = 32           # pyramid_frame's tile height
 # FrameParams (kernels/frame.cuh): the band fields, in 64-bit / 32-bit words
-U64_BANDS, I32_SEQ, I32_BAND_ROWS = 10, 22, 23
+U64_BANDS, I32_SEQ, I32_BAND_ROWS = 10, 22, 24       # seq: one per camera (22 left, 23 right)
 
 
 def band_ranges(height: int, bands: int = BANDS) -> tuple[tuple[int, int], ...]:
@@ -61,14 +61,16 @@ class BandCopier:
         self.rows = self.ranges[0][1] - self.ranges[0][0]
         self.width = int(width)
         self._todo: list = []          # (slot's band views, frame, the slot camera's flags)
+        self.cams = 0                  # bit c: camera c's frame is deferred
 
     def views(self, staging: np.ndarray) -> tuple:
         """The band views of one page-locked (height, width) slot (built once per slot)."""
         return tuple(staging[a:b] for a, b in self.ranges)
 
-    def defer(self, dst_bands: tuple, image: np.ndarray, flags: np.ndarray) -> None:
-        """Copy ``image`` at the next :meth:`flush` (after the launch that reads it)."""
+    def defer(self, dst_bands: tuple, image: np.ndarray, flags: np.ndarray, cam: int = 0) -> None:
+        """Copy camera ``cam``'s ``image`` at the next :meth:`flush` (after the launch that reads it)."""
         self._todo.append((dst_bands, image, flags))
+        self.cams |= 1 << cam
 
     @property
     def pending(self) -> bool:
@@ -90,6 +92,7 @@ class BandCopier:
             raise
         finally:
             todo.clear()
+            self.cams = 0
 
     def copy_dma(self, dst_bands: tuple, image: np.ndarray, host_ptr: int, dev_ptr: int, stream_ptr: int) -> None:
         """``'copy_bands'``: each band into the page-locked slot at ``host_ptr``, then its DMA copy

@@ -14,8 +14,8 @@ struct FrameParams {
     int stereo;                  // 1: the right frame is given (stereo matching runs)
     unsigned long long bands;    // upload 'mapped_bands': device-accessible address of the band flags
                                  // (unsigned int [2][BAND_FLAGS], page-locked), else unused
-    unsigned int seq;            // != 0: the host copies the frame after the launch, band by band, and
-                                 // writes seq into a band's flag once that band is in place
+    unsigned int seq[2];         // left / right: != 0: the host copies that frame after the launch, band
+                                 // by band, and writes seq into a band's flag once the band is in place
     int band_rows;               // rows per band (a multiple of 32, the pyramid's tile height)
-    int pad[8];                  // 128 bytes in all
+    int pad[7];                  // 128 bytes in all
 };

@@ -74,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     unsigned char* L0 = reinterpret_cast<unsigned char*>(levels[cam * max_levels]);
     const bool copy0 = src != L0;
     const int x0 = blockIdx.x * PF_TW, y0 = blockIdx.y * PF_TH;
-    const unsigned int seq = hp->seq;
+    const unsigned int seq = hp->seq[cam];
     if (seq != 0u) {
         // upload 'mapped_bands': the graph was launched before the host copied the frame; the host
         // copies it band by band (band_rows, a multiple of PF_TH: a tile lies in one band) and then
