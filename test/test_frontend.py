@@ -553,9 +553,11 @@ class TestGpuPipeline:
 
         frames = euroc_frames[:6]
         runs = {}
+        from vilib_ros.frontend.upload_bands import UPLOADS
+
         for name in ("mapped", "pinned", "cupy", "copy", "pageable", "mapped_bands", "copy_bands"):
             ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda")
-            if name not in ("mapped", "pinned", "cupy"):
+            if name in UPLOADS:
                 ft.pipeline.upload = name
             pinned = ft.pinned_frames(len(frames))
             for p, f in zip(pinned, frames):

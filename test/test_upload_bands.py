@@ -70,9 +70,9 @@ class TestPyramidWaitsForBands:
         from vilib_ros.frontend.detector_gpu import GpuFastDetector
         from vilib_ros.frontend.pyramid import build_pyramid_cpu
 
-        img = euroc_frames[20]
-        det = GpuFastDetector(img.shape[1], img.shape[0], DetectorConfig(), upload="mapped_bands")
+        det = GpuFastDetector(752, 480, DetectorConfig(), upload="mapped_bands")
         for k in range(3):
+            img = euroc_frames[20 + 7 * k]        # another frame each time: a stale line of the last one shows
             det._frame_host[...] = 0xFF                  # poison: the staging slot before the copy
             for lv in det.pyramid.levels:
                 lv.fill(0)

@@ -20,7 +20,8 @@ from vilib_ros.frontend.detector import (SCORE_CODES, DetectorConfig, check_geom
                                          grid_shape_for)
 from vilib_ros.frontend.fast_lut import build_lut
 from vilib_ros.frontend.pyramid import GpuPyramid, level_shapes
-from vilib_ros.frontend.upload_bands import I32_BAND_ROWS, I32_SEQ, U64_BANDS, UPLOADS, BandCopier, BandFlags
+from vilib_ros.frontend.upload_bands import (DEFAULT_UPLOAD, I32_BAND_ROWS, I32_SEQ, U64_BANDS, UPLOADS, BandCopier,
+                                             BandFlags)
 from vilib_ros.types import CellFeatures
 
 log = logging.getLogger("vilib_ros.frontend.detector")
@@ -44,13 +45,14 @@ class GpuFastDetector:
     Everything is allocated at construction: score maps (pitched float32), the 8 KB LUT, the
     cell outputs on the device, and for :meth:`detect` a device pyramid plus page-locked host
     buffers (frame, occupancy, cell results). :meth:`detect` reads the frame where it lies:
-    with ``upload='mapped'`` (default) the pyramid kernel reads page-locked host memory
+    with ``upload='mapped'`` the pyramid kernel reads page-locked host memory
     directly (a pageable frame is copied into the staging buffer first; frames from
     :meth:`pinned_frames` are read in place); with ``'copy'`` a copy into the device pyramid
     comes first; with ``'pageable'`` that copy is made straight from the caller's array (the
-    driver stages it); ``'mapped_bands'`` / ``'copy_bands'`` copy a pageable frame in row bands
-    that the device reads as they arrive (:mod:`vilib_ros.frontend.upload_bands`). The NMS-C
-    kernel writes the cells straight into page-locked host memory. With ``use_graph`` the sequence is one CUDA graph launch.
+    driver stages it); ``'mapped_bands'`` (default) / ``'copy_bands'`` copy a pageable frame in row
+    bands that the device reads as they arrive (:mod:`vilib_ros.frontend.upload_bands`). The NMS-C
+    kernel writes the cells straight into page-locked host memory. With ``use_graph`` the
+    sequence is one CUDA graph launch.
     """
 
     device = "cuda"
@@ -58,7 +60,7 @@ class GpuFastDetector:
 
     def __init__(self, width: int, height: int, config: DetectorConfig | None = None,
                  warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "auto",
-                 static_geometry: bool = True, upload: str = "mapped"):
+                 static_geometry: bool = True, upload: str = DEFAULT_UPLOAD):
         self.config = (config or DetectorConfig()).validate()
         check_geometry(width, height, self.config)
         if not cuda_available():
@@ -314,13 +316,15 @@ class GpuFastDetector:
         if self.upload == "pageable":
             self.upload_frame(src)
         key = (use_occ, baseline, self.upload, src if self.upload == "copy" else 0)
-        g = self.graphs.get(key, lambda: self.enqueue_frame(src, use_occ, False, baseline))
-        if g is not None:
-            g.launch(self.stream)
-            self.flush_upload()
-        else:
-            self.flush_upload()             # checked launches synchronise: the frame must be there first
-            self.enqueue_frame(src, use_occ, True, baseline)
+        try:
+            g = self.graphs.get(key, lambda: self.enqueue_frame(src, use_occ, False, baseline))
+            if g is not None:
+                g.launch(self.stream)
+            else:
+                self.flush_upload()         # checked launches synchronise: the frame must be there first
+                self.enqueue_frame(src, use_occ, True, baseline)
+        finally:
+            self.flush_upload()             # 'mapped_bands': the copy after the launch (on an error too)
         self.stream.synchronize()           # a fault of the graph's kernels shows here
         return self.cells_host()
 

@@ -23,6 +23,7 @@ import numpy as np
 from vilib_ros._cuda import host_device_pointer, pinned_buffer
 
 UPLOADS = ("mapped", "copy", "pageable", "mapped_bands", "copy_bands")   # GpuPipeline / GpuFastDetector ``upload``
+DEFAULT_UPLOAD = "mapped_bands"
 BAND_FLAGS = 16          # flags per camera and slot (kernels/frame.cuh BAND_FLAGS)
 BANDS = 4                # bands per frame (fewer where the frame has fewer 32-row tiles)
 TILE_ROWS = 32           # pyramid_frame's tile height
