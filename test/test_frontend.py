@@ -553,11 +553,9 @@ class TestGpuPipeline:
 
         frames = euroc_frames[:6]
         runs = {}
-        from vilib_ros.frontend.upload_bands import UPLOADS
-
-        for name in ("mapped", "pinned", "cupy", "copy", "pageable", "mapped_bands", "copy_bands"):
+        for name in ("mapped", "pinned", "cupy", "copy", "pageable"):
             ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda")
-            if name in UPLOADS:
+            if name in ("copy", "pageable"):
                 ft.pipeline.upload = name
             pinned = ft.pinned_frames(len(frames))
             for p, f in zip(pinned, frames):
@@ -567,45 +565,6 @@ class TestGpuPipeline:
         for name, r in runs.items():
             for a, b in zip(runs["mapped"], r):
                 assert np.array_equal(a.ids, b.ids) and np.array_equal(a.uv, b.uv), name
-
-    @pytest.mark.parametrize("upload", ["mapped_bands", "copy_bands"])
-    def test_bands_stereo_submit_ahead(self, euroc_frames, upload):
-        """The band uploads with frames in flight (upload stream, the staging slots reused while
-        earlier frames compute), stereo, and strided frames give the tracks of 'mapped'
-        process(): regression guard for a pyramid kernel reading a band before its copy."""
-        frames = [f if i % 4 else np.ascontiguousarray(f[:, ::-1]) for i, f in enumerate(euroc_frames[:14])]
-        right = [np.roll(f, -6, axis=1) for f in frames]
-        ref_ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda", camera_right=euroc_cam0())
-        ref = [ref_ft.process(f, STAMP0 + i * DT, image_right=r).copy() for i, (f, r) in enumerate(zip(frames, right))]
-        from vilib_ros.frontend.gpu_frame import RING
-        from vilib_ros.frontend.upload_bands import I32_SEQ
-
-        ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda", camera_right=euroc_cam0())
-        ft.pipeline.upload = upload
-        pinned = ft.pinned_frames(len(right))
-        got = []
-        for i, (f, r) in enumerate(zip(frames, right)):
-            if i % 3 == 0:                  # a strided frame: copied row by row into the bands
-                wide = np.zeros((f.shape[0], 2 * f.shape[1]), np.uint8)
-                wide[:, ::2] = f
-                f = wide[:, ::2]
-            if i % 2:                       # a page-locked right frame, read in place: no band to wait for
-                pinned[i][...] = r
-                r = pinned[i]
-            ft.submit(f, STAMP0 + i * DT, image_right=r)
-            seq = ft.pipeline._prm_i32[i % RING, I32_SEQ:I32_SEQ + 2]
-            if upload == "mapped_bands":    # the kernel waits for a camera's bands only where they come
-                assert seq[0] != 0 and (seq[1] == 0) == bool(i % 2), (i, seq)
-            else:
-                assert not seq.any()
-            if i >= 3:                      # three frames in flight
-                got.append(ft.result().copy())
-        got += [ft.result().copy() for _ in range(3)]
-        assert len(got) == len(ref)
-        for a, b in zip(ref, got):
-            assert len(a) > 50
-            assert np.array_equal(a.ids, b.ids) and np.array_equal(a.uv, b.uv)
-            np.testing.assert_array_equal(a.uv_right, b.uv_right)
 
     def test_poisoned_results(self, euroc_frames):
         """Every field of every returned track is written by the kernels (result slots and the

@@ -156,7 +156,6 @@ def detect_timed(det, image, events, baseline=False, spin=True):
     events[2].record(s)
     det.enqueue_nms(s, checked=False, outputs=det.host_outputs(), baseline=baseline)
     events[3].record(s)
-    det.flush_upload()                  # 'mapped_bands': the host copy goes after the launches
     s.synchronize()
     return det.cells_host()
 

@@ -171,8 +171,8 @@ def run_submit_ahead(ft, frames, n, warm=50) -> dict:
 def host_steps(ft, frames, n, warm=50) -> dict:
     """Where the host time of a synchronous process() goes, step by step (perf_counter_ns marks
     of ``GpuPipeline.steps``; names in ``gpu_pipeline.STEPS``): the interface's checks, the frame
-    source (the host copy, but for 'mapped_bands'), events + graph launch, the 'mapped_bands'
-    copy, submit's return to the wait, the wait for the GPU, the TrackFrame, the return."""
+    source (the host copy), events + graph launch, submit's return to the wait, the wait for the
+    GPU, the TrackFrame, the return."""
     from vilib_ros.frontend.gpu_pipeline import STEPS
 
     p = ft.pipeline
@@ -508,7 +508,7 @@ def markdown(res) -> str:
          f"~{REFERENCE['frames_per_s']:.0f} frames/s serially, measured {REFERENCE['measured']}", "",
          "| measurement | p50 us | p90 us | p99 us |", "|---|---:|---:|---:|"]
     d = res.get("upload_default", "pageable")
-    from vilib_ros.frontend.upload_bands import UPLOADS
+    from vilib_ros.frontend.gpu_pipeline import UPLOADS
 
     ups = [u for u in UPLOADS if u != d]
     for name, key in ((f"mono process(), upload='{d}' (default)", "mono"),

@@ -20,12 +20,11 @@ from vilib_ros.frontend.detector import (SCORE_CODES, DetectorConfig, check_geom
                                          grid_shape_for)
 from vilib_ros.frontend.fast_lut import build_lut
 from vilib_ros.frontend.pyramid import GpuPyramid, level_shapes
-from vilib_ros.frontend.upload_bands import (DEFAULT_UPLOAD, I32_BAND_ROWS, I32_SEQ, U64_BANDS, UPLOADS, BandCopier,
-                                             BandFlags)
 from vilib_ros.types import CellFeatures
 
 log = logging.getLogger("vilib_ros.frontend.detector")
 
+UPLOADS = ("mapped", "copy", "pageable")     # as vilib_ros.frontend.gpu_pipeline.UPLOADS
 
 
 def _score_pitch(w: int) -> int:
@@ -45,14 +44,12 @@ class GpuFastDetector:
     Everything is allocated at construction: score maps (pitched float32), the 8 KB LUT, the
     cell outputs on the device, and for :meth:`detect` a device pyramid plus page-locked host
     buffers (frame, occupancy, cell results). :meth:`detect` reads the frame where it lies:
-    with ``upload='mapped'`` the pyramid kernel reads page-locked host memory
+    with ``upload='mapped'`` (default) the pyramid kernel reads page-locked host memory
     directly (a pageable frame is copied into the staging buffer first; frames from
     :meth:`pinned_frames` are read in place); with ``'copy'`` a copy into the device pyramid
     comes first; with ``'pageable'`` that copy is made straight from the caller's array (the
-    driver stages it); ``'mapped_bands'`` (default) / ``'copy_bands'`` copy a pageable frame in row
-    bands that the device reads as they arrive (:mod:`vilib_ros.frontend.upload_bands`). The NMS-C
-    kernel writes the cells straight into page-locked host memory. With ``use_graph`` the
-    sequence is one CUDA graph launch.
+    driver stages it). The NMS-C kernel writes the cells straight into page-locked host
+    memory. With ``use_graph`` the sequence is one CUDA graph launch.
     """
 
     device = "cuda"
@@ -60,7 +57,7 @@ class GpuFastDetector:
 
     def __init__(self, width: int, height: int, config: DetectorConfig | None = None,
                  warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "auto",
-                 static_geometry: bool = True, upload: str = DEFAULT_UPLOAD):
+                 static_geometry: bool = True, upload: str = "mapped"):
         self.config = (config or DetectorConfig()).validate()
         check_geometry(width, height, self.config)
         if not cuda_available():
@@ -140,13 +137,6 @@ class GpuFastDetector:
             raise CudaUnavailable("page-locked host memory is not mapped into the device's address space")
         self._pinned_ptrs: dict[int, int] = {self._frame_host.ctypes.data: host_device_pointer(self._frame_host.ctypes.data)}
         self._lvl_table = cp.asarray(np.array([lv.data.ptr for lv in self.pyramid.levels], np.uint64))
-        self._bands = BandCopier(self.height, self.width)
-        self._band_flags = BandFlags(1, self._pinned_keep)
-        self._frame_bands = self._bands.views(self._frame_host)
-        self._prm_i32 = self._prm_host.view(np.int32)
-        self._prm_host[U64_BANDS] = self._band_flags.dev[0]
-        self._prm_i32[I32_BAND_ROWS] = self._bands.rows
-        self._seq = 0
         self.graphs = GraphCache(self.stream, use_graph, name="detector")
         # every kernel once on an empty frame, outside graph capture (module loading must not
         # happen inside a capture)
@@ -241,37 +231,20 @@ class GpuFastDetector:
         check_image(image, self.width, self.height)
         occ = check_occupancy(occupancy, self.grid_shape)
         dptr = self._pinned_ptrs.get(image.ctypes.data) if image.flags.c_contiguous else None
-        up = self.upload
-        if dptr is None and up == "pageable" and image.flags.c_contiguous:
+        if dptr is None and self.upload == "pageable" and image.flags.c_contiguous:
             src, dptr = image.ctypes.data, 0
         elif dptr is None:
-            if up == "mapped_bands":        # copied after the launch: flush_upload()
-                self._bands.defer(self._frame_bands, image, self._band_flags.host[0, 0])
-            elif up == "copy_bands":        # each band's DMA copy queued as soon as it is staged
-                self._bands.copy_dma(self._frame_bands, image, self._frame_host.ctypes.data,
-                                     self.pyramid.levels[0].data.ptr, self.stream.ptr)
-            else:
-                np.copyto(self._frame_host, image)
+            np.copyto(self._frame_host, image)
             src, dptr = self._frame_host.ctypes.data, self._pinned_ptrs[self._frame_host.ctypes.data]
         else:
             src = image.ctypes.data
-            if up == "copy_bands":          # a page-locked frame: one DMA copy
-                self.upload_frame(src)
         if occ is not None:
             self._occ_host[:] = occ.reshape(-1)
         # the pyramid kernel reads the frame at src[0]: the page-locked frame itself ('mapped'),
         # or its copy in level 0
-        self._prm_host[0] = dptr if up == "mapped" or up == "mapped_bands" else self.pyramid.levels[0].data.ptr
+        self._prm_host[0] = dptr if self.upload == "mapped" else self.pyramid.levels[0].data.ptr
         self._prm_host[1] = 0
-        self._seq = self._band_flags.next_seq() if self._bands.pending else 0
-        self._prm_i32[I32_SEQ] = self._seq
-        self._prm_i32[I32_SEQ + 1] = 0
         return src, occ is not None
-
-    def flush_upload(self) -> None:
-        """``'mapped_bands'``: the host copy of the prepared frame, band by band (call it after
-        the launch that reads the frame; no-op otherwise)."""
-        self._bands.flush(self._seq)
 
     def upload_frame(self, src_host_ptr: int) -> None:
         """The frame into level 0 of the pyramid ('copy', 'pageable'), on :attr:`stream`."""
@@ -316,15 +289,11 @@ class GpuFastDetector:
         if self.upload == "pageable":
             self.upload_frame(src)
         key = (use_occ, baseline, self.upload, src if self.upload == "copy" else 0)
-        try:
-            g = self.graphs.get(key, lambda: self.enqueue_frame(src, use_occ, False, baseline))
-            if g is not None:
-                g.launch(self.stream)
-            else:
-                self.flush_upload()         # checked launches synchronise: the frame must be there first
-                self.enqueue_frame(src, use_occ, True, baseline)
-        finally:
-            self.flush_upload()             # 'mapped_bands': the copy after the launch (on an error too)
+        g = self.graphs.get(key, lambda: self.enqueue_frame(src, use_occ, False, baseline))
+        if g is not None:
+            g.launch(self.stream)
+        else:
+            self.enqueue_frame(src, use_occ, True, baseline)
         self.stream.synchronize()           # a fault of the graph's kernels shows here
         return self.cells_host()
 

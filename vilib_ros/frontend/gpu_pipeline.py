@@ -11,16 +11,11 @@ graph on the compute stream, three CUDA calls on the host.
 
 How the frame gets to the device (``upload``):
 
-* ``'mapped'``: a pageable frame is copied into a page-locked slot and the pyramid
+* ``'mapped'`` (default): a pageable frame is copied into a page-locked slot and the pyramid
   kernel reads it there (zero-copy); frames from :meth:`GpuPipeline.pinned_frames` are read in
   place;
 * ``'copy'``: the frame is copied into a page-locked slot, then a DMA copy to the device;
 * ``'pageable'``: a DMA copy straight from the caller's array (the driver stages it);
-* ``'mapped_bands'`` (default, :data:`~vilib_ros.frontend.upload_bands.DEFAULT_UPLOAD`): as
-  ``'mapped'``, but the graph is launched before the host copy, which then
-  goes band by band, each band released to the waiting pyramid kernel by a flag
-  (:mod:`vilib_ros.frontend.upload_bands`): the copy overlaps the launch and the PCIe read;
-* ``'copy_bands'``: as ``'copy'``, each band's DMA copy queued as soon as the band is staged;
 * a CuPy array is read in place on the device.
 
 Slots: :data:`~vilib_ros.frontend.gpu_frame.RING` frame slots (staging buffer, device pyramid,
@@ -39,13 +34,12 @@ import numpy as np
 from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
 from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
 from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS
-from vilib_ros.frontend.upload_bands import (DEFAULT_UPLOAD, I32_BAND_ROWS, I32_SEQ, U64_BANDS, UPLOADS, BandCopier,
-                                             BandFlags)
 from vilib_ros.types import FrameStats, TrackFrame
 
 RESULT_SLOTS = 8
+UPLOADS = ("mapped", "copy", "pageable")
 #: what the host does between the marks of ``GpuPipeline.steps`` (benchmark), one name per interval
-STEPS = ("checks", "source", "launch", "copy", "between", "wait", "frame", "return")
+STEPS = ("checks", "source", "launch", "between", "wait", "frame", "return")
 # FrameParams (kernels/frame.cuh): word offsets of its fields
 _U64_SRC, _U64_OUT = 0, 2
 _F32_M, _F32_USE_M, _F32_DT, _I32_STEREO = 6, 15, 18, 19
@@ -67,7 +61,7 @@ class GpuPipeline:
     device = "cuda"
 
     def __init__(self, camera, config, detector, tracker, capacity: int, levels: int, first_id: int = 0,
-                 camera_right=None, T_right_left=None, upload: str = DEFAULT_UPLOAD):
+                 camera_right=None, T_right_left=None, upload: str = "mapped"):
         import cupy as cp
 
         S = int(capacity)
@@ -108,11 +102,6 @@ class GpuPipeline:
         self._prm_dev = [self._dev[prm.ctypes.data] + PARAMS_BYTES * s for s in range(RING)]
         self._img_dev = [[self._dev[a.ctypes.data] for a in cam] for cam in self._img]
         self._out_dev = [self._dev[res.ctypes.data] + nb * o for o in range(RESULT_SLOTS)]
-        self._bands = BandCopier(self.H, self.W)
-        self._band_flags = BandFlags(RING, keep)
-        self._img_bands = [[self._bands.views(a) for a in cam] for cam in self._img]
-        self._prm_u64[:, U64_BANDS] = self._band_flags.dev
-        self._prm_i32[:, I32_BAND_ROWS] = self._bands.rows
         self._checked = checked_launches()
         self._out_offsets = tuple(np.int32(self._rl.offset(n)) for n in _RESULT_COLUMNS)
         self._ev_start = [cp.cuda.Event() for _ in range(RESULT_SLOTS)]
@@ -126,7 +115,7 @@ class GpuPipeline:
         self.steps = None                   # benchmark: a list; perf_counter_ns() appended after each host step
         self._pinned: dict[int, int] = {}   # frames of pinned_frames(): host -> device address
         self._frames = 0
-        self._stage_out = [-1] * RING       # result slot of the last frame staged in each page-locked slot
+        self._slot_out = [-1] * RING        # result slot of the last frame uploaded into each frame slot
         self._pending: dict[int, _Ticket] = {}
         self._counters = np.zeros(len(COUNTERS), np.int64)
         self._next_id = int(first_id)
@@ -208,59 +197,17 @@ class GpuPipeline:
             old = pending.pop(o, None)
             if old is not None:             # never collected: copy it out before its slot is reused
                 old.frame = self._frame(old).copy()
-        # the page-locked staging slot: with nothing in flight always the first one (its lines stay
-        # in the host's caches: a copy into it is faster than into a slot last written 4 frames ago)
-        st = 0 if alone else s
-        if not alone and self._stage_out[st] >= 0:  # the upload that last used this staging slot is done
-            self._ev_done[self._stage_out[st]].synchronize()
-        self._stage_out[st] = o
+        if not alone and self._slot_out[s] >= 0:    # the upload that last used this slot's staging is done
+            self._ev_done[self._slot_out[s]].synchronize()
+        self._slot_out[s] = o
         stereo = image_right is not None and self.stereo_on
         up = self.stream if (self.probe or alone) else self.up_stream
         if k >= RING - 1 and up is not self.stream:
             # slot s is the previous frame of frame k - (RING - 1): the upload waits for it
             up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
-        seq = 0
-        try:
-            seq = self._prepare(image, image_right, s, st, o, up, stereo, R, dt)
-            tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
-            if steps is not None:
-                steps.append(_ns())         # slot, frame source (the copy but for 'mapped_bands'), parameters
-            self._ev_start[o].record(up)
-            if alone:
-                self._launch(self.graphs, ("frame", s, stereo), up,
-                             lambda checked: self._enqueue_frame(s, stereo, checked), seq)
-            else:
-                self._launch(self.graphs_up, ("up", s, stereo), up, lambda checked: self.k.enqueue_upload(
-                    s, stereo, self._prm_dev[s], up, checked, probe=self.probe), seq)
-                if up is not self.stream:
-                    self._ev_up[s].record(up)
-                    self.stream.wait_event(self._ev_up[s])
-                # 'mapped_bands': the copy before the compute graph, whose first capture synchronises
-                # the compute stream, which waits for this upload, which waits for the copy
-                self._bands.flush(seq)
-                self._launch(self.graphs, (s, stereo), self.stream, lambda checked: self.k.enqueue_compute(
-                    s, stereo, self.stream, checked, self._out_offsets, probe=self.probe), seq)
-            self._ev_done[o].record(self.stream)
-            if steps is not None:
-                steps.append(_ns())         # events and graph launch
-        finally:
-            # 'mapped_bands': the host copy, now that the GPU has the work (on an error too: a
-            # launched pyramid kernel must not wait for it, nor the next frame copy this one)
-            self._bands.flush(seq)
-        if steps is not None:
-            steps.append(_ns())             # 'mapped_bands' copy
-        if self._checked:                   # the graphs' kernels: a fault shows here
-            self.stream.synchronize()
-        host_stats["graph_launches"] = self.graph_launches
-        pending[o] = tk
-        return tk
-
-    def _prepare(self, image, image_right, s, st, o, up, stereo, R, dt) -> int:
-        """The frame parameters of slot ``s`` (page-locked): the frames' addresses, the result slot,
-        the rotation prediction, dt; returns the 'mapped_bands' sequence number (0: no band to wait for)."""
         u = self._prm_u64[s]
-        u[_U64_SRC] = self._source(image, 0, s, st, up)
-        u[_U64_SRC + 1] = self._source(image_right, 1, s, st, up) if stereo else 0
+        u[_U64_SRC] = self._source(image, 0, s, up)
+        u[_U64_SRC + 1] = self._source(image_right, 1, s, up) if stereo else 0
         u[_U64_OUT] = self._out_dev[o]
         f = self._prm_f32[s]
         if R is None:
@@ -269,63 +216,67 @@ class GpuPipeline:
             f[_F32_M:_F32_M + 9] = np.asarray(R, np.float64).T.ravel()
             f[_F32_USE_M] = 1.0
         f[_F32_DT] = dt
-        i = self._prm_i32[s]
-        i[_I32_STEREO] = 1 if stereo else 0
-        # 'mapped_bands': the frame is copied after the launch; the pyramid kernel waits for the
-        # bands of each camera whose frame is copied
-        cams = self._bands.cams
-        seq = self._band_flags.next_seq() if cams else 0
-        i[I32_SEQ] = seq if cams & 1 else 0
-        i[I32_SEQ + 1] = seq if cams & 2 else 0
-        return seq
+        self._prm_i32[s, _I32_STEREO] = 1 if stereo else 0
+        tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
+        if steps is not None:
+            steps.append(_ns())             # slot, frame source (the host copy), parameters
+        self._ev_start[o].record(up)
+        if alone:
+            self._launch(self.graphs, ("frame", s, stereo), up, lambda checked: self._enqueue_frame(s, stereo, checked))
+        else:
+            self._launch(self.graphs_up, ("up", s, stereo), up, lambda checked: self.k.enqueue_upload(
+                s, stereo, self._prm_dev[s], up, checked, probe=self.probe))
+            if up is not self.stream:
+                self._ev_up[s].record(up)
+                self.stream.wait_event(self._ev_up[s])
+            self._launch(self.graphs, (s, stereo), self.stream, lambda checked: self.k.enqueue_compute(
+                s, stereo, self.stream, checked, self._out_offsets, probe=self.probe))
+        self._ev_done[o].record(self.stream)
+        if steps is not None:
+            steps.append(_ns())             # events and graph launch
+        if self._checked:                   # the graphs' kernels: a fault shows here
+            self.stream.synchronize()
+        host_stats["graph_launches"] = self.graph_launches
+        pending[o] = tk
+        return tk
 
     def _enqueue_frame(self, s, stereo, checked) -> None:
         """Upload and compute of the frame in slot ``s``, both on the compute stream."""
         self.k.enqueue_upload(s, stereo, self._prm_dev[s], self.stream, checked)
         self.k.enqueue_compute(s, stereo, self.stream, checked, self._out_offsets)
 
-    def _source(self, image, cam, s, st, up) -> int:
-        """Device-accessible address of one camera's frame for the pyramid kernel of slot ``s``
-        (see ``upload``), staged in page-locked slot ``st`` where it is copied."""
+    def _source(self, image, cam, s, up) -> int:
+        """Device-accessible address of one camera's frame for the pyramid kernel (see ``upload``)."""
         if not isinstance(image, np.ndarray):       # a CuPy array: read on the device, after the caller's work
             self._ev_input.record(self._cp.cuda.get_current_stream())
             up.wait_event(self._ev_input)
             return int(image.data.ptr)
-        staging = self._img[cam][st]
+        staging = self._img[cam][s]
         d = 0
         if self._pinned:                            # frames of pinned_frames() are read in place
             d = self._pinned.get(image.ctypes.data, 0) if image.flags.c_contiguous else 0
         upload = self.upload
-        if upload == "mapped" or upload == "mapped_bands":
+        if upload == "mapped":
             if d:
                 return d
-            if upload == "mapped_bands":            # copied after the launch (flush), band by band
-                self._bands.defer(self._img_bands[cam][st], image, self._band_flags.host[s, cam], cam)
-            else:
-                np.copyto(staging, image)           # the one host copy, into the page-locked slot
-            return self._img_dev[cam][st]
+            np.copyto(staging, image)               # the one host copy, into the page-locked slot
+            return self._img_dev[cam][s]
         level0 = (self.k.pyrs_r[s] if cam else self.k.pyrs[s]).levels[0].data.ptr
-        if upload == "copy_bands" and not d:
-            self._bands.copy_dma(self._img_bands[cam][st], image, staging.ctypes.data, level0, up.ptr)
-            return level0
         host = image.ctypes.data
-        if not d and (upload != "pageable" or not image.flags.c_contiguous):
+        if not d and (upload == "copy" or not image.flags.c_contiguous):
             np.copyto(staging, image)               # the one host copy, into the page-locked slot
             host = staging.ctypes.data
         self._cp.cuda.runtime.memcpyAsync(level0, host, self.W * self.H, self._cp.cuda.runtime.memcpyHostToDevice,
                                           up.ptr)
         return level0
 
-    def _launch(self, cache, key, stream, enqueue, seq: int = 0) -> None:
+    def _launch(self, cache, key, stream, enqueue) -> None:
         """The graph for ``key`` (captured from ``enqueue`` the first time), else the kernels."""
         g = None if self.probe else cache.get(key, lambda: enqueue(False))
         if g is not None:
             g.launch(stream)
             self.graph_launches += 1
         else:
-            # kernels launched one by one may be synchronised one by one (checked launches): a
-            # 'mapped_bands' frame is copied first, or the pyramid kernel would wait for it
-            self._bands.flush(seq)
             enqueue(True)
 
     # ------------------------------------------------------------------ results

@@ -26,8 +26,6 @@ extern "C" __global__ void pyramid_halve(const unsigned char* __restrict__ src, 
 // level equals the level-by-level build bit for bit. A level-k pixel inside the level's image
 // only depends on level-0 pixels inside the image, so tiles need no apron.
 // Block (0, 0, 0) also copies the frame parameters to the device for the kernels after it.
-// Upload 'mapped_bands' (FrameParams.seq[cam] != 0): the kernel is launched before the host copies
-// the frame; thread 0 of each block waits for the flag of its tile's row band, then the block reads.
 #include "frame.cuh"
 
 #define PF_TW 128
@@ -50,20 +48,6 @@ __device__ __forceinline__ void pf_halve(const unsigned char* __restrict__ src, 
     }
 }
 
-__device__ __forceinline__ unsigned int pf_load_acquire_sys(const unsigned int* p)
-{
-    unsigned int v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ unsigned long long pf_clock_ns()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     const FrameParams* __restrict__ hp, FrameParams* __restrict__ dp,
     const unsigned long long* __restrict__ levels, int max_levels, int w0, int h0, int n_fused)
@@ -83,23 +67,6 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     unsigned char* L0 = reinterpret_cast<unsigned char*>(levels[cam * max_levels]);
     const bool copy0 = src != L0;
     const int x0 = blockIdx.x * PF_TW, y0 = blockIdx.y * PF_TH;
-    const unsigned int seq = hp->seq[cam];
-    if (seq != 0u) {
-        // upload 'mapped_bands': the graph was launched before the host copied the frame; the host
-        // copies it band by band (band_rows, a multiple of PF_TH: a tile lies in one band) and then
-        // writes seq into the band's flag. Thread 0 waits for this tile's band (bounded: after 1 s
-        // the tile is read as it is, so that a host that stopped cannot hang the device).
-        // The flag is read with system-scope acquire: the band's bytes, written by the host before
-        // the flag, are then seen by the plain loads below (no stale line; each line is read once,
-        // so the loads need no cache bypass, which costs 3x on PCIe: 16-byte reads instead of lines).
-        if (tid == 0) {
-            const unsigned int* flag = reinterpret_cast<const unsigned int*>(hp->bands) + cam * BAND_FLAGS
-                                       + y0 / hp->band_rows;
-            const unsigned long long t_start = pf_clock_ns();
-            while (pf_load_acquire_sys(flag) != seq && pf_clock_ns() - t_start < 1000000000ull) __nanosleep(500);
-        }
-        __syncthreads();
-    }
     {
         const int r = tid >> 3, c = (tid & 7) * 16;
         const int y = y0 + r, x = x0 + c;
