@@ -85,6 +85,7 @@ import numpy as np
 
 from ..camera import CameraModel
 from ..types import TrackFrame
+from . import triangulation
 from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuBuffer, make_preintegration_params, normalise_imu_noise
 from .keyframes import KeyframeMixin, _Keyframe
@@ -194,6 +195,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self._reinit_anchor: np.ndarray | None = None    # last known pose before an IMU hole
         self._lost_since: int | None = None
         self._reset_bookkeeping()
+        triangulation.warm_up()
 
     # ------------------------------------------------------------------ inputs
     def add_imu(self, t_ns: int, gyro, acc) -> None:
