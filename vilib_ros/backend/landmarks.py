@@ -14,7 +14,8 @@ import numpy as np
 from .triangulation import triangulate_candidates
 
 log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
-_X0, _L0 = ord("x") << 56, ord("l") << 56      # gtsam.symbol("x", i) == _X0 | i (Symbol's key layout)
+# gtsam.symbol("x", i) == _X0 | i (Symbol's key layout: the character in the top byte): keys without a pybind call
+_X0, _V0, _B0, _L0 = (ord(c) << 56 for c in "xvbl")
 
 
 @dataclass
