@@ -88,6 +88,7 @@ from ..types import TrackFrame
 from . import triangulation
 from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuBuffer, make_preintegration_params, normalise_imu_noise
+from .imu import warm_up as imu_warm_up
 from .keyframes import KeyframeMixin, _Keyframe
 from .landmarks import LandmarkMixin
 from .smoother import SmootherMixin
@@ -196,6 +197,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self._lost_since: int | None = None
         self._reset_bookkeeping()
         triangulation.warm_up()
+        imu_warm_up()
 
     # ------------------------------------------------------------------ inputs
     def add_imu(self, t_ns: int, gyro, acc) -> None:
