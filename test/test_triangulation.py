@@ -42,24 +42,24 @@ def _scene(rng, C, stereo, noise=0.3, outliers=0.0, behind=0):
 
 
 def _pack(cands):
+    """The kernel's flat layout: every observation its own view (projection) row."""
+    obs = [o for _, ob in cands for o in ob]
+    start = np.concatenate([[0], np.cumsum([len(ob) for _, ob in cands])]).astype(np.int64)
+    P = np.array([o[0] for o in obs])
+    view = np.arange(len(obs), dtype=np.int64)
+    xy, xr = np.array([o[1] for o in obs]), np.array([o[2] for o in obs])
+    m_r, gate = np.array([o[3] for o in obs], bool), np.array([o[4] for o in obs])
+    return P, view, xy, xr, m_r, gate, start
+
+
+def _run(cands, stereo, min_parallax=1.5, max_depth=25.0):
+    P, view, xy, xr, m_r, gate, start = _pack(cands)
     C = len(cands)
-    N = max(len(o) for _, o in cands)
-    Pl, xy, xr = np.zeros((C, N, 3, 4)), np.zeros((C, N, 2)), np.zeros((C, N, 2))
-    m_r, gate, lens = np.zeros((C, N), bool), np.ones((C, N)), np.zeros(C, np.int64)
-    for c, (_, obs) in enumerate(cands):
-        lens[c] = len(obs)
-        for j, (P, a, b, h, g) in enumerate(obs):
-            Pl[c, j], xy[c, j], xr[c, j], m_r[c, j], gate[c, j] = P, a, b, h, g
-    return Pl, xy, xr, m_r, gate, lens
-
-
-def _run(cands, stereo, min_parallax=1.5):
-    Pl, xy, xr, m_r, gate, lens = _pack(cands)
-    C, N = m_r.shape
     X = np.full((C, 3), np.nan)
-    keep, drops = np.ones((C, N), bool), np.zeros(C, np.int64)
-    ok = triangulate_candidates(Pl, xy, xr, m_r, gate, lens, stereo, T_C1C0, 0.3, 25.0, min_parallax, X, keep, drops)
-    return ok, X, keep, drops
+    keep, drops = np.ones(len(view), bool), np.zeros(C, np.int64)
+    ok = triangulate_candidates(P, view, xy, xr, m_r, gate, start, stereo, T_C1C0, 0.3, max_depth, min_parallax, X,
+                                keep, drops)
+    return ok, X, [keep[start[c]:start[c + 1]] for c in range(C)], drops
 
 
 class TestTriangulateCandidates:
@@ -76,7 +76,7 @@ class TestTriangulateCandidates:
             assert drops[c] == ref_drops, c
             if ref is not None:
                 np.testing.assert_allclose(X[c], ref, rtol=1e-9, atol=1e-9)
-                np.testing.assert_array_equal(keep[c, :len(obs)], ref_keep)
+                np.testing.assert_array_equal(keep[c], ref_keep)
 
     def test_recovers_true_points_and_drops_outliers(self):
         rng = np.random.default_rng(3)
@@ -106,9 +106,6 @@ class TestTriangulateCandidates:
         assert not ok.any() and not drops.any()
         ok, _, _, _ = _run(cands, True)
         assert ok.all()
-        Pl, xy, xr, m_r, gate, lens = _pack(cands)
-        X = np.zeros((10, 3))
-        ok = triangulate_candidates(Pl, xy, xr, m_r, gate, lens, True, T_C1C0, 0.3, 1.0, 1.5, X,
-                                    np.ones(m_r.shape, bool), np.zeros(10, np.int64))
+        ok, _, _, _ = _run(cands, True, max_depth=1.0)
         truth = np.array([x for x, _ in cands])
         assert not ok[truth[:, 2] > 1.5].any()     # every point beyond max_depth (1 m) is refused

@@ -269,38 +269,33 @@ class LandmarkMixin:
             return []
         stereo = self.mode == "stereo"
         C = len(cands)
-        lens = np.fromiter(map(len, cands), np.int64, C)
-        N = int(lens.max())
         flat = [o for c in cands for o in c]
-        ci = np.repeat(np.arange(C), lens)
-        sj = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+        start = np.zeros(C + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, cands), np.int64, C), out=start[1:])
         kfi = np.fromiter((o[0] for o in flat), np.int64, len(flat))
-        uk, inv = np.unique(kfi, return_inverse=True)
-        Pl = np.zeros((C, N, 3, 4))
-        Pl[ci, sj] = np.array([self._proj(ki, k, T_pred) for ki in uk.tolist()])[inv]
-        xy = np.zeros((C, N, 2))
-        xy[ci, sj] = [o[1] for o in flat]
-        m_r = np.zeros((C, N), bool)
-        xr = np.zeros((C, N, 2))
+        uk, view = np.unique(kfi, return_inverse=True)
+        P_tab = np.array([self._proj(ki, k, T_pred) for ki in uk.tolist()])
+        xy = np.array([o[1] for o in flat], np.float64)
         if stereo:
-            r = [n for n, o in enumerate(flat) if o[2] is not None]
-            if r:
-                xr[ci[r], sj[r]] = [flat[n][2] for n in r]
-                m_r[ci[r], sj[r]] = True
-        gate = np.ones((C, N))
-        gate[ci, sj] = np.where(kfi == k, 4.0, 1.0) * self._sigma_n ** 2
-        gate *= np.where(m_r, cfg.chi2_stereo, cfg.chi2_mono)
-        keep = np.ones((C, N), bool)
+            nan2 = (math.nan, math.nan)
+            xr = np.array([o[2] if o[2] is not None else nan2 for o in flat], np.float64)
+            m_r = ~np.isnan(xr[:, 0])
+        else:
+            xr, m_r = np.zeros_like(xy), np.zeros(len(flat), bool)
+        gate = np.where(m_r, cfg.chi2_stereo, cfg.chi2_mono) * np.where(kfi == k, 4.0, 1.0) * self._sigma_n ** 2
+        keep = np.ones(len(flat), bool)
         X = np.zeros((C, 3))
         drops = np.zeros(C, np.int64)
-        ok = triangulate_candidates(Pl, xy, xr, m_r, gate, lens, stereo, getattr(self, "_T_c1c0", np.eye(4)),
-                                    cfg.min_depth, cfg.max_depth, cfg.mono_min_parallax_deg, X, keep, drops)
+        ok = triangulate_candidates(P_tab, view.astype(np.int64), xy, xr, m_r, gate, start, stereo,
+                                    getattr(self, "_T_c1c0", np.eye(4)), cfg.min_depth, cfg.max_depth,
+                                    cfg.mono_min_parallax_deg, X, keep, drops)
+        keep_l = keep.tolist()
         res = []
         for c, (good, d) in enumerate(zip(ok.tolist(), drops.tolist())):
             if not good:
                 res.append((None, None, d))
             elif d:
-                res.append((X[c], [o for o, kk in zip(cands[c], keep[c].tolist()) if kk], d))
+                res.append((X[c], [o for o, kk in zip(cands[c], keep_l[start[c]:start[c + 1]]) if kk], d))
             else:
                 res.append((X[c], cands[c], 0))
         return res
