@@ -838,3 +838,20 @@ class TestEffectiveNoiseScale:
                 d = rng.standard_normal((n, 6)) * rng.uniform(1e-3, 1.0)
                 assert effective_noise_scale(t, d, noise) == reference(t, d)
         assert effective_noise_scale(t[:19], d[:19], noise) == (1.0, 1.0)     # too few samples
+
+
+class TestNanMedian:
+    def test_matches_numpy(self):
+        """landmarks.nan_median (the gating's and the parallax's median) is np.nanmedian."""
+        from vilib_ros.backend.landmarks import nan_median
+
+        rng = np.random.default_rng(1)
+        for n in (1, 2, 3, 10, 59, 60, 161):
+            for frac in (0.0, 0.1, 0.5):
+                v = rng.standard_normal(n) * 10
+                v[rng.random(n) < frac] = np.nan
+                if np.isnan(v).all():
+                    assert np.isnan(nan_median(v))
+                else:
+                    assert nan_median(v) == np.nanmedian(v)
+        assert np.isnan(nan_median(np.full(4, np.nan)))

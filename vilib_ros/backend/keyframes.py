@@ -12,7 +12,7 @@ import numpy as np
 
 from .config import VioState
 from .initialisation import is_static
-from .landmarks import _B0, _V0, _X0
+from .landmarks import _B0, _V0, _X0, nan_median
 
 log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
 
@@ -114,7 +114,7 @@ class KeyframeMixin:
         R_cc = self._T_BS0[:3, :3].T @ R_bb @ self._T_BS0[:3, :3]
         f = np.column_stack([b, np.ones(len(b))]) @ R_cc.T
         bp = f[:, :2] / f[:, 2:3]
-        return len(ia), float(np.median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx)
+        return len(ia), nan_median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx
 
     def _is_still(self, fr, T_pred) -> bool:
         """No motion since the last keyframe: the tracks show no parallax and the IMU window

@@ -18,6 +18,14 @@ log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the es
 _X0, _V0, _B0, _L0 = (ord(c) << 56 for c in "xvbl")
 
 
+def nan_median(v: np.ndarray) -> float:
+    """``np.nanmedian`` of a short 1-D array (the same value; NaN where all are NaN) by one sort:
+    it runs on every frame and keyframe, where np.nanmedian's overhead was ~13 us, this ~2 us."""
+    v = np.sort(v[~np.isnan(v)])
+    n = len(v)
+    return float((v[(n - 1) // 2] + v[n // 2]) / 2) if n else math.nan
+
+
 @dataclass
 class _Landmark:
     key: int
@@ -107,7 +115,7 @@ class LandmarkMixin:
                     e2 = e2 + er
                     xr_rect = xrr[:, 0].tolist()
             chi = np.where(has_r, cfg.chi2_stereo, cfg.chi2_mono)
-            med = np.nanmedian(e2 / np.where(has_r, 2.37, 1.39)) if len(e2) else 1.0
+            med = nan_median(e2 / np.where(has_r, 2.37, 1.39)) if len(e2) else 1.0
             scale = max(1.0, float(med)) if np.isfinite(med) else 1.0
             good = (np.isfinite(e2) & (z > cfg.min_depth) & (e2 <= chi * scale)).tolist()
             has_l = has_r.tolist()
