@@ -54,6 +54,8 @@ CHANGES = [
      {}, {}, "6718741"),
     ("+ keyframe keys without pybind calls, the divergence test on plain floats (code of 3cd3314)", {}, {}, "3cd3314"),
     ("+ the measured IMU noise's statistics compiled, the elimination groups kept between marginalisations "
+     "(code of 38cb166)", {}, {}, "38cb166"),
+    ("+ triangulation: observations passed flat, the null vector from the 4x4 normal matrix; medians by one sort "
      "(today's code and defaults)", {}, {}),
 ]
 
@@ -61,6 +63,7 @@ CHANGES = [
 TRIED = [
     ("gtsam's IncrementalFixedLagSmoother (today's other defaults)", {"rooted_smoother": False}, {}),
     ("landmarks relinearised at 0.1 m (states at 0.01)", {"relinearize_threshold_landmarks": 0.1}, {}),
+    ("landmarks relinearised at 0.05 m (states at 0.01)", {"relinearize_threshold_landmarks": 0.05}, {}),
     ("batch marginalisation every 1.5 s in stereo too", {"marginalise_every_s": 1.5}, {}),
     ("mono: batch marginalisation every 1 s", {"mono_marginalise_every_s": 1.0}, {}),
     ("stereo: 50 observations per keyframe", {"max_landmarks_per_kf": 50}, {}),
