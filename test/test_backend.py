@@ -813,3 +813,45 @@ class TestRealisticSequence:
         st, data = synthetic60["imu"]
         g, a = effective_noise_scale(st[:400], data[:400], synthetic60["seq"].imu_noise_dict())
         assert 1.0 <= g < 1.25 and 1.0 <= a < 1.25
+
+
+class TestEffectiveNoiseScale:
+    def test_matches_numpy_medians(self):
+        """The compiled statistics (imu._diff_mad) give exactly NumPy's medians of the first
+        differences and their absolute deviations, for odd and even sample counts."""
+        from vilib_ros.backend.imu import effective_noise_scale, normalise_imu_noise
+
+        noise = normalise_imu_noise(None)
+
+        def reference(t_ns, data):
+            dt = float(np.median(np.diff(t_ns))) * 1e-9
+            df = np.diff(data, axis=0)
+            sd = 1.4826 * np.median(np.abs(df - np.median(df, axis=0)), axis=0) / np.sqrt(2) * np.sqrt(dt)
+            g = float(np.sqrt(np.mean(sd[:3] ** 2))) / noise["gyroscope_noise_density"]
+            a = float(np.sqrt(np.mean(sd[3:] ** 2))) / noise["accelerometer_noise_density"]
+            return max(1.0, g), max(1.0, a)
+
+        rng = np.random.default_rng(0)
+        for n in (20, 21, 57, 200, 201):
+            for _ in range(20):
+                t = np.cumsum(rng.integers(4_900_000, 5_100_000, n))
+                d = rng.standard_normal((n, 6)) * rng.uniform(1e-3, 1.0)
+                assert effective_noise_scale(t, d, noise) == reference(t, d)
+        assert effective_noise_scale(t[:19], d[:19], noise) == (1.0, 1.0)     # too few samples
+
+
+class TestNanMedian:
+    def test_matches_numpy(self):
+        """landmarks.nan_median (the gating's and the parallax's median) is np.nanmedian."""
+        from vilib_ros.backend.landmarks import nan_median
+
+        rng = np.random.default_rng(1)
+        for n in (1, 2, 3, 10, 59, 60, 161):
+            for frac in (0.0, 0.1, 0.5):
+                v = rng.standard_normal(n) * 10
+                v[rng.random(n) < frac] = np.nan
+                if np.isnan(v).all():
+                    assert np.isnan(nan_median(v))
+                else:
+                    assert nan_median(v) == np.nanmedian(v)
+        assert np.isnan(nan_median(np.full(4, np.nan)))

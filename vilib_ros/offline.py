@@ -50,6 +50,11 @@ def owned(fr):
 # ---------------------------------------------------------------------------------------------
 # the backend process
 # ---------------------------------------------------------------------------------------------
+#: the parts of a keyframe's time the backend reports (``VioEstimator.kf_timings``): the iSAM2 update,
+#: the gtsam calls (update + estimate and reads), the visual factors (gating, triangulation, factor
+#: construction: Python), the bookkeeping after the update (Python)
+KF_PARTS = ("update_s", "smoother_s", "visual_s", "bookkeeping_s")
+
 class BackendFrame:
     """What the backend reads of a :class:`~vilib_ros.types.TrackFrame` (stamp, ids, xy, xy_right):
     the frame as it crosses the queue to the backend process (4 arrays pickled instead of 9 and
@@ -84,23 +89,31 @@ def _backend_worker(inbox, outbox, cam0, cam1, imu_noise, config_kwargs) -> None
 
         est = VioEstimator(BackendConfig(**config_kwargs), cam0, cam1, imu_noise)
         outbox.put({"ready": True})
-        frame_s, busy = [], 0.0
+        cpu0 = time.process_time()          # the child's CPU time from here: the work, not the imports
+        frame_s, frame_kf, busy, wait = [], [], 0.0, 0.0
         while True:
+            w = time.perf_counter()
             msg = inbox.get()
             a = time.perf_counter()
+            wait += a - w
             if msg[0] == "imu":
                 est.add_imu_batch(msg[1], msg[2])
             elif msg[0] == "frame":      # ("frame", BackendFrame, IMU stamps up to it, IMU samples)
                 if len(msg[2]):
                     est.add_imu_batch(msg[2], msg[3])
-                est.add_frame(msg[1])
+                s = est.add_frame(msg[1])
                 frame_s.append(time.perf_counter() - a)
+                frame_kf.append(bool(s is not None and s.is_keyframe))
             else:
                 break
             busy += time.perf_counter() - a
+        kt = [k for k in est.kf_timings if "update_s" in k]
         outbox.put({"causal": est.trajectory(smoothed=False), "smoothed": est.trajectory(smoothed=True),
-                    "stats": dict(est.stats), "mode": est.mode, "frame_s": frame_s, "busy_s": busy,
-                    "kf_ms": [1e3 * k["total_s"] for k in est.kf_timings]})
+                    "stats": dict(est.stats), "mode": est.mode, "frame_s": frame_s, "frame_kf": frame_kf,
+                    "busy_s": busy, "wait_s": wait, "cpu_s": time.process_time() - cpu0,
+                    "kf_ms": [1e3 * k["total_s"] for k in est.kf_timings],
+                    "kf_parts_ms": {p: [1e3 * k[p] for k in kt] for p in KF_PARTS},
+                    "factors": [k["factors"] for k in kt]})
     except Exception:  # noqa: BLE001 - reported to the parent, which fails the run with it
         outbox.put({"error": traceback.format_exc()})
 
@@ -204,9 +217,7 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
                     ahead.append(pool.submit(load, k + len(ahead)))
                 left, right = ahead.popleft().result()
             t = int(stamps[k])
-            j0 = j
-            while j < len(ist) and ist[j] <= t:
-                j += 1
+            j0, j = j, max(j, int(np.searchsorted(ist, t, side="right")))
             gyro = np.column_stack([ist[max(0, j0 - 1):j], idata[max(0, j0 - 1):j, :3]]) if has_imu else None
             a = time.perf_counter()
             fr = owned(ft.process(left, t, gyro=gyro, image_right=right))
@@ -235,6 +246,31 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     return {"tracks": tracks, "frontend_s": fe_s, "backend": res, "wall_s": wall, "frontend_wall_s": t_fe,
             "frames": n, "stereo": stereo, "has_imu": has_imu, "device": getattr(ft, "device", device),
             "imu_sent": int(np.searchsorted(ist, int(stamps[n - 1]) + int(1e9), side="right")) if n and has_imu else 0}
+
+
+def replay_backend(ds, tracks, stereo: bool, backend_config: dict | None = None) -> dict:
+    """The backend alone on the tracks of an earlier :func:`process` run of ``ds``: the same child
+    process fed the same messages (each frame with the IMU samples since the previous one), with
+    nothing else running in this process. Against the backend's figures of the run itself, this
+    separates what the tracks cost from what sharing the machine with the frontend costs
+    (``vilib-ros bench-vio``). Returns the backend's result dict with ``wall_s``."""
+    ist, idata = np.asarray(ds.imu_stamps, np.int64), np.asarray(ds.imu_data, float)
+    cfg = dict(backend_config or {})
+    cfg.setdefault("mode", "stereo" if stereo else "mono")
+    be = _Backend(ds.cameras[0], ds.cameras[1] if stereo else None, ds.imu_noise, cfg)
+    t0 = time.perf_counter()
+    try:
+        j = 0
+        for fr in tracks:
+            j1 = max(j, int(np.searchsorted(ist, int(fr.stamp_ns), side="right")))
+            be.put(("frame", BackendFrame.of(fr), ist[j:j1], idata[j:j1]))
+            j = j1
+        res = be.finish()
+    except BaseException:
+        be.kill()
+        raise
+    res["wall_s"] = time.perf_counter() - t0
+    return res
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,8 +85,10 @@ import numpy as np
 
 from ..camera import CameraModel
 from ..types import TrackFrame
+from . import triangulation
 from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuBuffer, make_preintegration_params, normalise_imu_noise
+from .imu import warm_up as imu_warm_up
 from .keyframes import KeyframeMixin, _Keyframe
 from .landmarks import LandmarkMixin
 from .smoother import SmootherMixin
@@ -194,6 +196,8 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self._reinit_anchor: np.ndarray | None = None    # last known pose before an IMU hole
         self._lost_since: int | None = None
         self._reset_bookkeeping()
+        triangulation.warm_up()
+        imu_warm_up()
 
     # ------------------------------------------------------------------ inputs
     def add_imu(self, t_ns: int, gyro, acc) -> None:

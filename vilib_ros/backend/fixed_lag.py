@@ -40,6 +40,8 @@ class RootedFixedLagSmoother:
         self._lag = float(lag)
         self._stamps: dict[int, float] = {}
         self._newest: tuple = ()
+        self._groups = None                 # the elimination groups, kept between marginalisations
+        self._grouped: set = set()          # the keys in them
         self._landmark_chr = ord("l")
         self.last_result = None             # ISAM2Result of the last update (what it re-eliminated)
 
@@ -62,19 +64,40 @@ class RootedFixedLagSmoother:
         now = max(st.values()) if st else 0.0
         limit = now - self._lag
         leaving = [k for k, t in st.items() if t < limit]
-        newest = tuple(newest) or self._newest
+        newest, previous = tuple(newest) or self._newest, self._newest
         self._newest = newest
         # elimination order: leaving keys, landmarks, the window's states, the newest state
         # (insert2 keeps a key's first group: the exceptions go in first)
-        groups = g.KeyGroupMap()
-        base = 1 if leaving else 0
-        for k in leaving:
-            groups.insert2(k, 0)
-        for k in newest:
-            groups.insert2(k, base + 2)
         lm = self._landmark_chr
-        for k in st:
-            groups.insert2(k, base if (k >> 56) == lm else base + 1)
+        if leaving or self._groups is None:
+            groups = g.KeyGroupMap()
+            base = 1 if leaving else 0
+            for k in leaving:
+                groups.insert2(k, 0)
+            for k in newest:
+                groups.insert2(k, base + 2)
+            for k in st:
+                groups.insert2(k, base if (k >> 56) == lm else base + 1)
+            # kept for the updates until the next marginalisation, which changes the groups' numbers
+            self._groups, self._grouped = (None, set()) if leaving else (groups, set(st))
+        else:
+            # between marginalisations the window only grows: the new keys join their group and
+            # the previous newest state the window's states (the same map as built afresh, without
+            # ~300 pybind calls per update)
+            groups, grouped = self._groups, self._grouped
+            for k in previous:
+                if k not in newest and k in grouped:
+                    groups.erase(k)
+                    groups.insert2(k, 1)
+            for k in newest:
+                if k in grouped:
+                    groups.erase(k)
+                groups.insert2(k, 2)
+                grouped.add(k)
+            for k in stamps:
+                if k not in grouped:
+                    groups.insert2(k, 0 if (k >> 56) == lm else 1)
+                    grouped.add(k)
         extra = None
         if leaving:
             extra = g.KeyList()

@@ -1,7 +1,7 @@
 """IMU buffer, noise parameters and integration helpers."""
 from __future__ import annotations
 
-
+import numba
 import numpy as np
 
 from .simulation import EUROC_IMU_NOISE
@@ -49,6 +49,27 @@ def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float 
     return p
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _diff_mad(t_ns, data):
+    """(median spacing of ``t_ns``, per column of ``data`` (n, 6) the median absolute deviation of its
+    first differences): :func:`effective_noise_scale`'s statistics, compiled (they run on every
+    keyframe; NumPy's per-call overhead made them 0.14 ms there). The same values as NumPy's medians."""
+    n = t_ns.shape[0]
+    col = np.empty(n - 1)
+    for i in range(n - 1):
+        col[i] = float(t_ns[i + 1] - t_ns[i])
+    dt = np.median(col)
+    mad = np.empty(data.shape[1])
+    for c in range(data.shape[1]):
+        for i in range(n - 1):
+            col[i] = data[i + 1, c] - data[i, c]
+        m = np.median(col)
+        for i in range(n - 1):
+            col[i] = abs(col[i] - m)
+        mad[c] = np.median(col)
+    return dt, mad
+
+
 def effective_noise_scale(t_ns: np.ndarray, data: np.ndarray, noise: dict) -> tuple[float, float]:
     """(gyro, accelerometer) white-noise density measured from samples, over the datasheet's.
 
@@ -58,9 +79,8 @@ def effective_noise_scale(t_ns: np.ndarray, data: np.ndarray, noise: dict) -> tu
     n = normalise_imu_noise(noise)
     if len(t_ns) < 20:
         return 1.0, 1.0
-    dt = float(np.median(np.diff(t_ns))) * 1e-9
-    df = np.diff(np.asarray(data, float), axis=0)
-    sd = 1.4826 * np.median(np.abs(df - np.median(df, axis=0)), axis=0) / np.sqrt(2) * np.sqrt(dt)
+    dt, mad = _diff_mad(np.asarray(t_ns, np.int64), np.asarray(data, np.float64))
+    sd = 1.4826 * mad / np.sqrt(2) * np.sqrt(float(dt) * 1e-9)
     g = float(np.sqrt(np.mean(sd[:3] ** 2))) / n["gyroscope_noise_density"]
     a = float(np.sqrt(np.mean(sd[3:] ** 2))) / n["accelerometer_noise_density"]
     return max(1.0, g), max(1.0, a)
@@ -205,3 +225,9 @@ class ImuBuffer:
         for k in range(len(dt)):
             pim.integrateMeasurement(a[k], w[k], float(dt[k]))
         return len(dt)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) :func:`_diff_mad` now (the estimator calls it at
+    construction: a cold cache costs ~1 s, not to be paid by the first keyframe)."""
+    _diff_mad(np.arange(3, dtype=np.int64), np.zeros((3, 6)))

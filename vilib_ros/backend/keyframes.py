@@ -4,6 +4,7 @@ detection, the smoother update with its failure handling, tracking-loss accounti
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from .config import VioState
 from .initialisation import is_static
+from .landmarks import _B0, _V0, _X0, nan_median
 
 log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
 
@@ -112,7 +114,7 @@ class KeyframeMixin:
         R_cc = self._T_BS0[:3, :3].T @ R_bb @ self._T_BS0[:3, :3]
         f = np.column_stack([b, np.ones(len(b))]) @ R_cc.T
         bp = f[:, :2] / f[:, 2:3]
-        return len(ia), float(np.median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx)
+        return len(ia), nan_median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx
 
     def _is_still(self, fr, T_pred) -> bool:
         """No motion since the last keyframe: the tracks show no parallax and the IMU window
@@ -132,8 +134,8 @@ class KeyframeMixin:
         t_start = time.perf_counter()
         prev = self._last_kf
         k = self._kf_idx + 1
-        X, V, B = gtsam.symbol("x", k), gtsam.symbol("v", k), gtsam.symbol("b", k)
-        Xp, Vp, Bp = gtsam.symbol("x", prev.idx), gtsam.symbol("v", prev.idx), gtsam.symbol("b", prev.idx)
+        X, V, B = _X0 | k, _V0 | k, _B0 | k
+        Xp, Vp, Bp = _X0 | prev.idx, _V0 | prev.idx, _B0 | prev.idx
         ts = self._ts(fr.stamp_ns)
         graph = gtsam.NonlinearFactorGraph()
         vals = gtsam.Values()
@@ -194,7 +196,7 @@ class KeyframeMixin:
         for i in old:
             del self._kfs[i]
         for i, f in self._kfs.items():
-            xi = gtsam.symbol("x", i)
+            xi = _X0 | i
             if i != k and est.exists(xi):
                 f.T = est.atPose3(xi).matrix()
             self._kf_final[i] = f.T
@@ -253,13 +255,18 @@ class KeyframeMixin:
         return state
 
     def _diverged(self, T, v, b) -> str:
+        """Why the new estimate is unusable ('' if it is not); on plain floats (once per keyframe,
+        NumPy's per-call overhead was 50 us here)."""
         cfg = self.config
-        if not (np.all(np.isfinite(T)) and np.all(np.isfinite(v)) and np.all(np.isfinite(b))):
+        vl, bl = v.tolist(), b.tolist()
+        if not (math.isfinite(float(T.sum())) and math.isfinite(sum(vl)) and math.isfinite(sum(bl))):
             return "non-finite state"
-        if np.linalg.norm(v) > cfg.max_speed:
-            return f"speed {np.linalg.norm(v):.1f} m/s > {cfg.max_speed}"
-        if np.abs(b[3:]).max() > cfg.max_gyro_bias:
-            return f"gyro bias {np.abs(b[3:]).max():.3f} rad/s > {cfg.max_gyro_bias}"
-        if np.abs(b[:3]).max() > cfg.max_acc_bias:
-            return f"accelerometer bias {np.abs(b[:3]).max():.3f} m/s^2 > {cfg.max_acc_bias}"
+        speed = math.sqrt(vl[0] * vl[0] + vl[1] * vl[1] + vl[2] * vl[2])
+        if speed > cfg.max_speed:
+            return f"speed {speed:.1f} m/s > {cfg.max_speed}"
+        bg, ba = max(map(abs, bl[3:])), max(map(abs, bl[:3]))
+        if bg > cfg.max_gyro_bias:
+            return f"gyro bias {bg:.3f} rad/s > {cfg.max_gyro_bias}"
+        if ba > cfg.max_acc_bias:
+            return f"accelerometer bias {ba:.3f} m/s^2 > {cfg.max_acc_bias}"
         return ""

@@ -167,7 +167,7 @@ def profile_top(seq, frames, imu, n=12) -> list[dict]:
 #: cProfile groups of the Python part of a keyframe: (label, functions whose cumulative time counts)
 _PY_GROUPS = [
     ("factor construction (gtsam constructors through pybind)", ("add_obs",)),
-    ("triangulation of new landmarks", ("_triangulate_batch", "_init_landmark")),
+    ("triangulation of new landmarks", ("_triangulate_batch",)),
     ("landmark bookkeeping (pending observations, selection, grid)", ("_record_pending", "_spread")),
     ("keyframe decision (parallax, rest test)", ("_parallax_uncached", "_is_still")),
 ]

@@ -1,8 +1,9 @@
 """``vilib-ros bench-backend --changes``: what each backend change does to time and accuracy.
 
-Every row is one configuration of the same backend code (:data:`CHANGES`: the adopted changes,
-cumulative, from the 2026-11-24 07:05 defaults to today's; :data:`TRIED`: single changes to
-today's defaults that were measured and not adopted). All rows of one column run in lockstep,
+Every row is one configuration of the backend (:data:`CHANGES`: the adopted changes, cumulative,
+from the 2026-11-24 07:05 defaults to today's, on today's code, and the code changes since, each on
+the code of its commit; :data:`TRIED`: single changes to today's defaults that were measured and not
+adopted). All rows of one column run in lockstep,
 frame by frame on the same tracks and IMU (the estimators take turns per frame), so that they
 share the machine's load; a keyframe's time is comparable within a column only.
 
@@ -24,8 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-#: Adopted changes, cumulative: (what, BackendConfig overrides, ISAM2Params overrides). The first
-#: row restores the defaults measured in backend_cpu.md of 2026-11-24 07:05; the last is today's.
+#: Adopted changes, cumulative: (what, BackendConfig overrides, ISAM2Params overrides[, commit]). The
+#: first row restores the defaults measured in backend_cpu.md of 2026-11-24 07:05; the last is today's.
+#: A row with a commit runs the code of that commit (git archive, in a subprocess fed in the same
+#: turns: :class:`RemoteEstimator`): the code changes, each with today's defaults; the rows without
+#: one run today's code.
 #: what the rows before 2026-11-24 18:00 need of today's defaults: gtsam's smoother, marginalisation on every
 #: keyframe, one relinearisation threshold
 _ISAM_BEFORE = {"rooted_smoother": False, "marginalise_every_s": 0.0, "mono_marginalise_every_s": 0.0,
@@ -44,13 +48,22 @@ CHANGES = [
      dict(_ISAM_BEFORE), {}),
     ("+ fixed-lag smoother with landmarks eliminated first and the newest state last (its covariance from the root "
      "clique; rooted_smoother)", dict(_EVERY_KF), {}),
-    ("+ batch marginalisation every 1 s, mono every 1.5 s (today's defaults)", {}, {}),
+    ("+ batch marginalisation every 1 s, mono every 1.5 s (the defaults of 2026-11-24 19:00; on the code of 5c1e4cb, "
+     "before the code changes below)", {}, {}, "5c1e4cb"),
+    ("+ a keyframe's new landmarks triangulated in one compiled call, the outlier loop inside it (code of 6718741)",
+     {}, {}, "6718741"),
+    ("+ keyframe keys without pybind calls, the divergence test on plain floats (code of 3cd3314)", {}, {}, "3cd3314"),
+    ("+ the measured IMU noise's statistics compiled, the elimination groups kept between marginalisations "
+     "(code of 38cb166)", {}, {}, "38cb166"),
+    ("+ triangulation: observations passed flat, the null vector from the 4x4 normal matrix; medians by one sort "
+     "(today's code and defaults)", {}, {}),
 ]
 
 #: Measured against today's defaults (this run's rows; what they showed: the md).
 TRIED = [
     ("gtsam's IncrementalFixedLagSmoother (today's other defaults)", {"rooted_smoother": False}, {}),
     ("landmarks relinearised at 0.1 m (states at 0.01)", {"relinearize_threshold_landmarks": 0.1}, {}),
+    ("landmarks relinearised at 0.05 m (states at 0.01)", {"relinearize_threshold_landmarks": 0.05}, {}),
     ("batch marginalisation every 1.5 s in stereo too", {"marginalise_every_s": 1.5}, {}),
     ("mono: batch marginalisation every 1 s", {"mono_marginalise_every_s": 1.0}, {}),
     ("stereo: 50 observations per keyframe", {"max_landmarks_per_kf": 50}, {}),
@@ -188,26 +201,141 @@ def estimator_class(isam: dict):
     return _Tuned
 
 
-def run_lockstep(rows, frames, imu_t, imu_d, cam0, cam1, imu_noise, mode: str) -> list:
-    """One estimator per row, fed frame by frame in turns (same load for all) -> estimators."""
+#: an estimator of another commit's code, driven frame by frame over stdin / stdout (pickle)
+_DRIVER = r"""
+import logging, pickle, sys, time
+logging.disable(logging.WARNING)
+from vilib_ros.backend import BackendConfig, VioEstimator
+class Frame:
+    __slots__ = ("stamp_ns", "ids", "xy", "xy_right")
+    def __init__(self, *a):
+        self.stamp_ns, self.ids, self.xy, self.xy_right = a
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+cfg, cam0, cam1, noise = pickle.load(inp)
+est = VioEstimator(BackendConfig(**cfg), cam0, cam1, noise)
+cov = []
+out.write(b"r"); out.flush()
+while True:
+    msg = pickle.load(inp)
+    if msg is None:
+        break
+    t, ids, xy, xr, it, idd = msg
+    if len(it):
+        est.add_imu_batch(it, idd)
+    s = est.add_frame(Frame(t, ids, xy, xr))
+    if s is not None and s.is_keyframe:
+        a = time.perf_counter(); est.state_covariance(); cov.append(time.perf_counter() - a)
+    out.write(b"k"); out.flush()
+pickle.dump({"kf_timings": est.kf_timings, "stats": dict(est.stats), "mode": est.mode, "covariance_s": cov,
+             "trajectory": {s: est.trajectory(smoothed=s) for s in (False, True)}}, out)
+out.flush()
+"""
+
+
+def code_of(rev: str, root: Path) -> Path:
+    """The ``vilib_ros`` package of commit ``rev`` of this checkout, unpacked under ``root``
+    (``git archive``); reused when already there."""
+    import io
+    import subprocess
+    import tarfile
+
+    dest = root / rev
+    if (dest / "vilib_ros" / "backend").is_dir():
+        return dest
+    repo = Path(__file__).resolve().parents[2]
+    p = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev, "vilib_ros"], capture_output=True,
+                       timeout=120)
+    if p.returncode:
+        raise RuntimeError(f"git archive {rev}: {p.stderr.decode(errors='replace').strip()}")
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tf:
+        tf.extractall(dest, filter="data")
+    return dest
+
+
+class RemoteEstimator:
+    """A ``VioEstimator`` of another commit's code (:func:`code_of`) in a subprocess, fed in
+    lockstep like the in-process rows (each frame answered before the next row's turn); after
+    :meth:`finish` it has what :func:`vilib_ros.bench.accuracy.backend_row` reads of an estimator."""
+
+    def __init__(self, code: Path, config: dict, cam0, cam1, imu_noise):
+        import os
+        import pickle
+        import subprocess
+
+        env = dict(os.environ, PYTHONPATH=str(code))
+        self._p = subprocess.Popen([sys.executable, "-c", _DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   env=env, cwd=str(code))
+        self._pickle = pickle
+        pickle.dump((config, cam0, cam1, imu_noise), self._p.stdin)
+        self._p.stdin.flush()
+        if self._p.stdout.read(1) != b"r":
+            raise RuntimeError(f"the estimator of {code.name} did not start (exit code {self._p.wait()})")
+
+    def step(self, f, imu_t, imu_d) -> None:
+        self._pickle.dump((int(f.stamp_ns), f.ids, f.xy, f.xy_right, imu_t, imu_d), self._p.stdin)
+        self._p.stdin.flush()
+        if self._p.stdout.read(1) != b"k":
+            raise RuntimeError(f"the remote estimator died (exit code {self._p.wait()})")
+
+    def finish(self) -> None:
+        self._pickle.dump(None, self._p.stdin)
+        self._p.stdin.flush()
+        res = self._pickle.load(self._p.stdout)
+        self._p.wait(timeout=60)
+        self.kf_timings, self.stats, self.mode = res["kf_timings"], res["stats"], res["mode"]
+        self.covariance_s, self._traj = res["covariance_s"], res["trajectory"]
+
+    def write_tum(self, path, smoothed: bool = True):
+        from vilib_ros.datasets.common import write_tum
+
+        return write_tum(path, *self._traj[smoothed], header=False)
+
+    def kill(self) -> None:
+        if self._p.poll() is None:
+            self._p.kill()
+            self._p.wait()
+
+
+def run_lockstep(rows, frames, imu_t, imu_d, cam0, cam1, imu_noise, mode: str, code_root: Path | None = None) -> list:
+    """One estimator per row, fed frame by frame in turns (same load for all) -> estimators. A row
+    with a fourth element (a commit) runs that commit's code (:class:`RemoteEstimator`, needs
+    ``code_root``), in the same turns."""
     from vilib_ros.backend import BackendConfig
 
-    ests = [estimator_class(isam)(BackendConfig(mode=mode, **ov), cam0, cam1 if mode == "stereo" else None,
-                                  imu_noise) for _, ov, isam in rows]
-    for e in ests:
-        e.covariance_s = []             # per keyframe: state_covariance() (the odometry's), timed apart
-    j = 0
-    for f in frames:
-        j1 = int(np.searchsorted(imu_t, f.stamp_ns, side="right"))
+    c1 = cam1 if mode == "stereo" else None
+    ests = []
+    try:
+        for row in rows:
+            _, ov, isam = row[:3]
+            if len(row) > 3:
+                ests.append(RemoteEstimator(code_of(row[3], code_root), dict(mode=mode, **ov), cam0, c1, imu_noise))
+            else:
+                ests.append(estimator_class(isam)(BackendConfig(mode=mode, **ov), cam0, c1, imu_noise))
+                ests[-1].covariance_s = []   # per keyframe: state_covariance() (the odometry's), timed apart
+        j = 0
+        for f in frames:
+            j1 = int(np.searchsorted(imu_t, f.stamp_ns, side="right"))
+            for e in ests:
+                if isinstance(e, RemoteEstimator):
+                    e.step(f, imu_t[j:j1], imu_d[j:j1])
+                    continue
+                if j1 > j:
+                    e.add_imu_batch(imu_t[j:j1], imu_d[j:j1])
+                s = e.add_frame(f)
+                if s is not None and s.is_keyframe:
+                    t = time.perf_counter()
+                    e.state_covariance()
+                    e.covariance_s.append(time.perf_counter() - t)
+            j = j1
         for e in ests:
-            if j1 > j:
-                e.add_imu_batch(imu_t[j:j1], imu_d[j:j1])
-            s = e.add_frame(f)
-            if s is not None and s.is_keyframe:
-                t = time.perf_counter()
-                e.state_covariance()
-                e.covariance_s.append(time.perf_counter() - t)
-        j = j1
+            if isinstance(e, RemoteEstimator):
+                e.finish()
+    except BaseException:
+        for e in ests:
+            if isinstance(e, RemoteEstimator):
+                e.kill()
+        raise
     return ests
 
 
@@ -238,8 +366,8 @@ def run(sequences, cache: Path, machine: dict, load, modes=("stereo", "mono")) -
     rows = CHANGES + TRIED
     res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine,
            "load_start": _load(), "command": "vilib-ros bench-backend --changes " + ",".join(sequences),
-           "rows": [{"change": w, "overrides": ov, "isam2": isam, "adopted": n < len(CHANGES)}
-                    for n, (w, ov, isam) in enumerate(rows)], "columns": [], "skipped": {}}
+           "rows": [{"change": r[0], "overrides": r[1], "isam2": r[2], "code": r[3] if len(r) > 3 else None,
+                     "adopted": n < len(CHANGES)} for n, r in enumerate(rows)], "columns": [], "skipped": {}}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         for name in sequences:
@@ -252,11 +380,11 @@ def run(sequences, cache: Path, machine: dict, load, modes=("stereo", "mono")) -
             for inp, frames in inputs:
                 for mode in modes:
                     t = time.perf_counter()
-                    ests = run_lockstep(rows, frames, it, idd, c0, c1, noise, mode)
+                    ests = run_lockstep(rows, frames, it, idd, c0, c1, noise, mode, code_root=tmp / "code")
                     col = {"sequence": name, "input": inp, "mode": mode, "cells": [],
                            "load": _load(), "wall_s": time.perf_counter() - t}
-                    for (what, _, _), e in zip(rows, ests):
-                        r = backend_row(what, inp, e, [0.0], gt_tum, tmp)
+                    for row, e in zip(rows, ests):
+                        r = backend_row(row[0], inp, e, [0.0], gt_tum, tmp)
                         cell = {k: r.get(k) for k in ("ate_causal_m", "ate_smoothed_m", "keyframe_ms",
                                                       "keyframe_ms_p90", "keyframes", "resets", "obs_per_keyframe")}
                         cell["covariance_ms"] = 1e3 * float(np.median(e.covariance_s)) if e.covariance_s else None

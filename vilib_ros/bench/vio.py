@@ -8,7 +8,10 @@ clock) behind a bounded queue (frontend and backend overlap; nothing is dropped)
 Reported per mode: whole-VIO frames/s (frames / wall time from the first frame to the last
 backend result), the real-time factor, frontend ms per frame,
 backend ms per frame and per keyframe, each stage's busy time, the ATE (SE3, causal and
-smoothed) against the generator's ground truth, resets. Writes ``vio_bench.json`` (top level:
+smoothed) against the generator's ground truth, resets; and where the backend's time went (per
+keyframe: iSAM2 update, visual factors, bookkeeping; per non-keyframe) in the run and alone on the
+same tracks afterwards (the same child process and messages, nothing beside it): the difference is
+what sharing the machine with the frontend costs the backend. Writes ``vio_bench.json`` (top level:
 ``frames_per_s`` of the stereo run, ``date``, ``device``) and ``vio_bench.md`` into ``--out``.
 """
 from __future__ import annotations
@@ -36,9 +39,30 @@ def _stats(x) -> dict:
             "mean_ms": float(np.mean(x))} if x.size else {}
 
 
-def run_mode(ds, device: str, mode: str) -> dict:
+def backend_summary(be: dict) -> dict:
+    """Where the backend's time went in one run (the child's result dict of
+    :mod:`vilib_ros.offline`): per keyframe the total and its parts (medians), per non-keyframe,
+    the busy, waiting and CPU seconds of the child."""
+    kf = np.asarray(be["kf_ms"], float)
+    fs = 1e3 * np.asarray(be["frame_s"], float)
+    is_kf = np.asarray(be.get("frame_kf", []), bool)
+    parts = {k: float(np.median(v)) if len(v) else None for k, v in be.get("kf_parts_ms", {}).items()}
+    return {"keyframe_ms": {"median": float(np.median(kf)), "p90": float(np.percentile(kf, 90)),
+                            "mean": float(kf.mean())} if kf.size else {},
+            "keyframe_parts_ms": parts, "keyframes_s": float(kf.sum() * 1e-3),
+            "non_keyframe_ms": {"median": float(np.median(fs[~is_kf])), "mean": float(fs[~is_kf].mean()),
+                                "n": int((~is_kf).sum())} if len(is_kf) == len(fs) and (~is_kf).any() else {},
+            "factors_per_keyframe": float(np.median(be["factors"])) if be.get("factors") else None,
+            "busy_s": float(be["busy_s"]), "wait_s": be.get("wait_s"), "cpu_s": be.get("cpu_s"),
+            "landmarks_created": int(be["stats"].get("landmarks_created", 0)),
+            "outliers_rejected": int(be["stats"].get("outliers_rejected", 0))}
+
+
+def run_mode(ds, device: str, mode: str, alone: bool = True) -> dict:
+    """One mode through the offline runner; ``alone``: then the backend again, alone on the
+    tracks of that run (:func:`vilib_ros.offline.replay_backend`)."""
     from vilib_ros.evaluation import ate_rmse
-    from vilib_ros.offline import process
+    from vilib_ros.offline import process, replay_backend
 
     r = process(ds, device, stereo=(mode == "stereo"), backend_config={"mode": mode}, preload=True)
     be = r["backend"]
@@ -48,7 +72,10 @@ def run_mode(ds, device: str, mode: str) -> dict:
            "frontend": _stats(r["frontend_s"]), "frontend_busy_s": float(np.sum(r["frontend_s"])),
            "backend_per_frame": _stats(be["frame_s"]), "backend_busy_s": be["busy_s"],
            "backend_per_keyframe": _stats(np.asarray(be["kf_ms"]) * 1e-3), "keyframes": be["stats"]["keyframes"],
-           "resets": int(be["stats"]["resets"]), "device": r["device"]}
+           "resets": int(be["stats"]["resets"]), "device": r["device"], "backend_in_run": backend_summary(be)}
+    if alone:
+        solo = replay_backend(ds, r["tracks"], mode == "stereo", {"mode": mode})
+        out["backend_alone"] = backend_summary(solo) | {"wall_s": solo["wall_s"]}
     for key in ("causal", "smoothed"):
         t, p, _ = be[key]
         g, _, ok = gt.interpolate(t)
@@ -106,6 +133,25 @@ def run_command(args) -> int:
                   f"{r['backend_busy_s']:.1f} | {kf.get('median_ms', float('nan')):.2f} / "
                   f"{kf.get('p90_ms', float('nan')):.2f} | {r['keyframes']} | {r['ate_causal_m']:.4f} / "
                   f"{r['ate_smoothed_m']:.4f} | {r['resets']} |")
+    md += ["", "Where the backend's time goes: in the whole VIO (the frontend running beside it) and alone, its "
+           "child process fed the same tracks and IMU after the run with nothing beside it (`replay_backend`). "
+           "Medians per keyframe; non-keyframes: IMU prediction and the keyframe decision; busy / CPU: seconds the "
+           "backend worked / the CPU time its process got for that work (busy above CPU: it waited for a core).", "",
+           "| mode | backend | keyframe ms (median / p90 / mean) | iSAM2 update | gtsam (update + estimate) | "
+           "visual factors (Python) | bookkeeping (Python) | factors per keyframe | non-keyframe ms (median / mean) "
+           "| busy s | CPU s |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in runs:
+        for where, key in (("in the whole VIO", "backend_in_run"), ("alone on the same tracks", "backend_alone")):
+            b = r.get(key)
+            if not b:
+                continue
+            k, p, nk = b["keyframe_ms"], b["keyframe_parts_ms"], b["non_keyframe_ms"]
+            md.append(f"| {r['mode']} | {where} | {k['median']:.2f} / {k['p90']:.2f} / {k['mean']:.2f} | "
+                      f"{p['update_s']:.2f} | {p['smoother_s']:.2f} | {p['visual_s']:.2f} | {p['bookkeeping_s']:.2f} | "
+                      f"{b['factors_per_keyframe']:.0f} | {nk.get('median', float('nan')):.3f} / "
+                      f"{nk.get('mean', float('nan')):.3f} | {b['busy_s']:.1f} | "
+                      + (f"{b['cpu_s']:.1f}" if b.get("cpu_s") is not None else "-") + " |")
     md += ["", "The slower stage sets the throughput (busy seconds): "
            + "; ".join(f"{r['mode']}: {'backend' if r['backend_busy_s'] > r['frontend_busy_s'] else 'frontend'}"
                        for r in runs) + ".",
