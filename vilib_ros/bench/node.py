@@ -379,6 +379,7 @@ def run_command(args) -> int:
                              overhead_p50_ms=st.get("overhead_ms", {}).get("median"),
                              overhead_p99_ms=st.get("overhead_ms", {}).get("p99"),
                              process_p50_ms=st.get("process_ms", {}).get("median"),
+                             gpu_p50_ms=st.get("stages_ms", {}).get("gpu", {}).get("median"),
                              node_latency_p50_ms=st.get("latency_ms", {}).get("median"),
                              cpu_ms_per_frame=st.get("cpu_ms_per_frame"),
                              imu_incomplete=st.get("events", {}).get("imu_incomplete"),
@@ -525,7 +526,8 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
              "subscriber, same run.", "",
              "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | p99 from frame "
              f"{STEADY_FROM} ms | worst frames (index: ms) | floor p50 / p99 ms "
-             "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms | CPU ms/frame after start-up |",
+             "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms (submit + result; "
+             "GPU) | CPU ms/frame after start-up |",
              "|---" * 14 + "|"]
 
     def f(v, d=2):
@@ -535,6 +537,12 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
         st = c.get("node_stages_p50_ms") or {}
         return " / ".join(f(st.get(k), 3) for k in ("convert", "imu", "publish"))
 
+    def process(c):
+        st = c.get("node_stages_p50_ms") or {}
+        split = f" ({f(st.get('submit'))} + {f(st.get('result'))}" if st.get("submit") is not None else ""
+        gpu = f"; GPU {f(c.get('gpu_p50_ms'), 3)})" if c.get("gpu_p50_ms") is not None else (")" if split else "")
+        return f"{f(c.get('process_p50_ms'))}{split}{gpu}"
+
     for name, c in cfg.items():
         fl = results["floor"].get(name.split("_", 1)[1], {})
         lines.append(f"| {name} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | "
@@ -542,7 +550,7 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                      f"{f(c.get('latency_p99_steady_ms'))} | "
                      + ", ".join(f"{k}: {v:.0f}" for k, v in (c.get("latency_worst") or [])[:3]) + " | "
                      f"{f(fl.get('latency_p50_ms'))} / {f(fl.get('latency_p99_ms'))} | {f(c.get('overhead_p50_ms'))} / "
-                     f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {f(c.get('process_p50_ms'))} | "
+                     f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {process(c)} | "
                      f"{f(c.get('cpu_ms_per_frame'))} |")
     wh = {n: c["where"] for n, c in cfg.items() if c.get("where")}
     if wh:
