@@ -148,6 +148,18 @@ def take_pending(sub, limit: int = 10000, with_info: bool = False):
         yield (taken[0], taken[1]) if with_info else taken[0]
 
 
+def received_monotonic(info) -> float | None:
+    """The middleware's receive time of a message (its message info's ``received_timestamp``,
+    system clock, ns) on the CLOCK_MONOTONIC time line (s), or None where the RMW gives none."""
+    try:
+        rx_ns = int(info["received_timestamp"])
+    except (TypeError, KeyError, ValueError):
+        return None
+    if rx_ns <= 0:
+        return None
+    return rx_ns * 1e-9 - (time.time() - time.monotonic())
+
+
 class SubscriptionWaiter:
     """Block until one of ``subs`` has a message waiting, outside the executor: one rcl wait set
     over those subscriptions alone, built once (an executor turn builds a wait set of every
