@@ -7,13 +7,17 @@ backpressure allows (``bp``: the next frame goes out when the previous one's tra
 back, a round trip per frame; ``bp4``: at most 4 frames in flight, so that the transport of one
 overlaps the processing of another); the frontend node (``python -m vilib_ros.nodes.frontend_node``, reliable input) in its
 own process, restarted for every configuration; and this process, which records when each
-tracks message arrives. The publisher writes every frame's send time (``CLOCK_MONOTONIC``,
+tracks message arrives (taking them itself, woken by a wait set of its subscription alone: an
+executor turn per message would add 0.1-0.3 ms of its own Python to every latency) and when its
+middleware received it. The publisher writes every frame's send time (``CLOCK_MONOTONIC``,
 shared by the processes of one machine).
 
 Per configuration: sustained frames/s (tracks received / time from the first send to the
 last tracks), frames sent / received by the node / tracks out (drops), latency from send to
-tracks received (p50 / p99, the p99 from frame 20 on, and the five worst frames), the node's own receive -> publish time minus ``process()``
-(overhead, p50 / p99, from its stats file), ``process()`` p50, and the node's CPU time per
+tracks received (p50 / p99, the p99 from frame 20 on, and the five worst frames) and to the
+recorder's middleware (p50 / p99), the node's own receive -> publish time minus ``process()``
+(overhead, p50 / p99, from its stats file), ``process()`` p50 (its submit and result halves, and
+the device time), and the node's CPU time per
 frame (all its threads, from its first frame on: start-up is not spread over the frames).
 The floor: the same images from the same publisher to a bare subscriber (no node), latency
 p50 / p99 at each rate. The burst case (``--burst N``, default 20,000; 0 = off): N
