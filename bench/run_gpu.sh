@@ -6,7 +6,8 @@
 #   4. the whole-VIO benchmark (offline runner: GPU frontend + gtsam backend overlapping) and the
 #      trajectory-accuracy benchmark (bench-accuracy), where gtsam imports
 #      (a machine without internet can be given the gtsam wheel: pip install --target DIR, PYTHONPATH);
-#   5. node: the frontend node over real DDS (vilib-ros bench-node --device cuda). The GPU machine
+#   5. node: the frontend node's tracker outside ROS (vilib-ros bench-node-process) and the node over
+#      real DDS (vilib-ros bench-node --device cuda). The GPU machine
 #      has no ROS: carry the wheels in .whl (../shared/tools/gpu-machine-wheels.sh .whl ros); they
 #      are installed from there when rclpy does not import.
 # Usage: bash bench/run_gpu.sh [tests|bench|node|all] ; results go to $OUT (default bench/out), the
@@ -49,6 +50,8 @@ if [[ $what == node || $what == all ]]; then
   export AMENT_PREFIX_PATH=${AMENT_PREFIX_PATH:-$(python3 -c 'import sys; print(sys.prefix)')}
   export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
   if python3 -c "import rclpy, sensor_msgs.msg" 2>/dev/null; then
+    # the node's tracker and per-frame steps outside ROS: process() as bench-tracker times it against the node's path
+    python3 -m vilib_ros bench-node-process --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_node_process.log" || rc=1
     # --trace-dir: every frame's latency split into publisher / transport / executor / node / back (CSV)
     python3 -m vilib_ros bench-node --device cuda --out "$OUT" --trace-dir "$OUT/node_trace" 2>&1 | tee "$LOGDIR/bench_node.log" || rc=1
   else

@@ -415,6 +415,38 @@ class TestDecodeImu:
         t, g, a = decode_imu(serialize_message(m))
         assert t == 1_403_715_273_000_000_123 and g == (0.1, -0.2, 0.3) and a == (9.7, 0.1, -0.4)
 
+    @pytest.mark.parametrize("frame_id", ["", "imu", "imu0", "imu_link", "body/imu0_frame"])
+    def test_batch_against_rclpy(self, frame_id):
+        """decode_imu_batch (one np.frombuffer over a burst) reads what rclpy serialized, as
+        decode_imu does one by one."""
+        from rclpy.serialization import serialize_message
+
+        from vilib_ros.nodes.cdr import decode_imu, decode_imu_batch
+        from vilib_ros.nodes.conversions import arrays_to_imu
+
+        rng = np.random.default_rng(len(frame_id))
+        msgs = [serialize_message(arrays_to_imu(1_403_715_273_000_000_000 + 5_000_000 * k + k, rng.normal(size=3),
+                                                rng.normal(size=3) * 9, frame_id)) for k in range(13)]
+        t, g, a = decode_imu_batch(msgs)
+        for k, m in enumerate(msgs):
+            tk, gk, ak = decode_imu(m)
+            assert t[k] == tk and tuple(g[k]) == gk and tuple(a[k]) == ak
+
+    def test_batch_declines_what_it_cannot_read(self):
+        from rclpy.serialization import serialize_message
+
+        from vilib_ros.nodes.cdr import decode_imu_batch
+        from vilib_ros.nodes.conversions import arrays_to_imu
+
+        a = serialize_message(arrays_to_imu(5, [0, 0, 0], [0, 0, 9.8], "imu0"))
+        b = serialize_message(arrays_to_imu(6, [0, 0, 0], [0, 0, 9.8], "imu1"))
+        assert decode_imu_batch([a, b]) is not None
+        assert decode_imu_batch([a, serialize_message(arrays_to_imu(6, [0, 0, 0], [0, 0, 9.8], "imu_link"))]) is None
+        assert decode_imu_batch([a, b"\x00\x00" + bytes(b[2:])]) is None        # big-endian encapsulation
+        assert decode_imu_batch([a[:40], b[:40]]) is None                        # truncated alike
+        t, g, acc = decode_imu_batch([])
+        assert t.shape == (0,) and g.shape == (0, 3) and acc.shape == (0, 3)
+
     def test_truncated(self):
         from rclpy.serialization import serialize_message
 

@@ -108,6 +108,72 @@ class TestImuQueue:
         assert rows[-1, 0] == S + 999 * 5_000_000
 
 
+def _feed_one_by_one(q, t, g, a):
+    return [q.add(int(ti), gi, ai) for ti, gi, ai in zip(t, g, a)]
+
+
+def _feed_batch(q, t, g, a):
+    """The node's IMU path: the burst at once, or one by one where the batch declines."""
+    if q.add_batch(t, g, a):
+        return [""] * len(t)
+    return _feed_one_by_one(q, t, g, a)
+
+
+class TestImuQueueAddBatch:
+    """add_batch against K calls of add: the same ring, stamps, counters and rejections, on streams
+    with every check firing (NaN, out of range, out of order, a reset back and forward, gaps, a
+    full ring)."""
+
+    def _stream(self, seed, n=3000):
+        rng = np.random.default_rng(seed)
+        t = 10 * S + np.cumsum(rng.choice([5_000_000, 5_000_000, 5_000_000, 20_000_000], n)).astype(np.int64)
+        g = rng.normal(size=(n, 3))
+        a = rng.normal(size=(n, 3)) * 9
+        for j, i in enumerate(rng.choice(np.arange(1, n), 15, replace=False)):
+            kind = j % 5                                        # every kind three times
+            if kind == 0:
+                g[i, rng.integers(0, 3)] = np.nan
+            elif kind == 1:
+                a[i, 2] = 500.0
+            elif kind == 2:
+                t[i] = t[i - 1]                                 # not after the previous one
+            elif kind == 3:
+                t[i:] -= 3 * S                                  # jump back: a reset
+            else:
+                t[i:] += 2 * S                                  # jump forward: a reset and a gap
+        return t, g, a
+
+    @pytest.mark.parametrize("seed", [0, 1, 2, 3])
+    def test_same_as_one_by_one(self, seed):
+        t, g, a = self._stream(seed)
+        rng = np.random.default_rng(100 + seed)
+        one, batch = ImuQueue(capacity=512), ImuQueue(capacity=512)
+        why_one, why_batch = [], []
+        i = 0
+        while i < len(t):
+            k = int(rng.integers(1, 25))
+            why_one += _feed_one_by_one(one, t[i:i + k], g[i:i + k], a[i:i + k])
+            why_batch += _feed_batch(batch, t[i:i + k], g[i:i + k], a[i:i + k])
+            i += k
+            assert (batch.last_t, batch.resets, batch.gaps, batch.gap_samples) == \
+                (one.last_t, one.resets, one.gaps, one.gap_samples)
+            tb, sb = batch.between(0, 1 << 62)
+            to, so = one.between(0, 1 << 62)
+            assert np.array_equal(tb, to) and np.array_equal(sb, so)
+        assert why_batch == why_one
+        assert {w for w in why_one if w} == {"imu_non_finite", "imu_out_of_range", "imu_out_of_order"}
+        assert one.resets > 0 and one.gaps > 0
+
+    def test_declines_without_change(self):
+        q = ImuQueue()
+        q.add(S, [0, 0, 0], [0, 0, 9.8])
+        t = np.array([S + 5_000_000, S])                        # the second goes back
+        assert not q.add_batch(t, np.zeros((2, 3)), np.zeros((2, 3)))
+        assert q.last_t == S and q.between(0, 2 * S)[0].tolist() == [S]
+        assert q.add_batch(np.array([S + 5_000_000, S + 10_000_000]), np.zeros((2, 3)), np.zeros((2, 3)))
+        assert q.last_t == S + 10_000_000
+
+
 class TestStereoPairer:
     """Pairing by stamp (vilib_ros.nodes.stereo_pairing). Guards the bug where a right stream one
     message behind the left one paired no frame at all (one left image could wait, the next

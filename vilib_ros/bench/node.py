@@ -7,13 +7,17 @@ backpressure allows (``bp``: the next frame goes out when the previous one's tra
 back, a round trip per frame; ``bp4``: at most 4 frames in flight, so that the transport of one
 overlaps the processing of another); the frontend node (``python -m vilib_ros.nodes.frontend_node``, reliable input) in its
 own process, restarted for every configuration; and this process, which records when each
-tracks message arrives. The publisher writes every frame's send time (``CLOCK_MONOTONIC``,
+tracks message arrives (taking them itself, woken by a wait set of its subscription alone: an
+executor turn per message would add 0.1-0.3 ms of its own Python to every latency) and when its
+middleware received it. The publisher writes every frame's send time (``CLOCK_MONOTONIC``,
 shared by the processes of one machine).
 
 Per configuration: sustained frames/s (tracks received / time from the first send to the
 last tracks), frames sent / received by the node / tracks out (drops), latency from send to
-tracks received (p50 / p99, the p99 from frame 20 on, and the five worst frames), the node's own receive -> publish time minus ``process()``
-(overhead, p50 / p99, from its stats file), ``process()`` p50, and the node's CPU time per
+tracks received (p50 / p99, the p99 from frame 20 on, and the five worst frames) and to the
+recorder's middleware (p50 / p99), the node's own receive -> publish time minus ``process()``
+(overhead, p50 / p99, from its stats file), ``process()`` p50 (its submit and result halves, and
+the device time), and the node's CPU time per
 frame (all its threads, from its first frame on: start-up is not spread over the frames).
 The floor: the same images from the same publisher to a bare subscriber (no node), latency
 p50 / p99 at each rate. The burst case (``--burst N``, default 20,000; 0 = off): N
@@ -219,16 +223,29 @@ class _Run:
         from vilib_ros.nodes.processes import NodeProcess
         from sensor_msgs.msg import Image, PointCloud
 
-        from vilib_ros.nodes._common import reliable_qos, sensor_qos
+        from vilib_ros.nodes._common import SubscriptionWaiter, received_monotonic, reliable_qos, sensor_qos, take_pending
 
         arrivals: dict[int, float] = {}
+        dds_arrivals: dict[int, float] = {}     # the recorder's middleware received it
         qos = reliable_qos if reliability == "reliable" else sensor_qos
+        cb = lambda b: arrivals.setdefault(header_stamp_ns(b), time.monotonic())  # noqa: E731
         if topic_out == "tracks":
-            cb = lambda b: arrivals.setdefault(header_stamp_ns(b), time.monotonic())  # noqa: E731
             sub = self.client.node.create_subscription(PointCloud, topic_out, cb, reliable_qos(1000), raw=True)
         else:
-            cb = lambda b: arrivals.setdefault(header_stamp_ns(b), time.monotonic())  # noqa: E731
             sub = self.client.node.create_subscription(Image, topic_out, cb, qos(1000), raw=True)
+        # the recorder takes its messages itself, woken by its own wait set (not the executor's
+        # turn per message: 0.1-0.3 ms of Python that was part of every latency, "to driver")
+        waiter = SubscriptionWaiter(self.client.node, [sub])
+
+        def receive(timeout_s: float) -> None:
+            if waiter.wait(timeout_s):
+                for raw, info in take_pending(sub, with_info=True):
+                    now = time.monotonic()
+                    stamp = header_stamp_ns(raw)
+                    arrivals.setdefault(stamp, now)
+                    rx = received_monotonic(info)
+                    if rx is not None:
+                        dds_arrivals.setdefault(stamp, rx)
         if node is not None:
             ok = self.client.spin_until(lambda: self.client.node.count_publishers(topic_out) >= 1 or not node.alive, 90)
             if not ok or not node.alive:
@@ -242,7 +259,7 @@ class _Run:
         t_limit = time.monotonic() + timeout
         rss, t_rss = [], 0.0      # (tracks received so far, RSS kB) every 0.5 s
         while pub.alive and time.monotonic() < t_limit:
-            self.client.executor.spin_once(timeout_sec=0.01)
+            receive(0.01)
             if rss_pid is not None and time.monotonic() - t_rss > 0.5:
                 t_rss = time.monotonic()
                 rss.append((len(arrivals), _rss_kb(rss_pid)))
@@ -250,13 +267,14 @@ class _Run:
         # the last tracks may still be in flight
         last_n, still = -1, time.monotonic()
         while time.monotonic() - still < 2.0 and time.monotonic() < t_limit:
-            self.client.executor.spin_once(timeout_sec=0.05)
+            receive(0.05)
             if len(arrivals) != last_n:
                 last_n, still = len(arrivals), time.monotonic()
         self.client.node.destroy_subscription(sub)
         sent = json.loads(Path(spec["sends"]).read_text()) if Path(spec["sends"]).is_file() else {}
         sends, publisher = sent.get("sends", []), sent.get("publisher", {})
         lat = [(arrivals[s[0]] - s[1]) * 1e3 for s in sends if s[0] in arrivals]
+        lat_dds = [(dds_arrivals[s[0]] - s[1]) * 1e3 for s in sends if s[0] in dds_arrivals]
         idx = [k for k, s in enumerate(sends) if s[0] in arrivals]
         worst = sorted(zip(lat, idx), reverse=True)[:5]
         steady = [v for v, k in zip(lat, idx) if k >= STEADY_FROM]
@@ -266,6 +284,8 @@ class _Run:
         return {"rss_kb": rss, "publisher": publisher, "sent": len(sends), "received": len(arrivals), "dropped": len(sends) - len(lat),
                 "sustained_fps": len(arrivals) / span if span > 0 else 0.0,
                 "latency_p50_ms": _pct(lat, 50), "latency_p99_ms": _pct(lat, 99),
+                # to the recorder's middleware (its message info): without the recorder's own wake-up
+                "latency_dds_p50_ms": _pct(lat_dds, 50), "latency_dds_p99_ms": _pct(lat_dds, 99),
                 # where the tail is: the five worst frames (index in the send order, ms)
                 "latency_worst": [[k, round(v, 2)] for v, k in worst],
                 "latency_p99_steady_ms": _pct(steady, 99),
@@ -379,6 +399,7 @@ def run_command(args) -> int:
                              overhead_p50_ms=st.get("overhead_ms", {}).get("median"),
                              overhead_p99_ms=st.get("overhead_ms", {}).get("p99"),
                              process_p50_ms=st.get("process_ms", {}).get("median"),
+                             gpu_p50_ms=st.get("stages_ms", {}).get("gpu", {}).get("median"),
                              node_latency_p50_ms=st.get("latency_ms", {}).get("median"),
                              cpu_ms_per_frame=st.get("cpu_ms_per_frame"),
                              imu_incomplete=st.get("events", {}).get("imu_incomplete"),
@@ -512,6 +533,7 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
         "stereo_sustained_fps": max([c["sustained_fps"] for n, c in cfg.items() if n.startswith("stereo")
                                      and c["dropped"] == 0] or [0.0]),
         "latency_p99_ms_at_200hz": get("mono_200", "latency_p99_ms"),
+        "latency_dds_p99_ms_at_200hz": get("mono_200", "latency_dds_p99_ms"),
         "replay_fps": (results.get("replay") or {}).get("fps"),
         "backend_node_fps": ((results.get("backend_node") or {}).get("node") or {}).get("fps"),
         "backend_offline_fps": ((results.get("backend_node") or {}).get("offline") or {}).get("fps"),
@@ -523,10 +545,11 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
              "Reliable QoS; latency = publisher send -> tracks received (CLOCK_MONOTONIC across processes);",
              "overhead = the node's receive -> publish minus `process()`; floor = the same images, bare publisher -> "
              "subscriber, same run.", "",
-             "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | p99 from frame "
-             f"{STEADY_FROM} ms | worst frames (index: ms) | floor p50 / p99 ms "
-             "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms | CPU ms/frame after start-up |",
-             "|---" * 14 + "|"]
+             "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | to the recorder's "
+             f"middleware p50 / p99 ms | p99 from frame {STEADY_FROM} ms | worst frames (index: ms) | floor p50 / p99 ms "
+             "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms (submit + result; "
+             "GPU) | CPU ms/frame after start-up |",
+             "|---" * 15 + "|"]
 
     def f(v, d=2):
         return "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
@@ -535,14 +558,21 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
         st = c.get("node_stages_p50_ms") or {}
         return " / ".join(f(st.get(k), 3) for k in ("convert", "imu", "publish"))
 
+    def process(c):
+        st = c.get("node_stages_p50_ms") or {}
+        split = f" ({f(st.get('submit'))} + {f(st.get('result'))}" if st.get("submit") is not None else ""
+        gpu = f"; GPU {f(c.get('gpu_p50_ms'), 3)})" if c.get("gpu_p50_ms") is not None else (")" if split else "")
+        return f"{f(c.get('process_p50_ms'))}{split}{gpu}"
+
     for name, c in cfg.items():
         fl = results["floor"].get(name.split("_", 1)[1], {})
         lines.append(f"| {name} | {c['sent']} | {f(c.get('frames_in'))} | {c['received']} | {c['dropped']} | "
                      f"{f(c['sustained_fps'], 1)} | {f(c['latency_p50_ms'])} / {f(c['latency_p99_ms'])} | "
+                     f"{f(c.get('latency_dds_p50_ms'))} / {f(c.get('latency_dds_p99_ms'))} | "
                      f"{f(c.get('latency_p99_steady_ms'))} | "
                      + ", ".join(f"{k}: {v:.0f}" for k, v in (c.get("latency_worst") or [])[:3]) + " | "
                      f"{f(fl.get('latency_p50_ms'))} / {f(fl.get('latency_p99_ms'))} | {f(c.get('overhead_p50_ms'))} / "
-                     f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {f(c.get('process_p50_ms'))} | "
+                     f"{f(c.get('overhead_p99_ms'))} | {stages(c)} | {process(c)} | "
                      f"{f(c.get('cpu_ms_per_frame'))} |")
     wh = {n: c["where"] for n, c in cfg.items() if c.get("where")}
     if wh:

@@ -11,6 +11,12 @@ is counted (``events.imu_incomplete``). The tracks message is written as seriali
 the track arrays (no Python object per feature) and published; the debug image is drawn in
 its own thread, only while subscribed and at most ``debug_image_max_rate_hz``.
 
+While images stream, the image callback takes the next image itself: it waits for it on a wait
+set of the image and IMU subscriptions (at most ``INLINE_WAIT_S``, 6 ms, queueing the IMU that
+comes meanwhile) for up to ``INLINE_IMAGES`` (16) frames before it returns to the executor, whose
+turn per message costs 0.1-0.3 ms of Python; timers and parameter requests wait at most that long.
+A burst of IMU messages is decoded and queued at once (one by one where one of them is bad).
+
 Every accepted image produces exactly one ``tracks`` message (possibly empty). Bad input
 never stops the node: it is skipped, counted per reason in ``diagnostics`` (``skipped.*``)
 and warned about once per topic/reason (once per encoding for unsupported encodings, for at
@@ -181,97 +187,31 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
-from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import GcPauses, diagnostic_status, exit_main, reliable_qos, sensor_qos, take_pending, write_json
-from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu, encode_image
-from vilib_ros.nodes.conversions import (TRACKS_LAYOUTS, ImageConversionError, TracksEncoder, camera_from_camera_info,
-                                         compressed_to_mono8, draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
+from vilib_ros.nodes._common import (GcPauses, SubscriptionWaiter, diagnostic_status, exit_main, received_monotonic,
+                                     reliable_qos, sensor_qos, take_pending, write_json)
+from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu, decode_imu_batch
+from vilib_ros.nodes.conversions import (ImageConversionError, TracksEncoder, camera_from_camera_info, compressed_to_mono8,
+                                         draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
 from vilib_ros.nodes.debug_image import DebugImageWorker
 from vilib_ros.nodes.frontend_stats import FrontendStats
+from vilib_ros.nodes.frontend_setup import (build_config, frontend_specs, make_tracker, node_specs, parameter_table,
+                                            warm_up)
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, TimeJump
-from vilib_ros.nodes.params import (FRONTEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs,
-                                    check_on_set, declare_all, default_right, specs_from_dataclass)
+from vilib_ros.nodes.params import camera_from_params, check_on_set, declare_all
 from vilib_ros.nodes.stereo_pairing import StereoPairer
 
-#: Rounds of waiting images an image callback takes itself before it returns to the executor
-#: (the timers -- diagnostics, stereo flush -- wait at most this many frames)
-INLINE_IMAGES = 8
-
-# Changing these needs new subscriptions or buffers: fixed at start.
-FRONTEND_READ_ONLY = ("stereo",)
-
-
-def _frontend_classes():
-    from vilib_ros.frontend import FeatureTracker, FrontendConfig
-
-    return FeatureTracker, FrontendConfig
-
-
-def frontend_specs() -> list[ParamSpec]:
-    _, FrontendConfig = _frontend_classes()
-    return specs_from_dataclass(FrontendConfig(), FRONTEND_PARAMS, read_only=FRONTEND_READ_ONLY)
-
-
-def node_specs(has_stereo_field: bool) -> list[ParamSpec]:
-    specs = [
-        ParamSpec("device", "auto", "where the frontend runs", choices=("auto", "cuda", "cpu"), read_only=True),
-        ParamSpec("calibration_source", "parameters", "where the camera calibration comes from: the parameters "
-                  "below (or camera_yaml), or the first camera_info message (T_BS still from the parameters)",
-                  choices=("parameters", "camera_info"), read_only=True),
-    ]
-    specs += camera_specs("", euroc_cam0(), "left (cam0) camera")
-    specs += camera_specs("right.", default_right(), "right (cam1) camera")
-    if not has_stereo_field:
-        specs.append(ParamSpec("stereo", False, "subscribe to image_right and track stereo", read_only=True))
-    specs += [
-        ParamSpec("image_transport", "raw", "raw: sensor_msgs/Image on image (image_right); compressed: "
-                  "sensor_msgs/CompressedImage (PNG / JPEG) on image/compressed (image_right/compressed)",
-                  choices=("raw", "compressed"), read_only=True),
-        ParamSpec("queue_size", 10, "image subscription depth", range=(1, 1000), read_only=True),
-        ParamSpec("input_reliability", "best_effort",
-                  "QoS reliability of the image and IMU subscriptions: best_effort (sensor data) matches every "
-                  "publisher; reliable is needed for images larger than Fast DDS's 512 KB shared-memory segment, "
-                  "whose best-effort UDP fragments get dropped", choices=("best_effort", "reliable"), read_only=True),
-        ParamSpec("stereo_timeout_s", 0.2, "a left image whose right image has not come after this long is "
-                  "processed alone", range=(0.0, 10.0), read_only=True),
-        ParamSpec("warm_up_frames", 8, "synthetic frames run through a new tracker before the first image "
-                  "(module loading, CUDA graph capture, memory pools), then it is reset", range=(0, 100),
-                  read_only=True),
-        ParamSpec("imu_wait_s", 0.1, "longest an image waits for the IMU to reach its stamp before it is "
-                  "processed (then counted as imu_incomplete); only while IMU is flowing", range=(0.0, 10.0),
-                  read_only=True),
-        ParamSpec("time_jump_threshold_s", 1.0, "a stamp jumping back, or forward by more than this, is a time "
-                  "reset (looped bag, restarted driver): logged, counted, tracks start again", range=(0.001, 3600.0),
-                  read_only=True),
-        ParamSpec("gyro_range", 35.0, "IMU samples with |angular velocity| above this in any axis are rejected "
-                  "(rad/s; the sensor's range)", range=(0.01, 1e4), read_only=True),
-        ParamSpec("accel_range", 160.0, "IMU samples with |acceleration| above this in any axis are rejected "
-                  "(m/s^2; the sensor's range)", range=(0.01, 1e5), read_only=True),
-        ParamSpec("tracks_layout", "vins_mono", "channel layout of tracks (see the module docstring)",
-                  choices=TRACKS_LAYOUTS, read_only=True),
-        ParamSpec("publish_debug_image", True, "allow the tracks_image debug output"),
-        ParamSpec("debug_image_encoding", "bgr8", "encoding of tracks_image", choices=("bgr8", "mono8")),
-        ParamSpec("debug_image_max_rate_hz", 10.0, "tracks_image is drawn (in its own thread) at most this "
-                  "often", range=(0.1, 1000.0)),
-        ParamSpec("diagnostics_period_s", 1.0, "diagnostics publishing period", range=(0.1, 60.0), read_only=True),
-        ParamSpec("stats_path", "", "write a JSON summary here on shutdown ('' = none)", read_only=True),
-        ParamSpec("tracks_frame_id", "", "frame id of tracks ('' = the image's frame id)", read_only=True),
-        ParamSpec("camera_frame_id", "cam0", "frame id of tracks when both tracks_frame_id and the image's "
-                  "frame id are empty", read_only=True),
-    ]
-    return specs
-
-
-def parameter_table() -> list[ParamSpec]:
-    """Every parameter the node declares (node parameters, then FrontendConfig fields)."""
-    fe = frontend_specs()
-    return node_specs(any(s.name == "stereo" for s in fe)) + fe
+#: Rounds of images an image callback takes itself before it returns to the executor (the
+#: timers -- diagnostics, stereo flush -- and parameter requests wait at most this many frames)
+INLINE_IMAGES = 16
+#: How long an image callback waits for the next image before it returns to the executor: while
+#: images stream faster than this (a 200 Hz camera's included) the node takes them on its own wait
+#: set, without an executor turn per frame (0.1-0.3 ms of Python, and its wake-up)
+INLINE_WAIT_S = 0.006
 
 
 class FrontendNode(Node):
     def __init__(self):
         super().__init__("frontend_node")
-        self.FeatureTracker, self.FrontendConfig = _frontend_classes()
         self.fe_specs = frontend_specs()
         self.fe_names = {s.name for s in self.fe_specs}
         self.specs = node_specs(any(s.name == "stereo" for s in self.fe_specs)) + self.fe_specs
@@ -321,6 +261,9 @@ class FrontendNode(Node):
                 self.create_subscription(CameraInfo, topic, lambda m, t=topic: self._on_camera_info(m, t),
                                          reliable_qos(1) if self.p["input_reliability"] == "reliable" else sensor_qos(1))
         self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, in_qos(1000), raw=True)
+        # the image callback waits for the next image (and an image for its IMU) on these, not in the executor
+        self._stream_waiter = SubscriptionWaiter(self, [sub for sub, _ in self._image_subs] + [self.sub_imu])
+        self._imu_waiter = SubscriptionWaiter(self, [self.sub_imu])
         self.imu = ImuQueue(gyro_range=self.p["gyro_range"], accel_range=self.p["accel_range"],
                             jump_threshold_ns=int(self.p["time_jump_threshold_s"] * 1e9))
         self.clock = TimeJump(int(self.p["time_jump_threshold_s"] * 1e9))
@@ -340,49 +283,29 @@ class FrontendNode(Node):
 
     # --- configuration -------------------------------------------------------------------
     def _build_config(self, values: dict):
-        cfg = build_dataclass(self.FrontendConfig, {k: v for k, v in values.items() if k in self.fe_names})
-        return cfg.validate()      # validates the nested detector / tracker configs too
+        return build_config(values, self.fe_names)
 
     def _set_calibration(self, cam, cam_right) -> None:
         self.cam, self.cam_right = cam, cam_right
         self.tracker = self._make_tracker(0)
 
     def _make_tracker(self, first_id: int):
-        kwargs = {"first_id": first_id}
-        if self.stereo and self.cam_right is not None:
-            kwargs.update(camera_right=self.cam_right, T_right_left=np.linalg.inv(self.cam_right.T_BS) @ self.cam.T_BS)
-        tracker = self.FeatureTracker(self.cam, self.config, device=self.p["device"], **kwargs)
+        """The tracker (:func:`vilib_ros.nodes.frontend_setup.make_tracker`), warmed up on
+        ``warm_up_frames`` synthetic frames (with the image conversion and the tracks encoder: their
+        first calls imported OpenCV and built buffers, 20-25 ms on the first real frame, the frames
+        behind it queued). A failed warm-up is logged, never fatal: the real frames then pay for it."""
+        right = self.cam_right if self.stereo else None
+        tracker = make_tracker(self.cam, self.config, self.p["device"], first_id, right)
         self.device = getattr(tracker, "device", self.p["device"])
-        self._warm_up(tracker)
-        return tracker
-
-    def _warm_up(self, tracker) -> None:
-        """``warm_up_frames`` frames of a blocky random texture moving 1 px per frame (corners to
-        detect, tracks to follow; the right image 8 px apart), then ``reset()``. A failure is
-        logged, never fatal: the real frames then pay for what the warm-up would have done."""
         n = int(self.p["warm_up_frames"])
-        if n <= 0:
-            return
-        t0 = time.monotonic()
-        h, w = self.cam.height, self.cam.width
-        rng = np.random.default_rng(0)
-        tex = np.kron(rng.integers(0, 256, (h // 8 + 2, w // 8 + 3), dtype=np.uint8), np.ones((8, 8), np.uint8))
-        stereo = self.stereo and self.cam_right is not None
-        try:
-            for k in range(n):
-                d = k % 8                   # 1 px a frame, back to the start every 8 (stays inside tex)
-                img = np.ascontiguousarray(tex[8:8 + h, 8 + d:8 + d + w])
-                right = np.ascontiguousarray(tex[8:8 + h, 16 + d:16 + d + w]) if stereo else None
-                if k == 0:
-                    # the image conversion and the tracks encoder too (their first call imported
-                    # OpenCV and built buffers: 20-25 ms on the first real frame, the frames behind it queued)
-                    self._convert(encode_image(50_000_000, "warm_up", img, "mono8"), "image")
-                frame = tracker.process(img, (k + 1) * 50_000_000, image_right=right)
-                self.encoder.encode(frame, "warm_up")
-        except Exception as exc:  # noqa: BLE001 - the first real frame will say what is wrong
-            self.get_logger().warning(f"tracker warm-up failed ({exc!r}); the first frames pay for it")
-        tracker.reset()
-        self.get_logger().info(f"tracker warmed up on {n} synthetic frames in {(time.monotonic() - t0) * 1e3:.0f} ms")
+        if n > 0:
+            try:
+                s = warm_up(tracker, n, self.cam, right is not None, lambda b: self._convert(b, "image"),
+                            lambda fr: self.encoder.encode(fr, "warm_up"))
+                self.get_logger().info(f"tracker warmed up on {n} synthetic frames in {s * 1e3:.0f} ms")
+            except Exception as exc:  # noqa: BLE001 - the first real frame will say what is wrong
+                self.get_logger().warning(f"tracker warm-up failed ({exc!r}); the first frames pay for it")
+        return tracker
 
     def _on_camera_info(self, msg, topic: str) -> None:
         if self.tracker is not None or topic in self._infos:
@@ -455,10 +378,21 @@ class FrontendNode(Node):
         """An IMU message and every one already waiting behind it: one executor turn per burst
         (a player sends the samples up to an image together), not one per sample."""
         t = time.monotonic()
-        self._add_imu(msg)
-        self._take_pending_imu()
+        self._take_pending_imu(msg)
         self._cb_end = time.monotonic()
         self.st.node_stage["imu_callback"].add((self._cb_end - t) * 1e3)
+
+    def _add_imu_burst(self, msgs: list) -> None:
+        """Serialized IMU messages, in arrival order: decoded with one ``np.frombuffer`` and queued
+        in one call where all of them are fine (the common case: at 1,000 frames/s 10,000 a
+        second); one by one otherwise, which rejects, counts and warns sample by sample."""
+        if len(msgs) > 1:
+            got = decode_imu_batch(msgs)
+            if got is not None and self.imu.add_batch(*got):
+                self.st.imu_rx.tick(len(msgs))
+                return
+        for m in msgs:
+            self._add_imu(m)
 
     def _add_imu(self, msg: bytes) -> None:
         """A serialized IMU message (raw subscription): decoded without building the message."""
@@ -480,19 +414,29 @@ class FrontendNode(Node):
         self.st.imu_rx.tick()
 
     def _on_image(self, msg, topic: str, info=None) -> None:
-        """An image, then (up to INLINE_IMAGES rounds) the images already waiting on the image
-        topics, taken here in arrival order per topic: the executor's turn per message (the wait
-        set rebuilt in Python, ~0.1-0.3 ms) is paid once per burst, not per frame, while frames
-        queue behind a slow one or several are in flight."""
+        """An image, then (up to INLINE_IMAGES rounds) the next images on the image topics, taken
+        here in arrival order per topic, waiting up to INLINE_WAIT_S for each (and queueing the IMU
+        that comes meanwhile): the executor's turn per message (the wait set rebuilt in Python,
+        ~0.1-0.3 ms) is paid once per INLINE_IMAGES frames while images stream (or queue behind a
+        slow one), not per frame."""
         self._one_image(msg, topic, info)
-        for _ in range(INLINE_IMAGES):
+        rounds, deadline = 0, time.monotonic() + INLINE_WAIT_S
+        while rounds < INLINE_IMAGES:
             took = False
             for sub, name in self._image_subs:
                 for raw, inf in take_pending(sub, 1, with_info=True):
                     self._one_image(raw, name, inf)
                     took = True
-            if not took:
+            if took:
+                rounds += 1
+                deadline = time.monotonic() + INLINE_WAIT_S
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._stream_waiter.wait(left):
                 return
+            # IMU that came while waiting is queued now, off the next image's path
+            self._take_pending_imu()
+            self._cb_end = time.monotonic()
 
     def _one_image(self, msg, topic: str, info) -> None:
         t_recv = time.monotonic()
@@ -521,27 +465,25 @@ class FrontendNode(Node):
     def _note_dds_received(self, stamp: int, info) -> None:
         """The middleware's receive time of an image (its message info, system clock) on the
         monotonic clock, kept per stamp until the frame is processed (the later of a stereo pair)."""
-        try:
-            rx_ns = int(info["received_timestamp"])
-        except (TypeError, KeyError, ValueError):
+        t = received_monotonic(info)
+        if t is None:
             return
-        if rx_ns <= 0:
-            return
-        t = rx_ns * 1e-9 - (time.time() - time.monotonic())
         self._dds_rx[stamp] = max(t, self._dds_rx.get(stamp, t))
         while len(self._dds_rx) > 64:                     # frames that were skipped or never paired
             del self._dds_rx[next(iter(self._dds_rx))]
 
-    def _take_pending_imu(self) -> None:
-        """Run the IMU callback for every IMU message already waiting in the subscription.
+    def _take_pending_imu(self, first: bytes | None = None) -> None:
+        """Queue ``first`` and every IMU message already waiting in the subscription.
 
         The executor takes one message per subscription per turn, so behind images that take
         most of a frame period to process the IMU queue would grow and overflow; draining it
         here, before an image is processed, also makes the gyro up to the image's stamp
         available to the tracker's motion prediction.
         """
-        for raw in take_pending(self.sub_imu):
-            self._add_imu(raw)
+        msgs = [] if first is None else [first]
+        msgs.extend(take_pending(self.sub_imu))
+        if msgs:
+            self._add_imu_burst(msgs)
 
     def _wait_for_imu(self, stamp: int) -> None:
         """Drain the IMU until it covers ``stamp`` (bounded by imu_wait_s, and only while the IMU
@@ -557,13 +499,13 @@ class FrontendNode(Node):
             # IMU is published but none has arrived yet (start-up: its first samples can be later
             # than the first images): wait for it as for any other frame
             while self.imu.last_t is None and time.monotonic() < deadline:
-                time.sleep(0.0005)
+                self._imu_waiter.wait(deadline - time.monotonic())
                 self._take_pending_imu()
             if self.imu.last_t is None:
                 self.st.events["imu_incomplete"] += 1
                 return
         while self.imu.last_t < stamp and time.monotonic() < deadline and stamp - self.imu.last_t < 1_000_000_000:
-            time.sleep(0.0005)
+            self._imu_waiter.wait(deadline - time.monotonic())
             self._take_pending_imu()
         if self.imu.last_t < stamp:
             self.st.events["imu_incomplete"] += 1
@@ -609,7 +551,11 @@ class FrontendNode(Node):
         t0 = time.monotonic()
         self.st.node_stage["imu"].add((t0 - t_imu) * 1e3)
         try:
-            frame = self.tracker.process(img, stamp, gyro, image_right=img_right)
+            # process() as its two halves, timed apart: submit (checks, the gyro's rotation, the
+            # frame's copy, the launch) and result (the wait for the device, the TrackFrame)
+            self.tracker.submit(img, stamp, gyro, image_right=img_right)
+            t_sub = time.monotonic()
+            frame = self.tracker.result()
         except ValueError as exc:
             self.st.skips.skip("frontend_error", "image", f"frontend rejected the image: {exc}")
             return
@@ -618,6 +564,8 @@ class FrontendNode(Node):
             self.get_logger().error(f"frontend failed on stamp {stamp}: {exc!r}", throttle_duration_sec=5.0)
             return
         t1 = time.monotonic()
+        self.st.node_stage["submit"].add((t_sub - t0) * 1e3)
+        self.st.node_stage["result"].add((t1 - t_sub) * 1e3)
         self.clock.accept(stamp)
         out_id = self.p["tracks_frame_id"] or frame_id
         if not out_id:

@@ -41,8 +41,9 @@ class FrontendStats:
         self.overhead = Stat()     # latency - process: what the node adds, ms
         # where the overhead goes: message -> image, IMU drain + wait, encode + publish (ms); and
         # the callbacks that hold the executor between images: IMU bursts, the diagnostics timer
+        # process() split: submit (host work before the device runs) and result (the wait, the frame)
         self.node_stage: dict[str, Stat] = {k: Stat() for k in ("convert", "imu", "publish", "imu_callback",
-                                                                 "diagnostics")}
+                                                                 "diagnostics", "submit", "result")}
         self.stage: dict[str, Stat] = collections.defaultdict(Stat)
         self.last_features = 0
         self.last_stats: dict = {}

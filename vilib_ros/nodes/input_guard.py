@@ -131,6 +131,7 @@ class ImuQueue:
         self._n = 0            # samples stored (<= cap), newest at index _n - 1 after _compact
         self.gyro_range = float(gyro_range)
         self.accel_range = float(accel_range)
+        self._limits = np.array([self.gyro_range] * 3 + [self.accel_range] * 3)
         self.jump = TimeJump(jump_threshold_ns)
         self.gap_factor = float(gap_factor)
         self._periods = np.zeros(32, np.int64)
@@ -191,6 +192,41 @@ class ImuQueue:
             self._g[self._n] = vals
             self._n += 1
         return ""
+
+    def add_batch(self, t, gyro, acc) -> bool:
+        """Add K samples (t (K,) ns, gyro (K, 3), acc (K, 3)) at once, as K calls of :meth:`add`
+        would, where every one of them would be accepted without a time reset: finite, in range,
+        stamps increasing, no jump beyond the threshold, room in the ring. Returns False and
+        changes nothing otherwise: the caller adds them one by one, which rejects, counts and
+        resets sample by sample. Gaps are counted as :meth:`add` counts them."""
+        k = len(t)
+        if k == 0:
+            return True
+        vals = np.empty((k, 6))
+        vals[:, :3], vals[:, 3:] = gyro, acc
+        if not (np.abs(vals) <= self._limits).all():         # NaN compares False too
+            return False
+        ts = np.asarray(t, np.int64).tolist()
+        thr = self.jump.threshold_ns
+        with self.lock:
+            last = self.jump.last
+            prev = ts[0] if last is None else last
+            for ti in ts[0 if last is not None else 1:]:
+                if not 0 < ti - prev <= thr:
+                    return False
+                prev = ti
+            if self._n + k > self.cap:
+                return False
+            prev = last
+            for ti in ts:
+                if prev is not None:
+                    self._gap_check(ti - prev)
+                prev = ti
+            self.jump.accept(ts[-1])
+            self._t[self._n:self._n + k] = ts
+            self._g[self._n:self._n + k] = vals
+            self._n += k
+        return True
 
     def _gap_check(self, dt: int) -> None:
         if self._np >= 8:

@@ -1,0 +1,46 @@
+"""``vilib-ros bench-node-process``: the frontend node's tracker and per-frame steps outside ROS
+(no DDS, CPU here). Not a speed test: it checks that the tool builds the node's tracker and that
+every variant runs real frames to tracks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+class TestBenchNodeProcess:
+    """``vilib-ros bench-node-process``: the node's tracker outside ROS (no DDS)."""
+
+    def test_node_tracker_and_steps(self, euroc_path, tmp_path):
+        """It builds the tracker the node builds from the same parameter values (the node's
+        FrontendConfig and camera), and every variant runs the real frames to tracks, the node
+        path with every step timed, and the gyro rotation agrees with the loop it replaced."""
+        from vilib_ros.bench.node_process import NODE_OVERRIDES, NodeSteps
+        from vilib_ros.nodes.frontend_setup import build_config, default_values
+        from vilib_ros.nodes.params import camera_from_params
+
+        yaml = str(euroc_path / "mav0" / "cam0" / "sensor.yaml")
+        values = default_values({**NODE_OVERRIDES, "device": "cpu", "camera_yaml": yaml, "warm_up_frames": 1})
+        steps = NodeSteps(values)
+        assert steps.tracker.config == build_config(values)
+        import dataclasses
+
+        import numpy as np
+
+        cam = camera_from_params(values)
+        for f in dataclasses.fields(cam):
+            assert np.array_equal(getattr(steps.cam, f.name), getattr(cam, f.name)), f.name
+        r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-node-process", "--device", "cpu",
+                            "--data", str(euroc_path), "--frames", "3", "--round", "3", "--gaps", "1",
+                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        d = json.loads((tmp_path / "node_process.json").read_text())
+        assert d["device"] == "cpu"
+        assert set(d["variants"]) == {"bench", "gyro", "message", "node", "node, IMU one by one",
+                                      "node, sleep 1 ms", "node, spin 1 ms"}
+        for name, v in d["variants"].items():
+            assert v["frames"] == 3 and v["tracks"] > 0 and v["process"] > 0, name
+        for k in ("imu_messages", "convert", "imu", "publish_encode", "node_total"):
+            assert d["variants"]["node"][k] > 0, k
+        assert d["gyro_rotation"]["max_difference"] < 1e-12
+        assert (tmp_path / "node_process.md").is_file()

@@ -1,0 +1,103 @@
+"""Taking messages outside the executor (vilib_ros.nodes._common): ``take_pending`` and
+``SubscriptionWaiter``, over real rclpy / Fast DDS on localhost.
+
+The frontend node takes its IMU bursts and, while images stream, its next images this way (an
+executor turn per message cost 0.1-0.3 ms of Python: the frame budget at 1,000 frames/s), and the
+node benchmark's recorder takes the tracks this way. These tests hold what that relies on: every
+waiting message comes out, in order, with its middleware receive time; the waiter wakes when a
+message comes and times out when none does.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.ros]
+
+from conftest import ros_domain  # noqa: E402
+
+rclpy = pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    from vilib_ros.nodes.processes import GraphClient
+
+    c = GraphClient(ros_domain("default"), "test_take_pending")
+    yield c
+    c.close()
+
+
+def _pub_sub(client, topic):
+    from sensor_msgs.msg import Imu
+
+    from vilib_ros.nodes._common import reliable_qos
+
+    node = client.node
+    pub = node.create_publisher(Imu, topic, reliable_qos(100))
+    sub = node.create_subscription(Imu, topic, lambda m: None, reliable_qos(100), raw=True)
+    assert client.spin_until(lambda: node.count_subscribers(topic) >= 1 and node.count_publishers(topic) >= 1, 30)
+    return pub, sub
+
+
+def _imu(k):
+    from vilib_ros.nodes.cdr import encode_imu
+
+    return encode_imu(1_000_000_000 + k * 5_000_000, "imu0", (0.1 * k, 0.0, 0.0), (0.0, 0.0, 9.8))
+
+
+class TestTakePending:
+    def test_burst_in_order_with_receive_time(self, client):
+        from vilib_ros.nodes._common import SubscriptionWaiter, received_monotonic, take_pending
+        from vilib_ros.nodes.cdr import decode_imu
+
+        pub, sub = _pub_sub(client, "take_burst")
+        t_before = time.monotonic()
+        for k in range(25):
+            pub.publish(_imu(k))
+        waiter = SubscriptionWaiter(client.node, [sub])
+        got, deadline = [], time.monotonic() + 20
+        while len(got) < 25 and time.monotonic() < deadline:
+            waiter.wait(0.5)
+            got += list(take_pending(sub, 10, with_info=True))     # at most 10 per call
+        assert [decode_imu(m)[0] for m, _ in got] == [decode_imu(_imu(k))[0] for k in range(25)]
+        rx = [received_monotonic(info) for _, info in got]
+        assert all(r is not None for r in rx)
+        assert t_before - 0.01 <= rx[0] <= rx[-1] <= time.monotonic() + 0.01
+        assert list(take_pending(sub)) == []                       # nothing left
+        client.node.destroy_subscription(sub)
+        client.node.destroy_publisher(pub)
+
+
+class TestSubscriptionWaiter:
+    def test_times_out_without_a_message(self, client):
+        from vilib_ros.nodes._common import SubscriptionWaiter
+
+        pub, sub = _pub_sub(client, "take_quiet")
+        waiter = SubscriptionWaiter(client.node, [sub])
+        assert waiter.native        # rclpy's wait set is there (else it polls: the node still works, slower)
+        t0 = time.monotonic()
+        assert waiter.wait(0.2) is False
+        assert 0.15 <= time.monotonic() - t0 < 5.0
+        assert waiter.wait(0.0) is False
+        client.node.destroy_subscription(sub)
+        client.node.destroy_publisher(pub)
+
+    def test_wakes_when_a_message_comes(self, client):
+        from vilib_ros.nodes._common import SubscriptionWaiter, take_pending
+
+        pub, sub = _pub_sub(client, "take_wake")
+        waiter = SubscriptionWaiter(client.node, [sub])
+        timer = threading.Timer(0.3, lambda: pub.publish(_imu(7)))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            assert waiter.wait(30.0) is True
+        finally:
+            timer.join()
+        assert time.monotonic() - t0 < 20.0          # woken by the message, not the timeout
+        assert len(list(take_pending(sub))) == 1
+        client.node.destroy_subscription(sub)
+        client.node.destroy_publisher(pub)
