@@ -1,0 +1,31 @@
+"""The per-frame table's report (``vilib_ros.bench.frontend.markdown``) from committed results:
+the one before the host-step marks and per-upload stereo rows (19:25 UTC) and the one with them
+(20:58 UTC) both render. Regression guarded: the report must read results of earlier runs (the
+next run is compared with the committed one), and it names its uploads from one list."""
+import json
+from pathlib import Path
+
+import pytest
+
+from vilib_ros.bench.frontend import markdown
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+class TestMarkdown:
+    @pytest.mark.parametrize("name", ["frontend_per_frame.json", "frontend_per_frame_run_2058.json"])
+    def test_committed_results_render(self, name):
+        res = json.loads((RESULTS / name).read_text())
+        md = markdown(res)
+        assert md.startswith("## Frontend per frame")
+        assert f"| mono process(), upload='{res['upload_default']}' (default) | {res['mono']['p50_us']:.1f} |" in md
+        assert "Targets (H100):" in md and all(v in md for v in res["verdicts"])
+
+    def test_host_steps_and_stereo_per_upload(self):
+        res = json.loads((RESULTS / "frontend_per_frame_run_2058.json").read_text())
+        md = markdown(res)
+        steps = res["host_steps"]["mapped"]
+        row = "| mapped | " + " | ".join(f"{steps[k]['p50_us']:.1f}" for k in steps) + " |"
+        assert row in md
+        s = res["stereo_mapped_upload"]
+        assert f"| stereo process(), upload='mapped' | {s['p50_us']:.1f} | {s['p90_us']:.1f} | {s['p99_us']:.1f} |" in md
