@@ -42,6 +42,8 @@ def main():
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--quick", action="store_true", help="only LK with and without the FB check, 1 / 2 / 4 warps "
                     "per feature (no variants of iterations, division, levels; no RANSAC, pyramid, detector)")
+    ap.add_argument("--ransac", action="store_true", help="only the RANSAC kernels: each alone, ransac_models "
+                    "with 1 / 2 / 4 / 8 warps per hypothesis and with the sample draw's 64-bit modulo")
     a = ap.parse_args()
     import cupy as cp
 
@@ -49,7 +51,6 @@ def main():
     from vilib_ros.camera import euroc_cam0
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
     from vilib_ros.bench.frontend import graph_times
-    from vilib_ros.frontend import ransac_gpu
 
     frames = load_frames()
     ft = FeatureTracker(euroc_cam0(), FrontendConfig(), device="cuda")
@@ -90,6 +91,10 @@ def main():
         launch(kern, grid, block, args, stream=st, checked=False)
 
     timed("empty kernel node", lambda: spin((1, 1, 1), (1, 1, 1), (np.int64(0),), stream=st))
+    if a.ransac:
+        ransac_rows(K, ft.config, st, timed, go)
+        res["ransac_state"] = K.ransac.state()
+        return finish(res, a.out)
     count = K.hdr("count")
     tc = K.config.tracker
 
@@ -150,7 +155,33 @@ def main():
 
     for lv in (5, 3, 2, 1):
         timed(f"fb (levels {lv})", lambda lv=lv: go(*fb(lv)))
-    c = ft.config
+    ransac_rows(K, ft.config, st, timed, go)
+    res["ransac_state"] = K.ransac.state()
+    timed("lk_extract", lambda: go(*K._extract(s, count)))
+    timed("pyramid_frame (mapped host frame)", lambda: K.enqueue_upload(s, False, p._prm_dev[s], st, False))
+    # the same kernel reading a frame in device memory: its compute alone
+    src_old = int(p._prm_u64[s, 0])
+    p._prm_u64[s, 0] = K.pyrs[(s + 1) % 4].levels[0].data.ptr
+    timed("pyramid_frame (device frame)", lambda: K.enqueue_upload(s, False, p._prm_dev[s], st, False))
+    p._prm_u64[s, 0] = src_old
+    det = K.detector
+    off = cp.zeros(1, cp.int64)
+    timed("crf+nms gated off", lambda: det.enqueue(K._det_desc[s], st, False, occupancy=t["occ"], gate=off,
+                                                    block_rows=K.crf_block_rows), reps=10)
+    finish(res, a.out)
+
+
+def ransac_rows(K, c, st, timed, go):
+    """The RANSAC stage on the frame's state: all kernels, each alone, then ransac_models with
+    1 / 2 / 4 / 8 warps per hypothesis (RS_SCORE_WARPS) and with the sample draw's modulo in
+    64-bit arithmetic (the code before 2026-11-24 21:30 UTC; the same values)."""
+    import cupy as cp
+
+    from vilib_ros._cuda import kernel_source
+    from vilib_ros.frontend import ransac_gpu
+    from vilib_ros.frontend.ransac import HYPOTHESES, kernel_defines
+
+    t = K.t
     real_launch = ransac_gpu.launch
 
     def ransac(only=None):
@@ -167,19 +198,23 @@ def main():
     timed("ransac (all kernels)", lambda: ransac(), reps=5)
     for n in K.ransac._k:
         timed(f"ransac_{n}", lambda n=n: ransac(n))
-    res["ransac_state"] = K.ransac.state()
-    timed("lk_extract", lambda: go(*K._extract(s, count)))
-    timed("pyramid_frame (mapped host frame)", lambda: K.enqueue_upload(s, False, p._prm_dev[s], st, False))
-    # the same kernel reading a frame in device memory: its compute alone
-    src_old = int(p._prm_u64[s, 0])
-    p._prm_u64[s, 0] = K.pyrs[(s + 1) % 4].levels[0].data.ptr
-    timed("pyramid_frame (device frame)", lambda: K.enqueue_upload(s, False, p._prm_dev[s], st, False))
-    p._prm_u64[s, 0] = src_old
-    det = K.detector
-    off = cp.zeros(1, cp.int64)
-    timed("crf+nms gated off", lambda: det.enqueue(K._det_desc[s], st, False, occupancy=t["occ"], gate=off,
-                                                    block_rows=K.crf_block_rows), reps=10)
-    finish(res, a.out)
+    v = K.ransac.v
+    args = (v["table"], v["x1"], v["x2"], v["state"], np.float64((c.ransac_threshold / K.fx) ** 2), v["F"],
+            v["valid"], v["count"])
+    code = kernel_source("ransac")
+    new_draw = "unsigned int v = table[h * RS_SAMPLE + j] % un;"
+    mod64 = code.replace(new_draw, "long long v = (long long)table[h * RS_SAMPLE + j] % n;").replace(
+        "v = v + 1 == un ? 0u : v + 1;", "v = (v + 1) % n;")
+    for warps, src, label in ((1, code, ""), (2, code, ""), (4, code, ""), (8, code, ""),
+                              (4, mod64, ", 64-bit modulo")):
+        if label and (new_draw not in code or mod64 == code):
+            continue
+        defs = {**kernel_defines(), "RS_SCORE_WARPS": warps}
+        mod = cp.RawModule(code=src, options=("-std=c++17", *ransac_gpu.OPTIONS,
+                                              *(f"-D{k}={x}" for k, x in defs.items())))
+        kern = mod.get_function("ransac_models")
+        timed(f"ransac_models ({warps} warp(s) per hypothesis{label})",
+              lambda kern=kern, warps=warps: go(kern, (HYPOTHESES, 1, 1), (32, warps, 1), args))
 
 
 def finish(res, out):

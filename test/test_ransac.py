@@ -222,6 +222,22 @@ class TestSampleIndices:
                 assert len(set(idx.tolist())) == 8 and idx.min() >= 0 and idx.max() < n
 
 
+    def test_draw_in_32_bits(self):
+        """kernels/ransac.cu draws the sample as uint32 u mod n and moves on by v + 1 == n ? 0 :
+        v + 1 (no 64-bit division); the same indices as sample_indices' int64 arithmetic for
+        every row of the table and candidate counts up to the capacity."""
+        for n in (8, 9, 31, 200, 4095, 4096):
+            un = np.uint32(n)
+            for row in TABLE[:HYPOTHESES]:
+                idx = []
+                for u in row:
+                    v = int(np.uint32(u) % un)
+                    while v in idx:
+                        v = 0 if v + 1 == n else v + 1
+                    idx.append(v)
+                assert idx == sample_indices(row, n).tolist(), n
+
+
 @pytest.mark.gpu
 class TestGpuRansac:
     """The device kernels against the numba twin on the same (float32, as the device table holds
@@ -250,6 +266,33 @@ class TestGpuRansac:
                 assert m_g is None
             else:
                 assert np.array_equal(m_g, m_c), seed
+
+    def test_every_hypothesis(self):
+        """Regression guard of the scoring by a block of RS_SCORE_WARPS warps per hypothesis (a
+        shared atomic of warp sums) and of the sample draw in 32-bit arithmetic: every one of the
+        HYPOTHESES hypotheses has the numba twin's validity, F (bit for bit) and inlier count, not
+        only the chosen one; counts and F poisoned first."""
+        from vilib_ros.frontend import cpu_ransac as cr
+        from vilib_ros.frontend.ransac_gpu import GpuRansac
+
+        g = GpuRansac(512)
+        for seed, n in ((3, 8), (4, 37), (5, 300), (6, 500)):
+            x1, x2 = self._pair(seed, n, 0.3)
+            g.v["count"].fill(-3)
+            g.v["valid"].fill(-3)
+            g.v["F"].fill(np.nan)
+            g.run(x1, x2, THR, CONF)
+            cnt, valid, F_g = g.v["count"].get(), g.v["valid"].get(), g.v["F"].get()
+            X1, X2 = x1.astype(np.float64), x2.astype(np.float64)
+            idx, a, f, gg, F = np.empty(8, np.int64), np.empty(81), np.empty(9), np.empty(9), np.empty(9)
+            for h in range(HYPOTHESES):
+                cr._sample(TABLE, h, n, idx)
+                ok = cr.hypothesis(X1, X2, idx, a, f, gg, F)
+                assert valid[h] == int(ok), (seed, h)
+                want = sum(cr.is_inlier(F, *X1[i], *X2[i], THR ** 2) for i in range(n)) if ok else 0
+                assert cnt[h] == want, (seed, h)
+                if ok:
+                    assert np.array_equal(F_g[h], F), (seed, h)
 
     def test_status_and_nan(self):
         """Rows LK did not track are not candidates (and not flagged); NaN rows are flagged."""
