@@ -192,14 +192,20 @@ class Layout:
         return {n: buf[o:o + nb].view(dt).reshape(shape) for n, (o, dt, shape, nb) in self.spec.items()}
 
 
-def pinned_buffer(nbytes: int, keep: list) -> np.ndarray:
+def pinned_buffer(nbytes: int, keep: list, write_combined: bool = False) -> np.ndarray:
     """A zero-filled, page-locked, device-mapped host ``uint8`` buffer; its memory object is
     appended to ``keep`` (the caller holds it as long as the array). Kernels may read and write
-    it directly at :func:`host_device_pointer` of the array (zero-copy)."""
+    it directly at :func:`host_device_pointer` of the array (zero-copy).
+
+    ``write_combined``: ``cudaHostAllocWriteCombined``, for buffers the host only writes and the
+    device reads (the frame staging slots): the host's stores bypass its caches (no lines to
+    fetch or to snoop when the device reads the buffer over PCIe); host READS of such a buffer
+    are very slow."""
     import cupy
 
     rt = cupy.cuda.runtime
-    mem = cupy.cuda.PinnedMemory(int(nbytes), rt.hostAllocPortable | rt.hostAllocMapped)
+    flags = rt.hostAllocPortable | rt.hostAllocMapped | (rt.hostAllocWriteCombined if write_combined else 0)
+    mem = cupy.cuda.PinnedMemory(int(nbytes), flags)
     keep.append(mem)
     a = np.frombuffer(cupy.cuda.PinnedMemoryPointer(mem, 0), np.uint8, int(nbytes))
     a[:] = 0

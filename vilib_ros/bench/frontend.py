@@ -84,14 +84,24 @@ def _tracker(device, stereo=False, frames=None):
     return FeatureTracker(euroc_cam0(), FrontendConfig(), device=device, camera_right=cam_r, T_right_left=T), right
 
 
-def process_times(ft, frames, n, right=None, warm=0) -> tuple[list, list]:
-    """Latencies of ``n`` synchronous process() calls from pageable frames, and track counts."""
+def process_times(ft, frames, n, right=None, warm=0, fresh=False) -> tuple[list, list]:
+    """Latencies of ``n`` synchronous process() calls from pageable frames, and track counts.
+
+    ``fresh``: each frame is first copied into a new array (not timed), as a ROS image message is
+    written by its deserialisation just before the callback hands a view of it to process();
+    otherwise the frames are read where they lie (95 frames looped, 34 MB: beyond the host's
+    caches, a colder source than a message just received)."""
     nf = len(frames)
     lat, ntr = [], []
     for k in range(n + warm):
         kw = {"image_right": right[k % nf]} if right is not None else {}
+        img = frames[k % nf]
+        if fresh:
+            img = img.copy()
+            if right is not None:
+                kw["image_right"] = kw["image_right"].copy()
         t0 = time.perf_counter()
-        fr = ft.process(frames[k % nf], _stamp(), **kw)
+        fr = ft.process(img, _stamp(), **kw)
         t1 = time.perf_counter()
         if k >= warm:
             lat.append(t1 - t0)
@@ -168,11 +178,11 @@ def run_submit_ahead(ft, frames, n, warm=50) -> dict:
     return {"frames": n, "fps": n / wall}
 
 
-def host_steps(ft, frames, n, warm=50) -> dict:
+def host_steps(ft, frames, n, warm=50, fresh=False) -> dict:
     """Where the host time of a synchronous process() goes, step by step (perf_counter_ns marks
     of ``GpuPipeline.steps``; names in ``gpu_pipeline.STEPS``): the interface's checks, the frame
     source (the host copy), events + graph launch, submit's return to the wait, the wait for the
-    GPU, the TrackFrame, the return."""
+    GPU, the TrackFrame, the return. ``fresh``: as in :func:`process_times`."""
     from vilib_ros.frontend.gpu_pipeline import STEPS
 
     p = ft.pipeline
@@ -181,9 +191,10 @@ def host_steps(ft, frames, n, warm=50) -> dict:
     p.steps = marks = []
     try:
         for k in range(n + warm):
+            img = frames[k % nf].copy() if fresh else frames[k % nf]
             marks.clear()
             t0 = time.perf_counter_ns()
-            ft.process(frames[k % nf], _stamp())
+            ft.process(img, _stamp())
             t1 = time.perf_counter_ns()
             if k >= warm and len(marks) == len(STEPS) - 1:
                 ts = [t0, *marks, t1]
@@ -303,15 +314,30 @@ def stage_breakdown(ft, frames, n, right=None, warm=10) -> dict:
 
 def host_copy(frames, n=500) -> dict:
     """The one host copy per frame (pageable frame -> page-locked slot): frames cycled (cold in
-    the caches, as in the benchmark) and one frame again and again (hot)."""
+    the caches, as in the benchmark), one frame again and again (hot), a frame written just
+    before (a ROS message just deserialised: ``fresh``); into a cached and a write-combined
+    slot (``_wc``: what the pipeline stages into)."""
     import ctypes
 
     from vilib_ros._cuda import pinned_buffer
 
     keep = []
     dst = pinned_buffer(frames[0].size, keep).reshape(frames[0].shape)
+    wc = pinned_buffer(frames[0].size, keep, write_combined=True).reshape(frames[0].shape)
     ring = [pinned_buffer(frames[0].size, keep).reshape(frames[0].shape) for _ in range(4)]
+    msg = np.empty_like(frames[0])
     out = {}
+    for name, d in (("copyto_fresh", dst), ("copyto_fresh_wc", wc), ("copyto_cold_wc", wc)):
+        ts = []
+        for k in range(n):
+            src = frames[k % len(frames)]
+            if "fresh" in name:
+                np.copyto(msg, src)
+                src = msg
+            t0 = time.perf_counter()
+            np.copyto(d, src)
+            ts.append(time.perf_counter() - t0)
+        out[name] = _stats(ts)
     ts = []
     for k in range(n):                  # into 4 page-locked slots in turn (the staging ring with frames in flight)
         src = frames[k % len(frames)]
@@ -337,11 +363,13 @@ def host_copy(frames, n=500) -> dict:
     return out
 
 
-def detect_times(det, frames, n) -> list:
+def detect_times(det, frames, n, fresh=False) -> list:
+    """``fresh``: as in :func:`process_times`."""
     ts = []
     for k in range(n):
+        img = frames[k % len(frames)].copy() if fresh else frames[k % len(frames)]
         t0 = time.perf_counter()
-        det.detect(frames[k % len(frames)])
+        det.detect(img)
         ts.append(time.perf_counter() - t0)
     return ts
 
@@ -369,9 +397,12 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     res["upload_default"] = default
     chunk = 100
     rounds = max(1, n // chunk)
-    lat = interleaved({up: (lambda ft=ft: process_times(ft, frames, chunk)[0]) for up, ft in fts.items()}, rounds)
+    runs = {up: (lambda ft=ft: process_times(ft, frames, chunk)[0]) for up, ft in fts.items()}
+    runs["fresh"] = lambda: process_times(fts[default], frames, chunk, fresh=True)[0]
+    lat = interleaved(runs, rounds)
     for up in UPLOADS:
         res["mono" if up == default else f"mono_{up}_upload"] = _stats(lat[up])
+    res["mono_fresh_input"] = _stats(lat["fresh"])
     res["mono"]["tracks_per_frame"] = float(np.mean(process_times(fts[default], frames, 100)[1]))
     fps = interleaved({up: (lambda ft=ft: [run_submit_ahead(ft, frames, 5 * chunk, warm=20)["fps"]])
                        for up, ft in fts.items()}, rounds)
@@ -381,9 +412,13 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     dets = {up: GpuFastDetector(frames[0].shape[1], frames[0].shape[0], DetectorConfig(), upload=up) for up in UPLOADS}
     for d in dets.values():
         detect_times(d, frames, 20)
-    dt = interleaved({up: (lambda d=d: detect_times(d, frames, chunk)) for up, d in dets.items()}, rounds)
-    res["detect_pageable"] = {up: _stats(v) for up, v in dt.items()}
+    runs = {up: (lambda d=d: detect_times(d, frames, chunk)) for up, d in dets.items()}
+    runs["fresh"] = lambda: detect_times(dets[default], frames, chunk, fresh=True)
+    dt = interleaved(runs, rounds)
+    res["detect_pageable"] = {up: _stats(dt[up]) for up in UPLOADS}
+    res["detect_fresh_input"] = _stats(dt["fresh"])
     res["host_steps"] = {up: host_steps(ft, frames, min(n, 1000)) for up, ft in fts.items()}
+    res["host_steps"][f"{default}, fresh frame"] = host_steps(fts[default], frames, min(n, 1000), fresh=True)
     ft = fts[default]
     res["host_split"] = run_host_split(ft, frames, n)
     res["gpu"] = run_gpu_exec(ft, frames, min(n, 1000))
@@ -399,10 +434,12 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
         sts[up], right = _tracker("cuda", stereo=True, frames=frames)
         sts[up].pipeline.upload = up
         process_times(sts[up], frames, 50, right=right)
-    lat = interleaved({up: (lambda ft=ft: process_times(ft, frames, chunk, right=right)[0]) for up, ft in sts.items()},
-                      rounds)
+    runs = {up: (lambda ft=ft: process_times(ft, frames, chunk, right=right)[0]) for up, ft in sts.items()}
+    runs["fresh"] = lambda: process_times(sts[default], frames, chunk, right=right, fresh=True)[0]
+    lat = interleaved(runs, rounds)
     for up in UPLOADS:
         res["stereo" if up == default else f"stereo_{up}_upload"] = _stats(lat[up])
+    res["stereo_fresh_input"] = _stats(lat["fresh"])
     ft = sts[default]
     res["stereo"]["tracks_per_frame"] = float(np.mean(process_times(ft, frames, 100, right=right)[1]))
     res["stages_stereo"] = stage_breakdown(ft, frames, min(n, 500), right=right)
@@ -415,10 +452,14 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
         "process_p50_us": res["mono"]["p50_us"], "process_p90_us": res["mono"]["p90_us"],
         "process_p99_us": res["mono"]["p99_us"], "stereo_process_p50_us": res["stereo"]["p50_us"],
         "stereo_process_p99_us": res["stereo"]["p99_us"], "submit_ahead_fps": res["submit_ahead"]["fps"],
+        "process_fresh_p50_us": res["mono_fresh_input"]["p50_us"],
+        "process_fresh_p99_us": res["mono_fresh_input"]["p99_us"],
+        "stereo_process_fresh_p50_us": res["stereo_fresh_input"]["p50_us"],
         "host_python_us_per_frame": res["host_split"]["host"]["p50_us"],
         "host_python_us_per_frame_cprofile": res["profile"]["host_us_per_frame"],
         "gpu_us_per_frame": res["gpu"]["exec"]["p50_us"],
         "detect_pageable_p50_us": res["detect_pageable"][default]["p50_us"],
+        "detect_fresh_p50_us": res["detect_fresh_input"]["p50_us"],
         "tracks_per_frame": res["mono"]["tracks_per_frame"]})
     res["verdicts"] = verdicts(res)
     return res
@@ -426,6 +467,7 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
 
 #: the figures compared with the previous run's frontend_per_frame.json (name, key path, unit)
 COMPARED = (("mono process() p50", ("process_p50_us",), "us"), ("mono process() p99", ("process_p99_us",), "us"),
+            ("mono process() p50, fresh frame", ("process_fresh_p50_us",), "us"),
             ("stereo process() p50", ("stereo_process_p50_us",), "us"),
             ("submit-ahead", ("submit_ahead_fps",), "frames/s"),
             ("host time per frame (submit + result)", ("host_python_us_per_frame",), "us"),
@@ -489,11 +531,20 @@ def verdicts(res) -> list[str]:
 
     line("mono process() p50", res["process_p50_us"], t["process_p50_us"])
     line("mono process() p99", res["process_p99_us"], t["process_p99_us"])
+    if "process_fresh_p50_us" in res:   # the frame written just before, as a ROS message is (runs from 2026-11-24 22:00 UTC)
+        line("mono process() p50, frame written just before (a fresh message)", res["process_fresh_p50_us"],
+             t["process_p50_us"])
+        line("mono process() p99, frame written just before", res["process_fresh_p99_us"], t["process_p99_us"])
     line("stereo process() p50", res["stereo_process_p50_us"], t["stereo_process_p50_us"])
+    if "stereo_process_fresh_p50_us" in res:
+        line("stereo process() p50, frames written just before", res["stereo_process_fresh_p50_us"],
+             t["stereo_process_p50_us"])
     line("submit-ahead", res["submit_ahead_fps"], t["submit_ahead_fps"], le=False, unit="frames/s")
     line("host Python per frame (instrumented p50)", res["host_python_us_per_frame"], t["host_python_us_per_frame"])
     line(f"detection end to end from a pageable frame (upload='{res.get('upload_default')}')",
          res["detect_pageable_p50_us"], t["detect_pageable_us"])
+    if "detect_fresh_p50_us" in res:
+        line("detection end to end, frame written just before", res["detect_fresh_p50_us"], t["detect_pageable_us"])
     ref = REFERENCE["process_us"]
     v.append(f"against the original implementation ({ref:.0f} us per frame, measured {REFERENCE['measured']}): "
              f"{ref / res['process_p50_us']:.2f}x (mono p50), submit-ahead {res['submit_ahead_fps'] / REFERENCE['frames_per_s']:.2f}x "
@@ -513,7 +564,10 @@ def markdown(res) -> str:
     ups = [u for u in UPLOADS if u != d]
     for name, key in ((f"mono process(), upload='{d}' (default)", "mono"),
                       *((f"mono process(), upload='{u}'", f"mono_{u}_upload") for u in ups),
+                      (f"mono process(), upload='{d}', each frame written just before (a fresh message)",
+                       "mono_fresh_input"),
                       (f"stereo process(), upload='{d}' (default)", "stereo"),
+                      (f"stereo process(), upload='{d}', frames written just before", "stereo_fresh_input"),
                       *((f"stereo process(), upload='{u}'", f"stereo_{u}_upload") for u in ups),
                       ("host time per frame (submit + result, no wait)", ("host_split", "host")),
                       ("  of which submit()", ("host_split", "submit")),
@@ -521,6 +575,7 @@ def markdown(res) -> str:
                       ("GPU time per frame as process() sees it", ("gpu", "as_seen_by_process")),
                       *((f"detection alone, pageable frame, upload='{u}'", ("detect_pageable", u))
                         for u in UPLOADS),
+                      (f"detection alone, upload='{d}', frame written just before", "detect_fresh_input"),
                       ("redetection kernels, flag off (every frame)", ("gated_detection", "flag_off")),
                       ("redetection kernels, flag on (detection frames)", ("gated_detection", "flag_on"))):
         r = res.get(key) if isinstance(key, str) else res.get(key[0], {}).get(key[1])
