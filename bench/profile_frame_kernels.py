@@ -42,8 +42,8 @@ def main():
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--quick", action="store_true", help="only LK with and without the FB check, 1 / 2 / 4 warps "
                     "per feature (no variants of iterations, division, levels; no RANSAC, pyramid, detector)")
-    ap.add_argument("--ransac", action="store_true", help="only the RANSAC kernels: each alone, ransac_models "
-                    "with 1 / 2 / 4 / 8 warps per hypothesis and with the sample draw's 64-bit modulo")
+    ap.add_argument("--ransac", action="store_true", help="only the RANSAC kernels: each alone, and ransac_models "
+                    "with the sample draw's modulo in 64-bit arithmetic")
     a = ap.parse_args()
     import cupy as cp
 
@@ -173,8 +173,8 @@ def main():
 
 def ransac_rows(K, c, st, timed, go):
     """The RANSAC stage on the frame's state: all kernels, each alone, then ransac_models with
-    1 / 2 / 4 / 8 warps per hypothesis (RS_SCORE_WARPS) and with the sample draw's modulo in
-    64-bit arithmetic (the code before 2026-11-24 21:30 UTC; the same values)."""
+    the sample draw's modulo in 64-bit arithmetic (the code before 2026-11-24 21:30 UTC; the same
+    values) beside the 32-bit draw of kernels/ransac.cu."""
     import cupy as cp
 
     from vilib_ros._cuda import kernel_source
@@ -205,16 +205,15 @@ def ransac_rows(K, c, st, timed, go):
     new_draw = "unsigned int v = table[h * RS_SAMPLE + j] % un;"
     mod64 = code.replace(new_draw, "long long v = (long long)table[h * RS_SAMPLE + j] % n;").replace(
         "v = v + 1 == un ? 0u : v + 1;", "v = (v + 1) % n;")
-    for warps, src, label in ((1, code, ""), (2, code, ""), (4, code, ""), (8, code, ""),
-                              (4, mod64, ", 64-bit modulo")):
-        if label and (new_draw not in code or mod64 == code):
-            continue
-        defs = {**kernel_defines(), "RS_SCORE_WARPS": warps}
+    if new_draw not in code or mod64 == code:
+        return
+    w = ransac_gpu.MODEL_WARPS
+    for src, label in ((code, "32-bit draw"), (mod64, "64-bit modulo draw")):
         mod = cp.RawModule(code=src, options=("-std=c++17", *ransac_gpu.OPTIONS,
-                                              *(f"-D{k}={x}" for k, x in defs.items())))
+                                              *(f"-D{k}={x}" for k, x in kernel_defines().items())))
         kern = mod.get_function("ransac_models")
-        timed(f"ransac_models ({warps} warp(s) per hypothesis{label})",
-              lambda kern=kern, warps=warps: go(kern, (HYPOTHESES, 1, 1), (32, warps, 1), args))
+        timed(f"ransac_models ({label})",
+              lambda kern=kern: go(kern, ((HYPOTHESES + w - 1) // w, 1, 1), (32, w, 1), args))
 
 
 def finish(res, out):

@@ -13,7 +13,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
 class TestMarkdown:
-    @pytest.mark.parametrize("name", ["frontend_per_frame.json", "frontend_per_frame_run_2058.json"])
+    @pytest.mark.parametrize("name", ["frontend_per_frame.json", "frontend_per_frame_run_2058.json",
+                                      "frontend_per_frame_run_2122.json"])
     def test_committed_results_render(self, name):
         res = json.loads((RESULTS / name).read_text())
         md = markdown(res)
@@ -29,3 +30,13 @@ class TestMarkdown:
         assert row in md
         s = res["stereo_mapped_upload"]
         assert f"| stereo process(), upload='mapped' | {s['p50_us']:.1f} | {s['p90_us']:.1f} | {s['p99_us']:.1f} |" in md
+
+    def test_fresh_frame_rows(self):
+        """The rows of frames written just before process() (a fresh message, 21:22 UTC run on):
+        the table, the host-step row and the verdicts name them beside the looped frames."""
+        res = json.loads((RESULTS / "frontend_per_frame_run_2122.json").read_text())
+        md = markdown(res)
+        r = res["mono_fresh_input"]
+        assert f"each frame written just before (a fresh message) | {r['p50_us']:.1f} | {r['p90_us']:.1f} |" in md
+        assert f"| mapped, fresh frame | {res['host_steps']['mapped, fresh frame']['checks']['p50_us']:.1f} |" in md
+        assert any(v.startswith("mono process() p50, frame written just before") for v in res["verdicts"])

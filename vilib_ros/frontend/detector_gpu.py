@@ -125,8 +125,7 @@ class GpuFastDetector:
         # detect(): own pyramid, page-locked frame / occupancy / cells / frame parameters
         self.pyramid = GpuPyramid(self.width, self.height, c.levels)
         self._pinned_keep: list = []
-        self._frame_host = pinned_buffer(self.width * self.height, self._pinned_keep,
-                                         write_combined=True).reshape(self.height, self.width)   # host writes only
+        self._frame_host = pinned_buffer(self.width * self.height, self._pinned_keep).reshape(self.height, self.width)
         self._cells_host = pinned_buffer(16 * n, self._pinned_keep).view(np.float32)
         self._occ_host = pinned_buffer(max(n, 16), self._pinned_keep)[:n]
         self._prm_host = pinned_buffer(128, self._pinned_keep).view(np.uint64)

@@ -78,11 +78,10 @@ class GpuPipeline:
         self.W, self.H, self.S, self.stereo_on = self.k.W, self.k.H, S, self.k.stereo_on
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.up_stream = cp.cuda.Stream(non_blocking=True)
-        # page-locked host memory: frame staging (write-combined: the host only writes it),
-        # frame parameters, result slots
+        # page-locked host memory: frame staging, frame parameters, result slots
         keep = self._keep = []
         n_img = self.W * self.H
-        self._img = [[pinned_buffer(n_img, keep, write_combined=True).reshape(self.H, self.W) for _ in range(RING)]
+        self._img = [[pinned_buffer(n_img, keep).reshape(self.H, self.W) for _ in range(RING)]
                      for _ in range(2 if self.stereo_on else 1)]
         prm = pinned_buffer(RING * PARAMS_BYTES, keep)
         self._prm_u64 = prm.view(np.uint64).reshape(RING, -1)
