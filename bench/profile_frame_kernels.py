@@ -42,8 +42,9 @@ def main():
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--quick", action="store_true", help="only LK with and without the FB check, 1 / 2 / 4 warps "
                     "per feature (no variants of iterations, division, levels; no RANSAC, pyramid, detector)")
-    ap.add_argument("--ransac", action="store_true", help="only the RANSAC kernels: each alone, and ransac_models "
-                    "with the sample draw's modulo in 64-bit arithmetic")
+    ap.add_argument("--ransac", action="store_true", help="only the RANSAC kernels on the last two frames' "
+                    "tracks: each alone, ransac_models with 1 / 2 / 4 / 8 warps per hypothesis and with the sample "
+                    "draw's modulo in 64-bit arithmetic")
     a = ap.parse_args()
     import cupy as cp
 
@@ -54,8 +55,10 @@ def main():
 
     frames = load_frames()
     ft = FeatureTracker(euroc_cam0(), FrontendConfig(), device="cuda")
+    last = []
     for k in range(a.frames):
-        ft.process(frames[k % len(frames)], 10**12 + 50_000_000 * k)
+        fr = ft.process(frames[k % len(frames)], 10**12 + 50_000_000 * k)
+        last = [*last[-1:], (fr.ids.copy(), fr.xy.astype(np.float32))]
     p = ft.pipeline
     K = p.k
     st = p.stream
@@ -92,8 +95,7 @@ def main():
 
     timed("empty kernel node", lambda: spin((1, 1, 1), (1, 1, 1), (np.int64(0),), stream=st))
     if a.ransac:
-        ransac_rows(K, ft.config, st, timed, go)
-        res["ransac_state"] = K.ransac.state()
+        res["ransac_state"] = ransac_rows(K, ft.config, st, timed, go, last)
         return finish(res, a.out)
     count = K.hdr("count")
     tc = K.config.tracker
@@ -155,8 +157,7 @@ def main():
 
     for lv in (5, 3, 2, 1):
         timed(f"fb (levels {lv})", lambda lv=lv: go(*fb(lv)))
-    ransac_rows(K, ft.config, st, timed, go)
-    res["ransac_state"] = K.ransac.state()
+    res["ransac_state"] = ransac_rows(K, ft.config, st, timed, go, last)
     timed("lk_extract", lambda: go(*K._extract(s, count)))
     timed("pyramid_frame (mapped host frame)", lambda: K.enqueue_upload(s, False, p._prm_dev[s], st, False))
     # the same kernel reading a frame in device memory: its compute alone
@@ -171,49 +172,66 @@ def main():
     finish(res, a.out)
 
 
-def ransac_rows(K, c, st, timed, go):
-    """The RANSAC stage on the frame's state: all kernels, each alone, then ransac_models with
-    the sample draw's modulo in 64-bit arithmetic (the code before 2026-11-24 21:30 UTC; the same
-    values) beside the 32-bit draw of kernels/ransac.cu."""
+def ransac_rows(K, c, st, timed, go, last):
+    """The RANSAC kernels on a real pair: the tracks the last two frames share (their undistorted
+    positions, as float32 like the device table; not the frame's own table, which table_update
+    has already moved on: there x1 = x2 and every hypothesis fails before it is scored). All
+    kernels, each alone, then ransac_models with 1 / 2 / 4 / 8 warps per hypothesis
+    (RS_SCORE_WARPS) and with the sample draw's modulo in 64-bit arithmetic (the code before
+    2026-11-24 21:15 UTC; the same values). Returns the state of the default kernels' run."""
     import cupy as cp
 
     from vilib_ros._cuda import kernel_source
     from vilib_ros.frontend import ransac_gpu
     from vilib_ros.frontend.ransac import HYPOTHESES, kernel_defines
 
-    t = K.t
+    (ids0, xy0), (ids1, xy1) = last
+    common, i0, i1 = np.intersect1d(ids0, ids1, return_indices=True)
+    n = len(common)
+    g = ransac_gpu.GpuRansac(K.S)
+    pad = np.zeros((K.S, 2), np.float32)
+    x1, x2 = pad.copy(), pad.copy()
+    x1[:n], x2[:n] = xy0[i0], xy1[i1]
+    x1d, x2d = cp.asarray(x1), cp.asarray(x2)
+    status = cp.zeros(K.S, cp.int8)
+    hdr = cp.asarray(np.array([n, 0, 0, 0, 0, 0, 0, 0], np.int64))
+    thr = c.ransac_threshold / K.fx
     real_launch = ransac_gpu.launch
 
     def ransac(only=None):
         def filt(kern, *aa, **kk):
-            if only is None or kern is K.ransac._k[only]:
+            if only is None or kern is g._k[only]:
                 real_launch(kern, *aa, **kk)
         ransac_gpu.launch = filt
         try:
-            K.ransac.enqueue(st, False, t["hdr"], t["lk_status"], t["uv"], t["xy"], t["lk_xy"], t["fb_pos"],
-                             t["fb_status"], c.fb_threshold, c.ransac_threshold / K.fx, c.ransac_confidence)
+            g.enqueue(st, False, hdr, status, x1d, x1d, x2d, None, None, 0.0, thr, c.ransac_confidence)
         finally:
             ransac_gpu.launch = real_launch
 
+    ransac()
+    st.synchronize()
+    state = {**g.state(), "pairs": n}
+    print(f"RANSAC on the last two frames: {state}", flush=True)
     timed("ransac (all kernels)", lambda: ransac(), reps=5)
-    for n in K.ransac._k:
-        timed(f"ransac_{n}", lambda n=n: ransac(n))
-    v = K.ransac.v
-    args = (v["table"], v["x1"], v["x2"], v["state"], np.float64((c.ransac_threshold / K.fx) ** 2), v["F"],
-            v["valid"], v["count"])
+    for name in g._k:
+        timed(f"ransac_{name}", lambda name=name: ransac(name))
+    v = g.v
+    args = (v["table"], v["x1"], v["x2"], v["state"], np.float64(thr ** 2), v["F"], v["valid"], v["count"])
     code = kernel_source("ransac")
     new_draw = "unsigned int v = table[h * RS_SAMPLE + j] % un;"
     mod64 = code.replace(new_draw, "long long v = (long long)table[h * RS_SAMPLE + j] % n;").replace(
         "v = v + 1 == un ? 0u : v + 1;", "v = (v + 1) % n;")
-    if new_draw not in code or mod64 == code:
-        return
-    w = ransac_gpu.MODEL_WARPS
-    for src, label in ((code, "32-bit draw"), (mod64, "64-bit modulo draw")):
+    for warps, src, label in ((1, code, ""), (2, code, ""), (4, code, ""), (8, code, ""),
+                              (ransac_gpu.SCORE_WARPS, mod64, ", 64-bit modulo")):
+        if label and (new_draw not in code or mod64 == code):
+            continue
+        defs = {**kernel_defines(), "RS_SCORE_WARPS": warps}
         mod = cp.RawModule(code=src, options=("-std=c++17", *ransac_gpu.OPTIONS,
-                                              *(f"-D{k}={x}" for k, x in kernel_defines().items())))
+                                              *(f"-D{k}={x}" for k, x in defs.items())))
         kern = mod.get_function("ransac_models")
-        timed(f"ransac_models ({label})",
-              lambda kern=kern: go(kern, ((HYPOTHESES + w - 1) // w, 1, 1), (32, w, 1), args))
+        timed(f"ransac_models ({warps} warp(s) per hypothesis{label})",
+              lambda kern=kern, warps=warps: go(kern, (HYPOTHESES, 1, 1), (32, warps, 1), args))
+    return state
 
 
 def finish(res, out):

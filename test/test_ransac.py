@@ -268,9 +268,10 @@ class TestGpuRansac:
                 assert np.array_equal(m_g, m_c), seed
 
     def test_every_hypothesis(self):
-        """Guards the device scoring and the sample draw in 32-bit arithmetic (kernels/ransac.cu,
-        2026-11-24): every one of the HYPOTHESES hypotheses has the numba twin's validity, F (bit
-        for bit) and inlier count, not only the chosen one; counts and F poisoned first."""
+        """Guards the scoring by a block of RS_SCORE_WARPS warps per hypothesis (warp sums, a
+        shared atomic) and the sample draw in 32-bit arithmetic (kernels/ransac.cu, 2026-11-24):
+        every one of the HYPOTHESES hypotheses has the numba twin's validity, F (bit for bit) and
+        inlier count, not only the chosen one; counts and F poisoned first."""
         from vilib_ros.frontend import cpu_ransac as cr
         from vilib_ros.frontend.ransac_gpu import GpuRansac
 

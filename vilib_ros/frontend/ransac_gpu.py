@@ -14,7 +14,9 @@ from vilib_ros.frontend.ransac import HYPOTHESES, LANES, SAMPLE, STATE, TABLE, k
 
 #: ``-fmad=false``: no fused multiply-add, so that the float64 results are those of the numba twin
 OPTIONS = ("-fmad=false",)
-MODEL_WARPS, SELECT_THREADS = 4, 256            # kernels/ransac.cu RS_MODEL_WARPS, RS_SELECT_THREADS
+#: warps per hypothesis in ransac_models (RS_SCORE_WARPS): warp 0 solves F, all of them score it
+SCORE_WARPS = 4
+SELECT_THREADS = 256                            # kernels/ransac.cu RS_SELECT_THREADS
 
 
 def scratch_layout(S: int) -> Layout:
@@ -40,7 +42,7 @@ class GpuRansac:
         self.buf = cp.asarray(host)
         self.v = self.layout.views(self.buf)
         try:
-            m = get_module("ransac", kernel_defines(), OPTIONS)
+            m = get_module("ransac", {**kernel_defines(), "RS_SCORE_WARPS": SCORE_WARPS}, OPTIONS)
             self._k = {n: m.get_function(f"ransac_{n}") for n in ("candidates", "models", "select")}
         except CudaUnavailable:
             raise
@@ -68,7 +70,7 @@ class GpuRansac:
                (hdr, lk_status, uv, xy, lk_xy, null if fb_status is None else fb_pos,
                 null if fb_status is None else fb_status, np.float32(fb_threshold), np.int32(self.S), v["cand"],
                 v["x1"], v["x2"], v["flag"], v["reject"], v["state"]), stream=stream, checked=checked)
-        launch(k["models"], ((HYPOTHESES + MODEL_WARPS - 1) // MODEL_WARPS, 1, 1), (32, MODEL_WARPS, 1),
+        launch(k["models"], (HYPOTHESES, 1, 1), (32, SCORE_WARPS, 1),
                (v["table"], v["x1"], v["x2"], v["state"], thr2, v["F"], v["valid"], v["count"]), stream=stream,
                checked=checked)
         launch(k["select"], (1, 1, 1), (SELECT_THREADS, 1, 1),

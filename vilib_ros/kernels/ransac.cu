@@ -9,10 +9,12 @@
 //                      [t * per, (t + 1) * per): the slots LK tracked and the forward-backward
 //                      check passed, compacted in slot order (a block scan) with their
 //                      undistorted positions as double; clears the reject flags.
-//   ransac_models      one warp per hypothesis: its sample (a row of the fixed table), the
-//                      normalised 8-point F by elimination with full pivoting (lane c owning
-//                      column c of the design matrix in shared memory), then its inliers (lane l
-//                      taking candidates l, l + 32, ...; a warp sum).
+//   ransac_models      one block of RS_SCORE_WARPS warps per hypothesis: warp 0 draws its
+//                      sample (a row of the fixed table) and solves the normalised 8-point F by
+//                      elimination with full pivoting (lane c owning column c of the design
+//                      matrix in shared memory); then every thread t of the block scores the
+//                      candidates t, t + 32 * RS_SCORE_WARPS, ... (integer counts: a warp sum,
+//                      then a shared atomic; exact in any order).
 //   ransac_select      one block of RS_SELECT_THREADS, thread h holding hypothesis h's count: the
 //                      records (block max-scan, ballot), thread 0 applies the adaptive rule at
 //                      them in hypothesis order; then the LO refits (warp 0: lane l sums the
@@ -24,7 +26,9 @@
 // state slots RS_N (candidates), RS_BEST, RS_COUNT (final inliers), RS_EVALUATED; H_COUNT.
 #include "table.cuh"
 
-#define RS_MODEL_WARPS 4         // ransac_models: hypotheses (warps) per block
+#ifndef RS_SCORE_WARPS
+#define RS_SCORE_WARPS 4         // ransac_models: warps per hypothesis (ransac_gpu.SCORE_WARPS)
+#endif
 #define RS_SELECT_THREADS 256
 #define RS_HD __host__ __device__ __forceinline__
 #define RS_PER_THREAD 4          // candidates kernel: slots per thread (capacity <= 4096)
@@ -327,37 +331,49 @@ __device__ bool rs_hypothesis_warp(const unsigned int* __restrict__ table, int h
     return true;
 }
 
-// ransac_models: hypothesis h = blockIdx.x * RS_MODEL_WARPS + threadIdx.y by one warp: its
-// sample (a row of the fixed table), its F (rs_hypothesis_warp; F[h], valid[h]), then its
-// inliers among the n candidates (lane l takes l, l + 32, ...; a warp sum) into count[h] (0
-// without a model).
-extern "C" __global__ void __launch_bounds__(32 * RS_MODEL_WARPS) ransac_models(
+// ransac_models: hypothesis h = blockIdx.x by a block of RS_SCORE_WARPS warps. Warp 0: its
+// sample and F (rs_hypothesis_warp; F[h], valid[h]); then thread t = 32 * threadIdx.y + lane
+// scores the candidates t, t + 32 * RS_SCORE_WARPS, ... against F from shared memory; the
+// integer count (warp sums, a shared atomic) into count[h] (0 without a model).
+extern "C" __global__ void __launch_bounds__(32 * RS_SCORE_WARPS) ransac_models(
     const unsigned int* __restrict__ table, const double2* __restrict__ x1, const double2* __restrict__ x2,
     const int* __restrict__ state, double thr2, double* __restrict__ F, signed char* __restrict__ valid,
     int* __restrict__ count)
 {
-    __shared__ double s_a[RS_MODEL_WARPS][8 * 9];
-    const int h = blockIdx.x * RS_MODEL_WARPS + threadIdx.y, lane = threadIdx.x;
-    if (h >= RS_HYPOTHESES) return;       // warp-uniform
+    __shared__ double s_a[8 * 9], s_G[9];
+    __shared__ int s_ok;
+    __shared__ unsigned int s_cnt;
+    const int h = blockIdx.x, lane = threadIdx.x, t = threadIdx.y * 32 + threadIdx.x;
     const int n = state[RS_N];
-    double G[9];
-    const bool ok = n >= RS_SAMPLE && rs_hypothesis_warp(table, h, n, x1, x2, s_a[threadIdx.y], G);
-    if (lane == 0) valid[h] = ok ? 1 : 0;
-    if (!ok) {
-        if (lane == 0) count[h] = 0;
-        return;
-    }
-    if (lane == 0) {
+    if (threadIdx.y == 0) {               // warp-uniform
+        double G[9];
+        const bool ok = n >= RS_SAMPLE && rs_hypothesis_warp(table, h, n, x1, x2, s_a, G);
+        if (lane == 0) {
+            valid[h] = ok ? 1 : 0;
+            s_ok = ok ? 1 : 0;
+            s_cnt = 0u;
+            if (ok) {
 #pragma unroll
-        for (int j = 0; j < 9; ++j) F[9 * h + j] = G[j];
+                for (int j = 0; j < 9; ++j) { F[9 * h + j] = G[j]; s_G[j] = G[j]; }
+            } else {
+                count[h] = 0;
+            }
+        }
     }
+    __syncthreads();
+    if (!s_ok) return;                    // block-uniform
+    double G[9];
+#pragma unroll
+    for (int j = 0; j < 9; ++j) G[j] = s_G[j];
     unsigned int c = 0;
-    for (int k = lane; k < n; k += 32) {
+    for (int k = t; k < n; k += 32 * RS_SCORE_WARPS) {
         const double2 p = x1[k], q = x2[k];
         c += rs_inlier(G, p.x, p.y, q.x, q.y, thr2);
     }
     c = warp_sum_u32(c);
-    if (lane == 0) count[h] = (int)c;
+    if (lane == 0 && c) atomicAdd(&s_cnt, c);
+    __syncthreads();
+    if (t == 0) count[h] = (int)s_cnt;
 }
 
 __device__ __forceinline__ double rs_butterfly(double v)
