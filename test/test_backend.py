@@ -761,6 +761,34 @@ class TestSmootherShape:
         assert bb.run_command(args) == 2
         assert "unknown sequence(s) ['mh05']" in capsys.readouterr().err
 
+    def test_changes_table_rows_run_in_their_own_process_with_their_config(self, synthetic60, tmp_path):
+        """bench-backend --changes runs every row in a process of its own (RemoteEstimator): a row with
+        today's defaults must give exactly the estimate of an estimator fed the same way in this
+        process, and a row's overrides must reach its process (a different window, a different estimate)."""
+        from vilib_ros.bench.backend_changes import run_lockstep
+
+        s = synthetic60
+        frames, (st, data) = s["frames"][:240], s["imu"]
+        c0, c1, noise = s["seq"].camera(0), s["seq"].camera(1), s["seq"].imu_noise_dict()
+        rows = [("defaults", {}, {}), ("window 1.5 s", {"window_s": 1.5}, {})]
+        remote = run_lockstep(rows, frames, st, data, c0, c1, noise, "stereo", code_root=tmp_path)
+        local = VioEstimator(BackendConfig(mode="stereo"), c0, c1, noise)
+        j = 0
+        for f in frames:
+            j1 = int(np.searchsorted(st, f.stamp_ns, side="right"))
+            if j1 > j:
+                local.add_imu_batch(st[j:j1], data[j:j1])
+            local.add_frame(f)
+            j = j1
+        assert remote[0].stats["keyframes"] == local.stats["keyframes"] > 20
+        assert len(remote[0].covariance_s) > 20 and len(remote[0].kf_timings) == len(local.kf_timings)
+        for smoothed in (False, True):
+            t, p, _ = local.trajectory(smoothed=smoothed)
+            np.testing.assert_array_equal(remote[0]._traj[smoothed][0], t)
+            np.testing.assert_array_equal(remote[0]._traj[smoothed][1], p)
+        assert not np.array_equal(remote[1]._traj[True][1], remote[0]._traj[True][1])
+
+
 # ----------------------------------------------------------------------------- realistic sequence
 @pytest.fixture(scope="session")
 def v101_75s(euroc_path):

@@ -3,7 +3,7 @@
 Every row is one configuration of the backend (:data:`CHANGES`: the adopted changes, cumulative,
 from the 2026-11-24 07:05 defaults to today's, on today's code, and the code changes since, each on
 the code of its commit; :data:`TRIED`: single changes to today's defaults that were measured and not
-adopted). All rows of one column run in lockstep,
+adopted). All rows of one column run in lockstep, each in a process of its own,
 frame by frame on the same tracks and IMU (the estimators take turns per frame), so that they
 share the machine's load; a keyframe's time is comparable within a column only.
 
@@ -99,7 +99,50 @@ TRIED_EARLIER = [
     ("mono window 6 s, batch marginalisation every 1 s", {"mono_window_s": 6.0, "marginalise_every_s": 1.0}, {}),
 ]
 
-FINDINGS = """## What the table shows (2026-11-24, 18:47-19:00 UTC, this machine)
+FINDINGS = """## What the table shows (2026-11-24, 21:17-21:35 UTC, this machine)
+
+Every row ran in a process of its own (17 processes per column, in turns frame by frame), other engineers' jobs
+shared the 2 cores (load 1.2-2.5 at the columns' starts, per column in the json): compare times within a column.
+The times are higher than `bench-backend`'s (`backend_cpu.md`: 2.90 ms stereo, 3.92 mono, 21:16 UTC) because the
+rendered sequences have more tracks per keyframe and seventeen processes taking turns evict each other's caches. ATEs
+are deterministic.
+
+- **This round's code changes** (the rows `code of ...`: today's defaults on the code of each commit, the first on
+  the code before them): **6-10 % less time per keyframe in every column, each step lower or equal, the ATEs
+  identical in all eight columns** (the same estimates: the triangulated points agree to 1e-9). Stereo 5.8 -> 5.3,
+  5.5 -> 5.0, 4.9 -> 4.5, 5.0 -> 4.7 ms; mono 5.7 -> 5.2, 5.6 -> 5.2, 5.3 -> 4.9, 5.2 -> 4.7 ms. On
+  `bench-backend`'s sequence (the issue's measure, `backend_cpu.md`, 21:16 UTC, load 0.4-1.0) stereo 3.44 -> 2.90 ms
+  median (target 3 ms: met), mono 4.41 -> 3.92 ms; Python per stereo keyframe 1.49 -> 1.01 ms. What they were, by
+  the breakdown of 19:01 (Python 1.5 ms of a 3.4 ms stereo keyframe): the triangulation of a keyframe's new
+  landmarks (~25 candidates) in NumPy, 0.4-0.7 ms (the batched DLT, then a per-candidate NumPy loop for candidates
+  with an outlier) -> one numba call over all candidates with the outlier loop inside, 0.15 ms (the null vector from
+  the 4x4 normal matrix: 145 -> 59 us for 30 candidates against an SVD per round); the measured IMU noise (medians
+  of 200 x 6 first differences per keyframe) 0.14 ms in place -> compiled; the smoother's elimination groups rebuilt
+  with ~300 pybind calls per update -> kept between marginalisations; gtsam keys built through pybind, the divergence
+  test in NumPy, np.nanmedian -> plain integers, floats, one sort. Left in Python per stereo keyframe (~1.0 ms):
+  gating and adding ~50 observations of existing landmarks (~0.18 ms), creating ~9 landmarks with their factors
+  (~0.2 ms), pending observations (~0.1 ms), bookkeeping after the update (~0.24 ms); gtsam ~1.85 ms (update 1.63,
+  estimate 0.18) re-eliminates 150 of 161 variables per update, near a batch solve of the window (1.7 ms).
+- **Why each row in a process of its own** (new in this run): in the first run of this table (21:00 UTC) the rows
+  ran in one process, the commits' code in subprocesses; the code of 38cb166 took 5.0-5.5 ms per keyframe in a
+  process of its own, today's (faster) code 6.5-7.5 ms in the process beside eleven other estimators (whose heaps its
+  garbage collector walked, among other shared costs). All rows now run alike.
+- **Tried, not adopted** (this run): landmarks relinearised at 0.05 m: 0-6 % less time, the ATE lower on v101 exact
+  stereo (1.91 -> 1.77 cm) and mono (4.03 -> 4.00) but higher with our tracks on v101 stereo (0.83 -> 0.85) and on
+  synthetic60 exact mono (1.26 -> 1.29); on `bench-backend`'s sequence mono 1.67 -> 1.72 cm smoothed (lockstep,
+  20:56 UTC). Batch marginalisation every 1.5 s in stereo: the second run of it, again the ATE equal or lower in
+  all four stereo columns (synthetic60 exact 0.67 -> 0.62 cm, v101 exact 1.91 -> 1.89) and the time equal or lower
+  (0-4 %), but on `bench-backend`'s sequence the ATE rose 1.30 -> 1.39 cm smoothed, 1.34 -> 1.44 causal (lockstep,
+  20:55 UTC): not adopted, as issue 12 measures there.
+- **The backend on the frontend's tracks** (issue 12's second point): alone it is not dearer than on exact tracks
+  (this table, today's code: synthetic60 stereo 4.5 ms exact, 4.7 ms ours; mono 4.9 and 4.7). `bench-vio` now runs
+  the backend a second time after each run, alone in its child process on the run's tracks (`replay_backend`), and
+  reports both with the breakdown (`backend_vio_cpu.md`, 21:36 UTC, load 0.1-0.5): stereo 3.09 ms per keyframe alone,
+  3.73 in the run, every part inflated alike (update 1.88 -> 2.25 ms, visual factors 0.69 -> 0.81, non-keyframes
+  0.21 -> 0.28): the CPU frontend beside it, and under the other jobs' load more (5.9 ms at 20:46 UTC, 8.8 ms in the
+  15:19 run), not the tracks. The H100 rerun of `bench-vio` shows the same two rows there.
+
+## The previous table (2026-11-24, 18:47-19:00 UTC; its numbers are that run's, in git history)
 
 The run shared the 2 cores with the other engineers' jobs (load average per column in the json, 1.0-2.7 from other jobs at the start of the columns): compare
 times within a column only. ATEs are deterministic.
@@ -205,14 +248,15 @@ def estimator_class(isam: dict):
 _DRIVER = r"""
 import logging, pickle, sys, time
 logging.disable(logging.WARNING)
-from vilib_ros.backend import BackendConfig, VioEstimator
+from vilib_ros.backend import BackendConfig
+from vilib_ros.bench.backend_changes import estimator_class
 class Frame:
     __slots__ = ("stamp_ns", "ids", "xy", "xy_right")
     def __init__(self, *a):
         self.stamp_ns, self.ids, self.xy, self.xy_right = a
 inp, out = sys.stdin.buffer, sys.stdout.buffer
-cfg, cam0, cam1, noise = pickle.load(inp)
-est = VioEstimator(BackendConfig(**cfg), cam0, cam1, noise)
+cfg, isam, cam0, cam1, noise = pickle.load(inp)
+est = estimator_class(isam)(BackendConfig(**cfg), cam0, cam1, noise)
 cov = []
 out.write(b"r"); out.flush()
 while True:
@@ -254,11 +298,12 @@ def code_of(rev: str, root: Path) -> Path:
 
 
 class RemoteEstimator:
-    """A ``VioEstimator`` of another commit's code (:func:`code_of`) in a subprocess, fed in
-    lockstep like the in-process rows (each frame answered before the next row's turn); after
-    :meth:`finish` it has what :func:`vilib_ros.bench.accuracy.backend_row` reads of an estimator."""
+    """A ``VioEstimator`` of the code under ``code`` (this checkout, or a commit's: :func:`code_of`)
+    in a subprocess of its own, fed in lockstep (each frame answered before the next row's turn);
+    after :meth:`finish` it has what :func:`vilib_ros.bench.accuracy.backend_row` reads of an
+    estimator."""
 
-    def __init__(self, code: Path, config: dict, cam0, cam1, imu_noise):
+    def __init__(self, code: Path, config: dict, isam: dict, cam0, cam1, imu_noise):
         import os
         import pickle
         import subprocess
@@ -267,7 +312,7 @@ class RemoteEstimator:
         self._p = subprocess.Popen([sys.executable, "-c", _DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    env=env, cwd=str(code))
         self._pickle = pickle
-        pickle.dump((config, cam0, cam1, imu_noise), self._p.stdin)
+        pickle.dump((config, isam, cam0, cam1, imu_noise), self._p.stdin)
         self._p.stdin.flush()
         if self._p.stdout.read(1) != b"r":
             raise RuntimeError(f"the estimator of {code.name} did not start (exit code {self._p.wait()})")
@@ -297,44 +342,33 @@ class RemoteEstimator:
             self._p.wait()
 
 
-def run_lockstep(rows, frames, imu_t, imu_d, cam0, cam1, imu_noise, mode: str, code_root: Path | None = None) -> list:
-    """One estimator per row, fed frame by frame in turns (same load for all) -> estimators. A row
-    with a fourth element (a commit) runs that commit's code (:class:`RemoteEstimator`, needs
-    ``code_root``), in the same turns."""
-    from vilib_ros.backend import BackendConfig
-
+def run_lockstep(rows, frames, imu_t, imu_d, cam0, cam1, imu_noise, mode: str, code_root: Path) -> list:
+    """One estimator per row, each in a process of its own (:class:`RemoteEstimator`), fed frame by
+    frame in turns (the same load for all) -> estimators. A row with a fourth element (a commit)
+    runs that commit's code (unpacked under ``code_root``), the others this checkout's. Separate
+    processes, not one: with a dozen estimators in one process (its garbage collector walking all
+    of their objects, among other shared costs) a row's keyframes paid for the others (2026-11-24
+    21:00 UTC: the code of an earlier commit 5.0-5.5 ms per keyframe in a process of its own, the
+    faster current code 6.5-7.5 ms in the process beside eleven other estimators)."""
     c1 = cam1 if mode == "stereo" else None
+    here = Path(__file__).resolve().parents[2]
     ests = []
     try:
         for row in rows:
             _, ov, isam = row[:3]
-            if len(row) > 3:
-                ests.append(RemoteEstimator(code_of(row[3], code_root), dict(mode=mode, **ov), cam0, c1, imu_noise))
-            else:
-                ests.append(estimator_class(isam)(BackendConfig(mode=mode, **ov), cam0, c1, imu_noise))
-                ests[-1].covariance_s = []   # per keyframe: state_covariance() (the odometry's), timed apart
+            code = code_of(row[3], code_root) if len(row) > 3 else here
+            ests.append(RemoteEstimator(code, dict(mode=mode, **ov), isam, cam0, c1, imu_noise))
         j = 0
         for f in frames:
             j1 = int(np.searchsorted(imu_t, f.stamp_ns, side="right"))
             for e in ests:
-                if isinstance(e, RemoteEstimator):
-                    e.step(f, imu_t[j:j1], imu_d[j:j1])
-                    continue
-                if j1 > j:
-                    e.add_imu_batch(imu_t[j:j1], imu_d[j:j1])
-                s = e.add_frame(f)
-                if s is not None and s.is_keyframe:
-                    t = time.perf_counter()
-                    e.state_covariance()
-                    e.covariance_s.append(time.perf_counter() - t)
+                e.step(f, imu_t[j:j1], imu_d[j:j1])
             j = j1
         for e in ests:
-            if isinstance(e, RemoteEstimator):
-                e.finish()
+            e.finish()
     except BaseException:
         for e in ests:
-            if isinstance(e, RemoteEstimator):
-                e.kill()
+            e.kill()
         raise
     return ests
 
