@@ -114,7 +114,7 @@ def _feed_one_by_one(q, t, g, a):
 
 def _feed_batch(q, t, g, a):
     """The node's IMU path: the burst at once, or one by one where the batch declines."""
-    if q.add_batch(t, g, a):
+    if q.add_batch(list(t), np.concatenate([g, a], axis=1).tolist()):
         return [""] * len(t)
     return _feed_one_by_one(q, t, g, a)
 
@@ -168,9 +168,12 @@ class TestImuQueueAddBatch:
         q = ImuQueue()
         q.add(S, [0, 0, 0], [0, 0, 9.8])
         t = np.array([S + 5_000_000, S])                        # the second goes back
-        assert not q.add_batch(t, np.zeros((2, 3)), np.zeros((2, 3)))
+        assert not q.add_batch(t, [(0.0,) * 6] * 2)
         assert q.last_t == S and q.between(0, 2 * S)[0].tolist() == [S]
-        assert q.add_batch(np.array([S + 5_000_000, S + 10_000_000]), np.zeros((2, 3)), np.zeros((2, 3)))
+        assert not q.add_batch([S + 5_000_000], [(0.0, float("nan"), 0.0, 0.0, 0.0, 9.8)])      # NaN
+        assert not q.add_batch([S + 5_000_000], [(0.0, 0.0, 0.0, 0.0, 0.0, float("inf"))])      # inf
+        assert q.last_t == S
+        assert q.add_batch([S + 5_000_000, S + 10_000_000], [(0.0,) * 6] * 2)
         assert q.last_t == S + 10_000_000
 
 

@@ -1,4 +1,5 @@
-"""Pieces every node shares: the main() wrapper, QoS profiles, diagnostics helpers."""
+"""Pieces every node shares: the main() wrapper, QoS profiles, diagnostics helpers, taking messages
+outside the executor (take_pending, SubscriptionWaiter, received_monotonic)."""
 from __future__ import annotations
 
 import contextlib
