@@ -101,3 +101,28 @@ class TestSubscriptionWaiter:
         assert len(list(take_pending(sub))) == 1
         client.node.destroy_subscription(sub)
         client.node.destroy_publisher(pub)
+
+
+class TestReceivedMonotonic:
+    def test_system_stamp_on_the_monotonic_line(self):
+        """A system-clock stamp taken between two monotonic readings converts to a time between them."""
+        from vilib_ros.nodes._common import received_monotonic
+
+        for _ in range(200):
+            m0 = time.monotonic()
+            ns = time.time_ns()
+            m1 = time.monotonic()
+            t = received_monotonic({"received_timestamp": ns})
+            assert m0 - 2e-4 <= t <= m1 + 2e-4     # the kept offset may be 0.25 s old (clock slew)
+
+    def test_offset_from_the_tightest_reading(self):
+        """Regression: the offset was ``time.time() - time.monotonic()`` read in one go at every call;
+        a preemption between the two reads on a loaded machine moved a middleware receive time by that
+        long, after the callback that took the message (test_ros_frontend's frame trace failed). Now
+        the offset is the tightest bracketed reading, kept for a quarter second: two calls agree exactly."""
+        from vilib_ros.nodes._common import system_minus_monotonic
+
+        a = system_minus_monotonic(max_age_s=0.0)          # measured now
+        b = system_minus_monotonic()                       # the kept one
+        assert a == b
+        assert abs(a - (time.time() - time.monotonic())) < 0.05

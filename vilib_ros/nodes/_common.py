@@ -160,7 +160,30 @@ def received_monotonic(info) -> float | None:
         return None
     if rx_ns <= 0:
         return None
-    return rx_ns * 1e-9 - (time.time() - time.monotonic())
+    return rx_ns * 1e-9 - system_minus_monotonic()
+
+
+_CLOCK_OFFSET = [-1.0, 0.0]       # [monotonic time it was measured, system - monotonic]
+
+
+def system_minus_monotonic(max_age_s: float = 0.25) -> float:
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC (s), measured at most ``max_age_s`` ago: the tightest of
+    8 readings of the system clock bracketed by two monotonic ones. Read as ``time.time() -
+    time.monotonic()`` in one go, a preemption between the two calls on a loaded machine shifted the
+    result by that long (a middleware receive time then came out after the callback that took the
+    message)."""
+    now = time.monotonic()
+    if now - _CLOCK_OFFSET[0] <= max_age_s:
+        return _CLOCK_OFFSET[1]
+    best, offset = float("inf"), 0.0
+    for _ in range(8):
+        m0 = time.monotonic()
+        s = time.time()
+        m1 = time.monotonic()
+        if m1 - m0 < best:
+            best, offset = m1 - m0, s - 0.5 * (m0 + m1)
+    _CLOCK_OFFSET[0], _CLOCK_OFFSET[1] = now, offset
+    return offset
 
 
 class SubscriptionWaiter:
