@@ -189,10 +189,10 @@ from std_msgs.msg import Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from vilib_ros.camera import euroc_cam0
-from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, diagnostic_status, exit_main, latched_qos, reliable_qos, sensor_qos,
-                                     take_pending, write_json)
+from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, SubscriptionWaiter, diagnostic_status, exit_main,
+                                     latched_qos, reliable_qos, sensor_qos, take_pending, write_json)
 from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_tf_bytes, odometry_bytes, static_transforms
-from vilib_ros.nodes.cdr import CdrError, decode_imu, encode_header
+from vilib_ros.nodes.cdr import CdrError, decode_imu, decode_imu_batch, encode_header
 from vilib_ros.nodes.conversions import ns_to_stamp, pointcloud_to_trackframe
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
@@ -274,8 +274,12 @@ def _imu_noise_from_yaml(path: str) -> dict | None:
     return {k: float(d[k]) for k in keys if k in d} or None
 
 
-#: Waiting tracks messages a tracks callback takes itself before it returns to the executor
-INLINE_TRACKS = 8
+#: Tracks messages a tracks callback takes itself (waiting for each up to INLINE_WAIT_S) before it
+#: returns to the executor, whose turn (the wait set of every entity rebuilt in Python, ~0.15 ms)
+#: is then paid once per burst; INLINE_BUDGET_S bounds the callback so the timers still run
+INLINE_TRACKS = 32
+INLINE_WAIT_S = 0.004
+INLINE_BUDGET_S = 0.1
 
 
 class BackendNode(Node):
@@ -319,6 +323,8 @@ class BackendNode(Node):
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
         self.pending: collections.deque = collections.deque()
         self.create_timer(0.02, self._drain)
+        # the tracks callback waits here for the next tracks message (or IMU) while tracks stream
+        self._stream_waiter = SubscriptionWaiter(self, [self.sub_tracks, self.sub_imu])
 
         self.skips = SkipLog(("bad_tracks", "tracks_out_of_order", "imu_malformed", "imu_non_finite", "imu_out_of_order",
                               "imu_out_of_range", "estimator_error"), self.get_logger().warning)
@@ -390,7 +396,7 @@ class BackendNode(Node):
         """This IMU message and every one already waiting: into the node's ring (checks, gaps, time
         resets), then once for the batch into the estimator (when on the same time line as the
         frames, else when a frame is processed, see _feed_imu), frames waiting for it processed."""
-        self._imu_taken(self._add_imu(msg) + self._take_pending_imu())
+        self._imu_taken(self._take_pending_imu(msg))
 
     def _imu_taken(self, added: list[int]) -> None:
         """After IMU samples (these stamps) went into the ring: into the estimator, frames waiting
@@ -399,7 +405,8 @@ class BackendNode(Node):
             return
         t = added[-1]
         last = self.frame_clock.last
-        if self.fed_until is not None and last is not None and abs(t - last) < self.frame_clock.threshold_ns:
+        if self.fed_until is not None and t > self.fed_until and last is not None \
+                and abs(t - last) < self.frame_clock.threshold_ns:
             self._feed_imu(t)
         self._drain()
         if not self.p["publish_odometry_imu"] or self.pub_odom_imu.get_subscription_count() == 0:
@@ -413,10 +420,19 @@ class BackendNode(Node):
             if s is not None:
                 self.pub_odom_imu.publish(self._odometry(s))
 
-    def _take_pending_imu(self) -> list[int]:
-        """Every IMU message already waiting in the subscription into the ring (the executor
-        takes one message per turn; a turn costs ~0.3 ms of Python here, more than a sample)."""
-        return [t for raw in take_pending(self.sub_imu) for t in self._add_imu(raw)]
+    def _take_pending_imu(self, first: bytes | None = None) -> list[int]:
+        """``first`` and every IMU message already waiting in the subscription into the ring (the
+        executor takes one message per turn; a turn costs ~0.3 ms of Python here, more than a
+        sample): the stamps added. A burst is decoded and queued in one call where all of it is
+        fine (the common case), one by one otherwise (which rejects, counts and warns per sample)."""
+        msgs = [] if first is None else [first]
+        msgs.extend(take_pending(self.sub_imu))
+        if len(msgs) > 1:
+            got = decode_imu_batch(msgs)
+            if got is not None and self.imu.add_batch(*got):
+                self.imu_rx.tick(len(msgs))
+                return got[0]
+        return [t for raw in msgs for t in self._add_imu(raw)]
 
     def _add_imu(self, msg: bytes) -> list[int]:
         """One serialized IMU message into the ring: ``[stamp]``, or ``[]`` when it was rejected."""
@@ -452,11 +468,28 @@ class BackendNode(Node):
             self.fed_until = start
 
     def _on_tracks(self, msg) -> None:
-        """A tracks message, then up to INLINE_TRACKS more already waiting (in order): one
-        executor turn per burst, not per frame (a turn rebuilds the wait set in Python)."""
+        """A tracks message, then the next ones taken here in order, waiting up to INLINE_WAIT_S for
+        each on a wait set of the tracks and IMU subscriptions (IMU that comes meanwhile goes into
+        the ring and the estimator at once, frames waiting for it processed): one executor turn per
+        burst of up to INLINE_TRACKS frames (or INLINE_BUDGET_S), not per frame or IMU message."""
         self._one_tracks(msg)
-        for raw in take_pending(self.sub_tracks, INLINE_TRACKS):
-            self._one_tracks(raw)
+        n, t_end = 1, time.monotonic() + INLINE_BUDGET_S
+        deadline = time.monotonic() + INLINE_WAIT_S
+        while n < INLINE_TRACKS:
+            took = False
+            for raw in take_pending(self.sub_tracks, 1):
+                self._one_tracks(raw)
+                n += 1
+                took = True
+            now = time.monotonic()
+            if took:
+                if now > t_end:
+                    return
+                deadline = now + INLINE_WAIT_S
+                continue
+            if now >= deadline or not self._stream_waiter.wait(deadline - now):
+                return
+            self._imu_taken(self._take_pending_imu())
 
     def _one_tracks(self, msg) -> None:
         added = self._take_pending_imu()        # the IMU up to this frame, if it is here already
