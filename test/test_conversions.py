@@ -620,6 +620,42 @@ class TestEncodeBackendOutputs:
             assert deserialize_message(encode_header(1_403_715_999_000_000_007, fid), Header) == ref
 
 
+class TestToBody:
+    """backend_outputs.to_body (the odometry's twist in the body frame, without a scipy Rotation per
+    message) against scipy: ``Rotation.from_quat(q).as_matrix().T @ v``, also for quaternions that are
+    not of unit length (scipy normalises them) and for both signs of q."""
+
+    def test_against_scipy(self):
+        from scipy.spatial.transform import Rotation
+
+        from vilib_ros.nodes.backend_outputs import to_body
+
+        rng = np.random.default_rng(3)
+        for k in range(200):
+            q = Rotation.random(random_state=k).as_quat() * rng.uniform(0.5, 2.0) * (1 if k % 2 else -1)
+            v = rng.normal(size=3) * 10
+            ref = Rotation.from_quat(q).as_matrix().T @ v
+            assert np.allclose(to_body(q, v), ref, rtol=0, atol=1e-12 * max(1.0, np.abs(v).max()))
+
+    def test_odometry_bytes_twist(self):
+        from types import SimpleNamespace
+
+        from nav_msgs.msg import Odometry
+        from rclpy.serialization import deserialize_message
+        from scipy.spatial.transform import Rotation
+
+        from vilib_ros.nodes.backend_outputs import odometry_bytes
+
+        q = Rotation.random(random_state=7).as_quat()
+        s = SimpleNamespace(stamp_ns=1_403_715_999_000_000_007, p=np.array([1.0, 2.0, 3.0]), q_xyzw=q,
+                            v=np.array([0.5, -1.5, 2.0]))
+        m = deserialize_message(odometry_bytes(s, "odom", "base_link"), Odometry)
+        t = m.twist.twist
+        ref = Rotation.from_quat(q).as_matrix().T @ s.v
+        assert np.allclose([t.linear.x, t.linear.y, t.linear.z], ref, atol=1e-12)
+        assert (t.angular.x, t.angular.y, t.angular.z) == (0.0, 0.0, 0.0)
+
+
 class TestEncodeImu:
     """cdr.encode_imu (the player's IMU samples) against rclpy: the message built field by field
     (conversions.arrays_to_imu), serialized by rclpy, equal to ours read back by rclpy's

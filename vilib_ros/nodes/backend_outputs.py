@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -53,12 +54,24 @@ def _pose7(state) -> np.ndarray:
     return np.concatenate([np.asarray(state.p, np.float64).reshape(3), np.asarray(state.q_xyzw, np.float64).reshape(4)])
 
 
+def to_body(q_xyzw, v) -> tuple[float, float, float]:
+    """``R(q)^T v``: world vector ``v`` in the body frame of orientation ``q`` (x, y, z, w; normalised
+    here as scipy's Rotation does), in plain floats: ~2 us, against ~15 us for ``state.R`` (a scipy
+    Rotation per call), per odometry message."""
+    x, y, z, w = (float(c) for c in np.asarray(q_xyzw, dtype=np.float64).reshape(4))
+    n = math.sqrt(x * x + y * y + z * z + w * w)
+    x, y, z, w = -x / n, -y / n, -z / n, w / n          # the conjugate: R(q)^T = R(q*)
+    vx, vy, vz = (float(c) for c in np.asarray(v, dtype=np.float64).reshape(3))
+    tx, ty, tz = 2.0 * (y * vz - z * vy), 2.0 * (z * vx - x * vz), 2.0 * (x * vy - y * vx)   # t = 2 u x v
+    return (vx + w * tx + y * tz - z * ty, vy + w * ty + z * tx - x * tz, vz + w * tz + x * ty - y * tx)
+
+
 def odometry_bytes(state, odom_frame: str, base_frame: str, covariance=None) -> bytes:
     """:func:`odometry_msg` serialized directly (:func:`vilib_ros.nodes.cdr.encode_odometry`: no
     message object; rclpy's conversion and serialization of one took ~150 us per frame)."""
-    v_body = state.R.T @ np.asarray(state.v, dtype=np.float64)
     cov = (None, None) if covariance is None else covariance
-    return encode_odometry(state.stamp_ns, odom_frame, base_frame, _pose7(state), np.r_[v_body, 0.0, 0.0, 0.0], *cov)
+    return encode_odometry(state.stamp_ns, odom_frame, base_frame, _pose7(state),
+                           to_body(state.q_xyzw, state.v) + (0.0, 0.0, 0.0), *cov)
 
 
 def odom_tf_bytes(state, odom_frame: str, base_frame: str) -> bytes:
