@@ -323,8 +323,10 @@ class BackendNode(Node):
         # separate topics, so a frame can overtake the IMU samples before it) or imu_wait_s passed.
         self.pending: collections.deque = collections.deque()
         self.create_timer(0.02, self._drain)
-        # the tracks callback waits here for the next tracks message (or IMU) while tracks stream
+        # the tracks callback waits here for the next tracks message while tracks stream (and for the
+        # IMU too where a frame waits for it or odometry_imu is subscribed)
         self._stream_waiter = SubscriptionWaiter(self, [self.sub_tracks, self.sub_imu])
+        self._tracks_waiter = SubscriptionWaiter(self, [self.sub_tracks])
 
         self.skips = SkipLog(("bad_tracks", "tracks_out_of_order", "imu_malformed", "imu_non_finite", "imu_out_of_order",
                               "imu_out_of_range", "estimator_error"), self.get_logger().warning)
@@ -398,10 +400,16 @@ class BackendNode(Node):
         frames, else when a frame is processed, see _feed_imu), frames waiting for it processed."""
         self._imu_taken(self._take_pending_imu(msg))
 
-    def _imu_taken(self, added: list[int]) -> None:
+    def _imu_taken(self, added: list[int], defer: bool = False) -> None:
         """After IMU samples (these stamps) went into the ring: into the estimator, frames waiting
-        for them processed, ``odometry_imu`` at each stamp (while someone subscribes)."""
+        for them processed, ``odometry_imu`` at each stamp (while someone subscribes). ``defer``
+        (a tracks callback that goes on to the next frame): where no frame waits and nobody
+        subscribes ``odometry_imu``, they stay in the ring for the next frame to feed (the same
+        samples in the same order; one estimator call per frame instead of two)."""
         if not added or self.estimator is None:
+            return
+        if defer and not self.pending and not (self.p["publish_odometry_imu"]
+                                               and self.pub_odom_imu.get_subscription_count() > 0):
             return
         t = added[-1]
         last = self.frame_clock.last
@@ -469,9 +477,10 @@ class BackendNode(Node):
 
     def _on_tracks(self, msg) -> None:
         """A tracks message, then the next ones taken here in order, waiting up to INLINE_WAIT_S for
-        each on a wait set of the tracks and IMU subscriptions (IMU that comes meanwhile goes into
-        the ring and the estimator at once, frames waiting for it processed): one executor turn per
-        burst of up to INLINE_TRACKS frames (or INLINE_BUDGET_S), not per frame or IMU message."""
+        each on a wait set of the tracks subscription (and of the IMU's where a frame waits for its
+        IMU or odometry_imu is subscribed: that IMU goes into the ring and the estimator at once,
+        frames waiting for it processed): one executor turn per burst of up to INLINE_TRACKS frames
+        (or INLINE_BUDGET_S), not per frame or IMU message."""
         self._one_tracks(msg)
         n, t_end = 1, time.monotonic() + INLINE_BUDGET_S
         deadline = time.monotonic() + INLINE_WAIT_S
@@ -487,16 +496,24 @@ class BackendNode(Node):
                     return
                 deadline = now + INLINE_WAIT_S
                 continue
-            if now >= deadline or not self._stream_waiter.wait(deadline - now):
+            if now >= deadline:
                 return
-            self._imu_taken(self._take_pending_imu())
+            # IMU is needed at once only by a frame waiting for it, or by odometry_imu; otherwise it
+            # stays queued until the next frame takes it (one wake-up and one estimator call per
+            # frame, not per IMU message: the estimator gets the same samples in the same order)
+            imu_now = bool(self.pending) or (self.p["publish_odometry_imu"]
+                                             and self.pub_odom_imu.get_subscription_count() > 0)
+            if not (self._stream_waiter if imu_now else self._tracks_waiter).wait(deadline - now):
+                return
+            if imu_now:
+                self._imu_taken(self._take_pending_imu())
 
     def _one_tracks(self, msg) -> None:
         added = self._take_pending_imu()        # the IMU up to this frame, if it is here already
         try:
             self._take_tracks(msg)
         finally:
-            self._imu_taken(added)
+            self._imu_taken(added, defer=True)
 
     def _take_tracks(self, msg) -> None:
         try:
