@@ -303,8 +303,8 @@ def pointcloud_to_trackframe(msg) -> TrackFrame:
     from vilib_ros.nodes.cdr import decode_pointcloud
 
     raw = decode_pointcloud(msg) if isinstance(msg, (bytes, bytearray, memoryview)) else _raw_from_message(msg)
-    ch, xyz = raw.channels, raw.xyz.astype(np.float64)
-    n = xyz.shape[0]
+    ch, xyz32 = raw.channels, raw.xyz
+    n = xyz32.shape[0]
     fusion = "camera_id" in ch
     for name in (FUSION_CHANNELS[:6] if fusion else VINS_CHANNELS):
         if name not in ch:
@@ -312,46 +312,51 @@ def pointcloud_to_trackframe(msg) -> TrackFrame:
     for name, v in ch.items():
         if v.shape[0] != n:
             raise ValueError(f"channel {name!r} has {v.shape[0]} values for {n} points")
-    if n and not np.all(np.isfinite(xyz)):
+    xyz = xyz32.astype(np.float64)
+    if n and not np.isfinite(xyz).all():
         raise ValueError("tracks message has non-finite point coordinates")
-    xy = xyz[:, :2] / np.where(xyz[:, 2:3] == 0, 1.0, xyz[:, 2:3])
-
-    def col(name, dtype, default=0, rows=slice(None)):
-        return ch[name][rows].astype(dtype) if name in ch else np.full(n, default, dtype)[rows]
-
-    rows = slice(None)
-    uv_right = xy_right = None
+    z = xyz[:, 2:3]
+    xy = xyz[:, :2] / np.where(z == 0, 1.0, z)
     ids = np.rint(ch["id_of_point"]).astype(np.int64)
+    u, v = ch["u_of_point"], ch["v_of_point"]
+    uv_right = xy_right = None
     if fusion:
-        cam = np.rint(ch["camera_id"]).astype(np.int64)
-        left, right = np.flatnonzero(cam == 0), np.flatnonzero(cam == 1)
-        rows = left
+        cam = ch["camera_id"]
+        lmask = np.rint(cam) == 0
+        rows = np.flatnonzero(lmask)
+        right = np.flatnonzero(np.rint(cam) == 1)
+        L = rows.size
         if right.size:
-            uv_right = np.full((left.size, 2), np.nan, np.float32)
-            xy_right = np.full((left.size, 2), np.nan)
-            if left.size:
-                order = np.argsort(ids[left], kind="stable")
-                sorted_ids = ids[left][order]
-                k = np.clip(np.searchsorted(sorted_ids, ids[right]), 0, left.size - 1)
-                ok = sorted_ids[k] == ids[right]
+            uv_right = np.full((L, 2), np.nan, np.float32)
+            xy_right = np.full((L, 2), np.nan)
+            if L:
+                idl = ids[rows]
+                order = np.argsort(idl, kind="stable")
+                sorted_ids = idl[order]
+                idr = ids[right]
+                k = np.searchsorted(sorted_ids, idr)
+                np.minimum(k, L - 1, out=k)
+                ok = sorted_ids[k] == idr
                 dst, src = order[k[ok]], right[ok]
-                uv_right[dst, 0], uv_right[dst, 1] = ch["u_of_point"][src], ch["v_of_point"][src]
+                uv_right[dst, 0], uv_right[dst, 1] = u[src], v[src]
                 xy_right[dst] = xy[src]
-    elif all(s in ch for s in STEREO_CHANNELS):
-        uv_right = np.stack([ch["u_right_of_point"], ch["v_right_of_point"]], axis=1).astype(np.float32)
-        xy_right = np.stack([ch["x_right_of_point"], ch["y_right_of_point"]], axis=1).astype(np.float64)
-    return TrackFrame(
-        stamp_ns=raw.stamp_ns,
-        ids=ids[rows],
-        uv=np.stack([ch["u_of_point"][rows], ch["v_of_point"][rows]], axis=1).astype(np.float32),
-        xy=xy[rows],
-        velocity=np.stack([ch["velocity_x_of_point"][rows], ch["velocity_y_of_point"][rows]], axis=1).astype(np.float64),
-        score=col("score_of_point", np.float32, rows=rows),
-        level=col("level_of_point", np.int32, rows=rows),
-        age=col("age_of_point", np.int32, rows=rows),
-        uv_right=uv_right,
-        xy_right=xy_right,
-    )
+    else:
+        rows = slice(None)
+        if all(s in ch for s in STEREO_CHANNELS):
+            uv_right = np.stack([ch["u_right_of_point"], ch["v_right_of_point"]], axis=1).astype(np.float32)
+            xy_right = np.stack([ch["x_right_of_point"], ch["y_right_of_point"]], axis=1).astype(np.float64)
+    m = ids[rows].shape[0]
+    uv = np.empty((m, 2), np.float32)
+    uv[:, 0], uv[:, 1] = u[rows], v[rows]
+    vel = np.empty((m, 2), np.float64)
+    vel[:, 0], vel[:, 1] = ch["velocity_x_of_point"][rows], ch["velocity_y_of_point"][rows]
+
+    def col(name, dtype, default=0):
+        return ch[name][rows].astype(dtype) if name in ch else np.full(m, default, dtype)
+
+    return TrackFrame(stamp_ns=raw.stamp_ns, ids=ids[rows], uv=uv, xy=xy[rows], velocity=vel,
+                      score=col("score_of_point", np.float32), level=col("level_of_point", np.int32),
+                      age=col("age_of_point", np.int32), uv_right=uv_right, xy_right=xy_right)
 
 
 def imu_to_arrays(msg) -> tuple[int, np.ndarray, np.ndarray]:
