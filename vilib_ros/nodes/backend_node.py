@@ -20,7 +20,8 @@ Subscribed
 ----------
   tracks (sensor_msgs/PointCloud, reliable, depth 2000): from frontend_node, either tracks
       layout (vins_mono, or vins_fusion: camera id 1 = right observations); the right-camera
-      observations are used when ``stereo``
+      observations are used when ``stereo``; while tracks stream, the tracks callback takes the
+      next ones itself (waiting up to 4 ms for each on a wait set): one executor turn per burst
   imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 20000): read
       serialized, every waiting sample taken at once (one executor turn per batch, not per sample)
 
