@@ -106,12 +106,10 @@ class NodeSteps:
     def add_imu(self, msgs, batch: bool = True) -> None:
         """The node's IMU path (frontend_node._add_imu_burst): the burst decoded and queued at once,
         one by one where that declines (or ``batch`` is False: the path before the burst one)."""
-        from vilib_ros.nodes.cdr import decode_imu, decode_imu_batch
+        from vilib_ros.nodes.cdr import decode_imu
 
-        if batch:
-            got = decode_imu_batch(msgs)
-            if got is not None and self.imu.add_batch(*got):
-                return
+        if batch and self.imu.add_serialized(msgs) is not None:
+            return
         for m in msgs:
             t, g, a = decode_imu(m)
             self.imu.add(t, g, a)

@@ -193,7 +193,7 @@ from vilib_ros.camera import euroc_cam0
 from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, SubscriptionWaiter, diagnostic_status, exit_main,
                                      latched_qos, reliable_qos, sensor_qos, take_pending, write_json)
 from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_tf_bytes, odometry_bytes, static_transforms
-from vilib_ros.nodes.cdr import CdrError, decode_imu, decode_imu_batch, encode_header
+from vilib_ros.nodes.cdr import CdrError, decode_imu, encode_header
 from vilib_ros.nodes.conversions import ns_to_stamp, pointcloud_to_trackframe
 from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET, ImuQueue, SkipLog, TimeJump
 from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
@@ -436,11 +436,10 @@ class BackendNode(Node):
         fine (the common case), one by one otherwise (which rejects, counts and warns per sample)."""
         msgs = [] if first is None else [first]
         msgs.extend(take_pending(self.sub_imu))
-        if len(msgs) > 1:
-            got = decode_imu_batch(msgs)
-            if got is not None and self.imu.add_batch(*got):
-                self.imu_rx.tick(len(msgs))
-                return got[0]
+        added = self.imu.add_serialized(msgs)
+        if added is not None:
+            self.imu_rx.tick(len(msgs))
+            return added
         return [t for raw in msgs for t in self._add_imu(raw)]
 
     def _add_imu(self, msg: bytes) -> list[int]:

@@ -189,7 +189,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
 from vilib_ros.nodes._common import (GcPauses, SubscriptionWaiter, diagnostic_status, exit_main, received_monotonic,
                                      reliable_qos, sensor_qos, take_pending, write_json)
-from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu, decode_imu_batch
+from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu
 from vilib_ros.nodes.conversions import (ImageConversionError, TracksEncoder, camera_from_camera_info, compressed_to_mono8,
                                          draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
 from vilib_ros.nodes.debug_image import DebugImageWorker
@@ -386,11 +386,9 @@ class FrontendNode(Node):
         """Serialized IMU messages, in arrival order: decoded with one ``np.frombuffer`` and queued
         in one call where all of them are fine (the common case: at 1,000 frames/s 10,000 a
         second); one by one otherwise, which rejects, counts and warns sample by sample."""
-        if len(msgs) > 1:
-            got = decode_imu_batch(msgs)
-            if got is not None and self.imu.add_batch(*got):
-                self.st.imu_rx.tick(len(msgs))
-                return
+        if self.imu.add_serialized(msgs) is not None:
+            self.st.imu_rx.tick(len(msgs))
+            return
         for m in msgs:
             self._add_imu(m)
 

@@ -22,6 +22,8 @@ from typing import Callable
 
 import numpy as np
 
+from vilib_ros.nodes.cdr import decode_imu_batch
+
 _MAX_ECHO = 120
 
 
@@ -191,6 +193,19 @@ class ImuQueue:
             self._g[self._n] = vals
             self._n += 1
         return ""
+
+    def add_serialized(self, msgs) -> list | None:
+        """Serialized ``sensor_msgs/Imu`` messages of a burst (two or more) decoded with one call
+        (:func:`vilib_ros.nodes.cdr.decode_imu_batch`) and added with :meth:`add_batch`: the stamps
+        added, or None where that declines (one message, sizes differ, or a sample :meth:`add` would
+        reject or reset on), nothing added: then the caller decodes and adds them one by one, which
+        says what is wrong with which."""
+        if len(msgs) < 2:
+            return None
+        got = decode_imu_batch(msgs)
+        if got is None or not self.add_batch(*got):
+            return None
+        return got[0]
 
     def add_batch(self, t, rows) -> bool:
         """Add K samples (``t``: K stamps in ns, ``rows``: K rows of gyro xyz, acc xyz) at once, as K
