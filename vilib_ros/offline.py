@@ -32,8 +32,6 @@ from pathlib import Path
 
 import numpy as np
 
-from vilib_ros.backend.runner import BackendFrame  # the frame as it crosses to the backend process
-
 NO_IMU = "no IMU: the backend cannot estimate; tracks only"
 
 
@@ -56,6 +54,30 @@ def owned(fr):
 #: the gtsam calls (update + estimate and reads), the visual factors (gating, triangulation, factor
 #: construction: Python), the bookkeeping after the update (Python)
 KF_PARTS = ("update_s", "smoother_s", "visual_s", "bookkeeping_s")
+
+class BackendFrame:
+    """What the backend reads of a :class:`~vilib_ros.types.TrackFrame` (stamp, ids, xy, xy_right):
+    the frame as it crosses the queue to the backend process (4 arrays pickled instead of 9 and
+    two dicts)."""
+
+    __slots__ = ("stamp_ns", "ids", "xy", "xy_right")
+
+    def __init__(self, stamp_ns: int, ids: np.ndarray, xy: np.ndarray, xy_right: np.ndarray | None = None):
+        self.stamp_ns, self.ids, self.xy, self.xy_right = int(stamp_ns), ids, xy, xy_right
+
+    @classmethod
+    def of(cls, fr) -> "BackendFrame":
+        return cls(fr.stamp_ns, fr.ids, fr.xy, fr.xy_right)
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def __getstate__(self):
+        return self.stamp_ns, self.ids, self.xy, self.xy_right
+
+    def __setstate__(self, st):
+        self.stamp_ns, self.ids, self.xy, self.xy_right = st
+
 
 def _backend_worker(inbox, outbox, cam0, cam1, imu_noise, config_kwargs) -> None:
     """Child process: IMU and tracks from ``inbox`` in time order; one result dict into ``outbox``."""

@@ -12,10 +12,8 @@ and its 200 Hz IMU. In the same run:
   node writes them) and the IMU up to each frame's stamp, keeping at most ``window`` frames in
   flight (backpressure on ``backend_processed``), and subscribes to ``odometry`` as the recorder
   of ``vilib-ros run`` does. frames/s = frames / (first send -> last ``backend_processed``); the
-  node's CPU time per frame (all its threads and its estimator process, from /proc) and its
-  estimator time per frame (its stats file) beside it. In :data:`VARIANTS`: the defaults (the
-  estimator in a child process), ``estimator_process`` off (in the node's process), the odometry
-  covariance off. ``profile``: the node runs under cProfile; the top functions by
+  node's CPU time per frame (all its threads, from /proc) and its estimator time per frame (its
+  stats file) beside it. ``profile``: the node runs under cProfile; the top functions by
   cumulative time are returned.
 """
 from __future__ import annotations
@@ -60,19 +58,11 @@ def offline(seq, frames, st, data) -> dict:
 
 
 def _cpu_s(pid: int) -> float | None:
-    """CPU seconds of ``pid`` (all its threads) and of its live child processes (the estimator's)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
-    kids = set()
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
-            kids.update(int(k) for k in task.read_text().split())
-        except (OSError, ValueError):
-            pass
-    return cpu + sum(_cpu_s(k) or 0.0 for k in kids)
 
 
 def _write_calibration(seq, tmp: Path) -> dict:
@@ -175,14 +165,6 @@ def _top(path: Path, n: int = 40) -> list[dict]:
     return rows[:n]
 
 
-#: the node's configurations in a run: defaults (the estimator in a child process), the estimator in the
-#: node's process (the layout before), and the odometry covariance off
-VARIANTS = (("node", {}), ("node_inline", {"estimator_process": False}),
-            ("node_no_covariance", {"odometry_covariance": False}))
-LABELS = {"node": "defaults: estimator in a child process", "node_inline": "estimator_process off: in the node",
-          "node_no_covariance": "odometry_covariance off"}
-
-
 def run(duration: float, domain: int, profile: bool = False, window: int = 4) -> dict:
     """Offline and node on the same tracks, one after the other, in this run."""
     print(f"bench-node: backend node vs offline backend, synthetic {duration:g} s stereo tracks", file=sys.stderr)
@@ -192,7 +174,7 @@ def run(duration: float, domain: int, profile: bool = False, window: int = 4) ->
                     "ground-truth projections with 1 px noise, 3 % dropouts, 1 % outliers, <= 150 tracks/frame"),
            "offline": off}
     print(f"  offline {off['fps']:.0f} frames/s ({off['ms_per_frame']:.2f} ms/frame)", file=sys.stderr)
-    for name, params in VARIANTS:
+    for name, params in (("node", {}), ("node_no_covariance", {"odometry_covariance": False})):
         nd = node(seq, frames, st, data, domain, window=window, profile=profile, params=params)
         print(f"  {name}: {nd['fps']:.0f} frames/s ({nd['ms_per_frame']:.2f} ms/frame, CPU {_f(nd['cpu_ms_per_frame'])} "
               f"ms/frame, estimator {_f(nd['estimator_ms_per_frame'])} ms/frame), {nd['processed']}/{nd['frames']} "

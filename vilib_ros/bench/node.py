@@ -609,12 +609,10 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                   "|---|---|---|---|---|---|",
                   f"| offline (in process) | {off['frames']} | {off['fps']:.0f} | {off['ms_per_frame']:.2f} | "
                   f"{off['cpu_ms_per_frame']:.2f} | - |"]
-        from vilib_ros.bench.backend_node import LABELS
-
-        for name, label in LABELS.items():
+        for name in ("node", "node_no_covariance"):
             nd = be.get(name)
             if nd:
-                label = f"backend_node ({label})"
+                label = "backend_node" + (" (odometry_covariance off)" if name != "node" else " (defaults)")
                 lines.append(f"| {label} | {nd['processed']}/{nd['frames']} | {nd['fps']:.0f} | {nd['ms_per_frame']:.2f} "
                              f"| {f(nd.get('cpu_ms_per_frame'))} | {f(nd.get('estimator_ms_per_frame'))} |")
     rp = results.get("replay")

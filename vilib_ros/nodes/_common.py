@@ -193,14 +193,12 @@ class SubscriptionWaiter:
     callback uses it to take the next message of a stream itself (with :func:`take_pending`)
     while the stream flows, and returns to the executor when it pauses.
 
-    ``guards``: guard conditions that end the wait too (a reply from the estimator process).
-    ``wait(timeout_s)`` returns True when a message is waiting or a guard triggered (or, where
-    rclpy's internal wait set is not available, after sleeping ``min(timeout_s, fallback_sleep_s)``: the caller looks), False
+    ``wait(timeout_s)`` returns True when a message is waiting (or, where rclpy's internal wait set
+    is not available, after sleeping ``min(timeout_s, fallback_sleep_s)``: the caller looks), False
     on timeout."""
 
-    def __init__(self, node, subs, fallback_sleep_s: float = 0.0005, guards=()):
+    def __init__(self, node, subs, fallback_sleep_s: float = 0.0005):
         self.subs = list(subs)
-        self.guards = list(guards)
         self.context = node.context
         self.fallback_sleep_s = float(fallback_sleep_s)
         self._ws = None
@@ -208,7 +206,7 @@ class SubscriptionWaiter:
             from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
             with self.context.handle:
-                self._ws = _rclpy.WaitSet(len(self.subs), len(self.guards), 0, 0, 0, 0, self.context.handle)
+                self._ws = _rclpy.WaitSet(len(self.subs), 0, 0, 0, 0, 0, self.context.handle)
         except Exception as exc:  # noqa: BLE001 - internal API changed: sleep and look instead
             log.debug("no rcl wait set (%r): waiting by polling", exc)
 
@@ -224,17 +222,14 @@ class SubscriptionWaiter:
         if ws is not None:
             try:
                 with contextlib.ExitStack() as stack:
-                    for ent in self.subs + self.guards:
-                        stack.enter_context(ent.handle)
+                    for sub in self.subs:
+                        stack.enter_context(sub.handle)
                     stack.enter_context(self.context.handle)
                     ws.clear_entities()
                     for sub in self.subs:
                         ws.add_subscription(sub.handle)
-                    for gc_ in self.guards:
-                        ws.add_guard_condition(gc_.handle)
                     ws.wait(int(timeout_s * 1e9))
-                    return bool(ws.get_ready_entities("subscription")) or bool(
-                        self.guards and ws.get_ready_entities("guard_condition"))
+                    return bool(ws.get_ready_entities("subscription"))
             except Exception as exc:  # noqa: BLE001 - a destroyed subscription, shutdown, API change
                 log.debug("rcl wait set failed (%r): waiting by polling from now on", exc)
                 self._ws = None

@@ -1,9 +1,7 @@
 """backend_node: visual-inertial odometry from the frontend's tracks and the IMU (separate process).
 
 Runs :class:`vilib_ros.backend.VioEstimator` (IMU preintegration + sliding-window
-bundle adjustment in gtsam; by default in a child process, ``estimator_process``: frames go to it
-in order and each estimate is published when it comes back) when it is importable and
-``estimator`` is ``auto``; otherwise
+bundle adjustment in gtsam) when it is importable and ``estimator`` is ``auto``; otherwise
 (gtsam missing, or ``estimator: none``) it only records what it receives -- counts in
 ``diagnostics`` and the summary file -- and says so once in the log. A bad message
 (malformed tracks, non-finite IMU, stamps going backwards) or an estimator failure is
@@ -53,10 +51,6 @@ Parameters
 ----------
 Node parameters (all read-only):
   estimator (string, default 'auto', one of auto|none): 'none' = record only
-  estimator_process (bool, default true): run the estimator in a child process
-      (:mod:`vilib_ros.backend.runner`): the node's decoding and publishing overlap with the
-      estimation (gtsam holds the GIL through an update: in one process they add up); false: in the
-      node's process. Same estimates either way; the child ends with the node
   camera_yaml, image_width, image_height, intrinsics, distortion_model,
   distortion_coefficients, T_BS (defaults EuRoC cam0): the tracks' camera, as for frontend_node
   right.* (same names, defaults EuRoC cam1): the right camera, used when ``stereo``
@@ -195,7 +189,6 @@ from sensor_msgs.msg import Imu, PointCloud
 from std_msgs.msg import Header
 from visualization_msgs.msg import Marker, MarkerArray
 
-from vilib_ros.backend.runner import BackendFrame
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, SubscriptionWaiter, diagnostic_status, exit_main,
                                      latched_qos, reliable_qos, sensor_qos, take_pending, write_json)
@@ -251,8 +244,6 @@ def node_specs() -> list[ParamSpec]:
         ParamSpec("time_jump_threshold_s", 1.0, "a stamp jumping back, or forward by more than this, is a time "
                   "reset: the estimator starts again", range=(0.001, 3600.0), read_only=True),
         ParamSpec("publish_odometry_imu", True, "publish odometry_imu at IMU rate", read_only=True),
-        ParamSpec("estimator_process", True, "run the estimator in a child process: decoding and publishing "
-                  "overlap with the estimation (false: in the node's process)", read_only=True),
         ParamSpec("odometry_covariance", True, "fill the odometry covariances from the smoother's marginals once "
                   "per keyframe (off: zeros)", read_only=True),
         ParamSpec("path_max_length", 20000, "poses kept in the published path (oldest dropped)",
@@ -303,17 +294,10 @@ class BackendNode(Node):
         self.estimator = None
         self.mode = "record-only"
         self.segments: list = []       # (t, p, q) of estimators ended by a time reset
-        # replies of the estimator (process) wake the executor and the tracks callback's waits
-        self._replies_gc = self.create_guard_condition(self._on_replies)
-        self._in_flight: collections.deque = collections.deque()   # publish flag per frame handed over
-        self._restarts = 0
-        self._closing = False
-        self._final = None              # the estimator's last trajectory and counters (close)
         if self.p["estimator"] == "auto":
             try:
                 self.estimator = self._make_estimator()
-                self.mode = f"VioEstimator ({self.estimator.mode}" + (
-                    ", in a child process)" if self.p["estimator_process"] else ")")
+                self.mode = f"VioEstimator ({self.estimator.mode})"
             except ImportError as exc:
                 self.get_logger().warning(f"vilib_ros.backend / gtsam not importable ({exc}): recording only, "
                                           "no odometry will be published")
@@ -342,8 +326,8 @@ class BackendNode(Node):
         self.create_timer(0.02, self._drain)
         # the tracks callback waits here for the next tracks message while tracks stream (and for the
         # IMU too where a frame waits for it or odometry_imu is subscribed)
-        self._stream_waiter = SubscriptionWaiter(self, [self.sub_tracks, self.sub_imu], guards=[self._replies_gc])
-        self._tracks_waiter = SubscriptionWaiter(self, [self.sub_tracks], guards=[self._replies_gc])
+        self._stream_waiter = SubscriptionWaiter(self, [self.sub_tracks, self.sub_imu])
+        self._tracks_waiter = SubscriptionWaiter(self, [self.sub_tracks])
 
         self.skips = SkipLog(("bad_tracks", "tracks_out_of_order", "imu_malformed", "imu_non_finite", "imu_out_of_order",
                               "imu_out_of_range", "estimator_error"), self.get_logger().warning)
@@ -374,19 +358,10 @@ class BackendNode(Node):
                                f"{', tf on' if self.pub_tf is not None else ''}")
 
     def _make_estimator(self):
-        """The estimator behind :mod:`vilib_ros.backend.runner`'s interface (ImportError without gtsam)."""
-        import importlib.util
+        from vilib_ros.backend import BackendConfig, VioEstimator
 
-        from vilib_ros.backend.config import BackendConfig
-        from vilib_ros.backend.runner import EstimatorInline, EstimatorProcess
-
-        cfg = build_dataclass(BackendConfig, {s.name: self.p[s.name] for s in self.be_specs}).validate()
-        noise = _imu_noise_from_yaml(self.p["imu_yaml"])
-        if not self.p["estimator_process"]:
-            return EstimatorInline(cfg, self.cam0, self.cam1, noise)
-        if importlib.util.find_spec("gtsam") is None:
-            raise ImportError("No module named 'gtsam'")
-        return EstimatorProcess(cfg, self.cam0, self.cam1, noise, notify=self._replies_gc.trigger)
+        cfg = build_dataclass(BackendConfig, {s.name: self.p[s.name] for s in self.be_specs})
+        return VioEstimator(cfg, self.cam0, self.cam1, _imu_noise_from_yaml(self.p["imu_yaml"]))
 
     def _start_tf(self) -> None:
         """/tf and /tf_static (tf2_msgs built from its definition where no ROS install has it)."""
@@ -415,9 +390,10 @@ class BackendNode(Node):
         self.covariance = None
         self.fed_until = None
         if self.estimator is not None:
-            t, p, q = self.estimator.reset()
+            t, p, q = self.estimator.trajectory(True)
             if len(t):
                 self.segments.append((t, p, q))
+            self.estimator = self._make_estimator()
 
     def _on_imu(self, msg: bytes) -> None:
         """This IMU message and every one already waiting: into the node's ring (checks, gaps, time
@@ -444,8 +420,14 @@ class BackendNode(Node):
         self._drain()
         if not self.p["publish_odometry_imu"] or self.pub_odom_imu.get_subscription_count() == 0:
             return
-        self.estimator.propagate(added)
-        self._on_replies()
+        for ti in added:
+            try:
+                s = self.estimator.propagate(ti)
+            except Exception as exc:  # noqa: BLE001
+                self.skips.skip("estimator_error", "imu", f"IMU propagation failed: {exc!r}")
+                return
+            if s is not None:
+                self.pub_odom_imu.publish(self._odometry(s))
 
     def _take_pending_imu(self, first: bytes | None = None) -> list[int]:
         """``first`` and every IMU message already waiting in the subscription into the ring (the
@@ -484,7 +466,10 @@ class BackendNode(Node):
         time reset: from 2 s before ``upto``, which the initialisation needs)."""
         start = self.fed_until if self.fed_until is not None else upto - 2_000_000_000
         ts, data = self.imu.between(start, upto)
-        self.estimator.add_imu_batch(ts, data)       # errors come back with the next reply
+        try:
+            self.estimator.add_imu_batch(ts, data)
+        except Exception as exc:  # noqa: BLE001 - never die on one batch
+            self.skips.skip("estimator_error", "imu", f"estimator failed on {len(ts)} IMU samples: {exc!r}")
         if ts.size:
             self.fed_until = int(ts[-1])
         elif self.fed_until is None:
@@ -518,9 +503,7 @@ class BackendNode(Node):
             # frame, not per IMU message: the estimator gets the same samples in the same order)
             imu_now = bool(self.pending) or (self.p["publish_odometry_imu"]
                                              and self.pub_odom_imu.get_subscription_count() > 0)
-            woke = (self._stream_waiter if imu_now else self._tracks_waiter).wait(deadline - now)
-            self._on_replies()
-            if not woke:
+            if not (self._stream_waiter if imu_now else self._tracks_waiter).wait(deadline - now):
                 return
             if imu_now:
                 self._imu_taken(self._take_pending_imu())
@@ -569,6 +552,7 @@ class BackendNode(Node):
                 return
             self.pending.popleft()
             self._process_frame(frame)
+            self._processed(frame.stamp_ns)
 
     def _processed(self, stamp_ns: int) -> None:
         """``backend_processed``: this frame is done (a replay waits for it, bounded)."""
@@ -576,68 +560,20 @@ class BackendNode(Node):
             self.pub_processed.publish(encode_header(stamp_ns))
 
     def _process_frame(self, frame, publish: bool = True) -> None:
-        """Hand ``frame`` (and the IMU up to it) to the estimator; its estimate is published when the
-        reply comes (:meth:`_on_replies`; at once where the estimator runs in this process)."""
+        t0 = time.monotonic()
         self._feed_imu(frame.stamp_ns)
-        want_lm = publish and self.pub_lm.get_subscription_count() > 0
-        self._in_flight.append(publish)
-        self.estimator.add_frame(BackendFrame.of(frame), covariance=publish and self.p["odometry_covariance"],
-                                 landmarks=want_lm)
-        self._on_replies()
-
-    def _on_replies(self) -> None:
-        """Every reply of the estimator that has come: estimates published, errors counted."""
-        if self.estimator is None:
+        try:
+            state = self.estimator.add_frame(frame)
+        except Exception as exc:  # noqa: BLE001 - the estimator recovers on the next frame
+            self.skips.skip("estimator_error", "tracks", f"estimator failed on frame {frame.stamp_ns}: {exc!r}")
             return
-        for r in self.estimator.results():
-            kind = r["kind"]
-            if kind == "frame":
-                publish = self._in_flight.popleft() if self._in_flight else False
-                self._frame_done(r, publish and not self._closing)
-                if publish:
-                    self._processed(r["stamp_ns"])
-            elif kind == "propagated":
-                if r["error"]:
-                    self.skips.skip("estimator_error", "imu", r["error"])
-                for s in r["states"]:
-                    if s is not None and not self._closing:
-                        self.pub_odom_imu.publish(self._odometry(s))
-            elif kind == "imu_error":
-                self.skips.skip("estimator_error", "imu", r["error"])
-            elif kind == "died":
-                self._estimator_died(r["error"])
-                return
-
-    def _estimator_died(self, why: str) -> None:
-        """The estimator process is gone: counted, the frames it had are lost, a new one started (three
-        times at most; then the node records only)."""
-        lost = len(self._in_flight)
-        self._in_flight.clear()
-        self.skips.skip("estimator_error", "tracks", f"{why}; {lost} frames in it lost")
-        self.covariance, self.fed_until = None, None
-        if self._closing:
-            return
-        self._restarts += 1
-        if self._restarts > 3:
-            self.get_logger().error(f"{why}: restarted 3 times already, recording only from now on")
-            self.estimator, self.mode = None, "record-only (the estimator process failed)"
-            return
-        self.get_logger().error(f"{why}: starting a new estimator (restart {self._restarts} of 3)")
-        self.estimator = self._make_estimator()
-
-    def _frame_done(self, r: dict, publish: bool) -> None:
-        if r["error"]:
-            self.skips.skip("estimator_error", "tracks", r["error"])
-            if r["state"] is None:
-                return
-        self.frame_ms.add(r["frame_ms"])
-        state = r["state"]
+        self.frame_ms.add((time.monotonic() - t0) * 1e3)
         if state is None or not publish:
             return
-        if state.is_keyframe and self.p["odometry_covariance"]:
+        if getattr(state, "is_keyframe", False) and self.p["odometry_covariance"]:
             from vilib_ros.backend.covariance import odometry_covariance
 
-            cov = odometry_covariance(r["covariance"])
+            cov = odometry_covariance(self.estimator.state_covariance())
             if cov is not None:
                 self.covariance = cov
         odom = self._odometry(state, self.covariance)
@@ -651,8 +587,8 @@ class BackendNode(Node):
         self._path_dirty = True
         if self.p["path_publish_period_s"] <= 0:
             self._publish_path()
-        if state.is_keyframe and r["landmarks"] is not None:
-            self.pub_lm.publish(self._landmarks(ns_to_stamp(state.stamp_ns), r["landmarks"]))
+        if getattr(state, "is_keyframe", False) and self.pub_lm.get_subscription_count() > 0:
+            self.pub_lm.publish(self._landmarks(ns_to_stamp(state.stamp_ns)))
 
     # --- messages ------------------------------------------------------------------------
     def _publish_path(self) -> None:
@@ -665,7 +601,7 @@ class BackendNode(Node):
         """The serialized odometry of state ``s`` (no message object per frame)."""
         return odometry_bytes(s, self.p["odom_frame"], self.p["base_frame"], covariance)
 
-    def _landmarks(self, stamp, lm) -> MarkerArray:
+    def _landmarks(self, stamp) -> MarkerArray:
         m = Marker()
         m.header.stamp = stamp
         m.header.frame_id = self.p["odom_frame"]
@@ -673,6 +609,7 @@ class BackendNode(Node):
         m.pose.orientation.w = 1.0
         m.scale.x = m.scale.y = 0.05
         m.color.g, m.color.a = 1.0, 1.0
+        lm = self.estimator.landmarks()
         pts = []
         for x, y, z in np.asarray(lm, dtype=np.float64).reshape(-1, 3).tolist():
             pt = Point()
@@ -682,8 +619,6 @@ class BackendNode(Node):
         return MarkerArray(markers=[m])
 
     def _estimator_stats(self) -> dict:
-        if self._final is not None:
-            return dict(self._final["counters"])
         if self.estimator is None:
             return {}
         return self.estimator.counters()
@@ -695,8 +630,7 @@ class BackendNode(Node):
              "imu_rate_hz": self.imu_rx.rate(), "odometry_rate_hz": self.odom_tx.rate(),
              "frame_ms_mean": float(np.mean(w)) if w else 0.0, "frame_ms_max": float(np.max(w)) if w else 0.0,
              "time_resets": self.time_resets, "tracks_gaps": self.tracks_gaps, "imu_time_resets": self.imu.resets, "imu_gaps": self.imu.gaps,
-             "imu_gap_samples": self.imu.gap_samples, "estimator_in_flight": len(self._in_flight),
-             "estimator_restarts": self._restarts}
+             "imu_gap_samples": self.imu.gap_samples}
         d.update({f"skipped.{k}": v for k, v in sorted(self.skips.counts.items())})
         d.update({f"estimator.{k}": v for k, v in sorted(self._estimator_stats().items())})
         problems = self.skips.total()
@@ -719,18 +653,10 @@ class BackendNode(Node):
     def close(self) -> None:
         while self.pending and self.estimator is not None:
             self._process_frame(self.pending.popleft()[1], publish=False)
-        self._closing = True
-        if self.estimator is not None:
-            try:
-                self._final = self.estimator.close()
-            except Exception as exc:  # noqa: BLE001 - the incremental trajectory file stays
-                print(f"backend_node: the estimator gave no final trajectory ({exc})")
-            self._on_replies()
         if self.traj is not None:
             self.traj.close()
             try:
-                if self._final is not None:
-                    self._write_smoothed(self.p["trajectory_path"], self._final["trajectory"])
+                self._write_smoothed(self.p["trajectory_path"])
             except Exception as exc:  # noqa: BLE001 - the incremental file stays
                 print(f"backend_node: could not write the smoothed trajectory ({exc!r}); the online one stays")
         elif self.p["trajectory_path"]:
@@ -738,11 +664,11 @@ class BackendNode(Node):
         if self.p["stats_path"]:
             write_json(self.p["stats_path"], self.summary())
 
-    def _write_smoothed(self, path, trajectory) -> None:
+    def _write_smoothed(self, path) -> None:
         """Every time line's smoothed trajectory (earlier ones first), written atomically."""
         from pathlib import Path
 
-        t, p, q = trajectory
+        t, p, q = self.estimator.trajectory(True)
         parts = self.segments + ([(t, p, q)] if len(t) else [])
         tmp = Path(str(path) + ".tmp")
         with open(tmp, "w") as f:
