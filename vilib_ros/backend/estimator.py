@@ -87,9 +87,10 @@ from ..camera import CameraModel
 from ..types import TrackFrame
 from . import triangulation
 from .config import BackendConfig, StateCovariance, VioState
-from .imu import ImuBuffer, make_preintegration_params, normalise_imu_noise
+from .imu import ImuBuffer, batch_ok, gaps_over, make_preintegration_params, normalise_imu_noise
 from .imu import warm_up as imu_warm_up
 from .keyframes import KeyframeMixin, _Keyframe
+from .keyframes import warm_up as keyframes_warm_up
 from .landmarks import LandmarkMixin
 from .smoother import SmootherMixin
 
@@ -198,6 +199,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self._reset_bookkeeping()
         triangulation.warm_up()
         imu_warm_up()
+        keyframes_warm_up()
 
     # ------------------------------------------------------------------ inputs
     def add_imu(self, t_ns: int, gyro, acc) -> None:
@@ -236,23 +238,20 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
     def add_imu_batch(self, t_ns, data) -> None:
         """Many IMU samples at once (stamps (N,), [gyro, acc] (N, 6)): the same checks, counts and
         warnings as :meth:`add_imu` per sample, vectorised where every sample is good."""
-        t = np.asarray(t_ns, np.int64).reshape(-1)
-        d = np.asarray(data, np.float64).reshape(len(t), 6)
+        t = np.ascontiguousarray(t_ns, np.int64).reshape(-1)
+        d = np.ascontiguousarray(data, np.float64).reshape(len(t), 6)
         if not len(t):
             return
         cfg = self.config
         last = self._imu.last_t
-        ok = (np.isfinite(d).all() and np.abs(d[:, :3]).max() <= cfg.imu_max_gyro
-              and np.abs(d[:, 3:]).max() <= cfg.imu_max_acc and (last is None or t[0] > last)
-              and bool(np.all(np.diff(t) > 0)))
-        if not ok:
+        lst = -1 if last is None else last
+        if not batch_ok(t, d, lst, cfg.imu_max_gyro, cfg.imu_max_acc):
             for ti, di in zip(t.tolist(), d):
                 self.add_imu(ti, di[:3], di[3:])
             return
         self._imu.extend(t, d)
-        prev = np.concatenate([[last if last is not None else t[0]], t[:-1]])
-        for k in np.flatnonzero(t - prev > cfg.imu_max_gap_s * 1e9).tolist():
-            self._note_imu_gap(int(prev[k]), int(t[k]))
+        for k in gaps_over(t, lst, int(cfg.imu_max_gap_s * 1e9)):
+            self._note_imu_gap(int(t[k - 1]) if k else lst, int(t[k]))
         self.stats["imu_samples"] += len(t)
 
     def _note_imu_gap(self, last: int, t_ns: int) -> None:

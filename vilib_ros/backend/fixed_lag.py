@@ -20,7 +20,7 @@ the elimination order differs from gtsam's smoother: the same solution (test_cov
 the same time per update (bench/results/backend_changes.md).
 
 The interface is the subset of ``IncrementalFixedLagSmoother`` the estimator uses: ``update``,
-``calculateEstimate``, ``marginalCovariance``, ``setSmootherLag``, ``timestamps``, ``getFactors``,
+``calculateEstimate`` (and ``estimate``: read key by key), ``marginalCovariance``, ``setSmootherLag``, ``timestamps``, ``getFactors``,
 ``getLinearizationPoint``, ``getISAM2``.
 """
 from __future__ import annotations
@@ -115,6 +115,10 @@ class RootedFixedLagSmoother:
     def calculateEstimate(self):  # noqa: N802
         return self._isam.calculateEstimate()
 
+    def estimate(self) -> "KeyEstimate":
+        """The estimate, read key by key (:class:`KeyEstimate`)."""
+        return KeyEstimate(self._isam)
+
     def marginalCovariance(self, key: int):  # noqa: N802
         return self._isam.marginalCovariance(key)
 
@@ -127,3 +131,21 @@ class RootedFixedLagSmoother:
     def getISAM2(self):  # noqa: N802
         return self._isam
 
+
+
+class KeyEstimate:
+    """The part of a ``gtsam.Values`` interface a keyframe reads (``exists``, ``atPose3``,
+    ``atPoint3``, ``atVector``, ``atConstantBias``), each value computed on demand by
+    ``ISAM2.calculateEstimate<T>(key)``: the same retraction of the same linearisation point by the
+    same delta as ``calculateEstimate()`` (the same numbers to the last bit), without building the
+    value of every variable in the window (a keyframe reads ~100 of ~170; the whole estimate took
+    ~0.25 ms per keyframe on the 2-core machine)."""
+
+    __slots__ = ("exists", "atPose3", "atPoint3", "atVector", "atConstantBias")
+
+    def __init__(self, isam):
+        self.exists = isam.valueExists
+        self.atPose3 = isam.calculateEstimatePose3
+        self.atPoint3 = isam.calculateEstimatePoint3
+        self.atVector = isam.calculateEstimateVector
+        self.atConstantBias = isam.calculateEstimateConstantBias

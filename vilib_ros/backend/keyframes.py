@@ -8,13 +8,53 @@ import math
 import time
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from .config import VioState
 from .initialisation import is_static
-from .landmarks import _B0, _V0, _X0, nan_median
+from .landmarks import _B0, _V0, _X0
 
 log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def parallax_px(srt_ids, order, kf_xy, ids, xy, R_cc):
+    """(tracks shared with a keyframe, the median distance between their keyframe bearings and the
+    current ones rotated by ``R_cc`` into the keyframe camera; normalised coordinates). The keyframe's
+    track ids come sorted (``srt_ids``, their rows ``order`` in ``kf_xy``). Compiled: it runs on every
+    frame (the NumPy version, ``test_backend.TestParallax``'s reference, took ~45 us)."""
+    m, n = srt_ids.shape[0], ids.shape[0]
+    d = np.empty(n)
+    k = 0
+    if m == 0:
+        return 0, np.nan
+    for j in range(n):
+        p = np.searchsorted(srt_ids, ids[j])
+        if p >= m:
+            p = 0
+        if srt_ids[p] != ids[j]:
+            continue
+        i = order[p]
+        bx, by = xy[j, 0], xy[j, 1]
+        f0 = bx * R_cc[0, 0] + by * R_cc[0, 1] + R_cc[0, 2]
+        f1 = bx * R_cc[1, 0] + by * R_cc[1, 1] + R_cc[1, 2]
+        f2 = bx * R_cc[2, 0] + by * R_cc[2, 1] + R_cc[2, 2]
+        ux, uy = f0 / f2 - kf_xy[i, 0], f1 / f2 - kf_xy[i, 1]
+        d[k] = np.sqrt(ux * ux + uy * uy)
+        k += 1
+    if k == 0:
+        return 0, np.nan
+    v = d[:k]
+    v = np.sort(v[~np.isnan(v)])
+    c = v.shape[0]
+    return k, ((v[(c - 1) // 2] + v[c // 2]) / 2 if c else np.nan)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) :func:`parallax_px` now (at the estimator's construction)."""
+    ids = np.arange(3, dtype=np.int64)
+    parallax_px(ids, ids, np.zeros((3, 2)), ids, np.zeros((3, 2)), np.eye(3))
 
 
 @dataclass
@@ -47,12 +87,16 @@ class _Keyframe:
         """inv(T), for every frame's pose relative to this keyframe."""
         return self._cached("T_inv", (self.T,), lambda: np.linalg.inv(self.T))
 
-    def match(self, ids: np.ndarray):
-        """(indices into obs, mask over ``ids``) of the tracks this keyframe also saw."""
+    def sorted_ids(self):
+        """(this keyframe's track ids sorted, their order in obs), built once per ``obs``."""
         if self._lookup is None or self._lookup[2] is not self.obs:
             order = np.argsort(self.obs[0], kind="stable")
             self._lookup = (self.obs[0][order], order, self.obs)
-        srt, order, _ = self._lookup
+        return self._lookup[0], self._lookup[1]
+
+    def match(self, ids: np.ndarray):
+        """(indices into obs, mask over ``ids``) of the tracks this keyframe also saw."""
+        srt, order = self.sorted_ids()
         if not len(srt):
             return np.zeros(0, np.intp), np.zeros(len(ids), bool)
         pos = np.searchsorted(srt, ids)
@@ -104,17 +148,12 @@ class KeyframeMixin:
         return res
 
     def _parallax_uncached(self, fr, T_pred, kf):
-        ia, hit = kf.match(fr.ids)
-        if len(ia) == 0:
-            return 0, np.inf
-        a = kf.obs[1][ia]
-        b = fr.xy[hit]
-        # rotate current bearings into the keyframe camera
+        srt, order = kf.sorted_ids()
+        # the current bearings are rotated into the keyframe camera
         R_bb = kf.T[:3, :3].T @ T_pred[:3, :3]
         R_cc = self._T_BS0[:3, :3].T @ R_bb @ self._T_BS0[:3, :3]
-        f = np.column_stack([b, np.ones(len(b))]) @ R_cc.T
-        bp = f[:, :2] / f[:, 2:3]
-        return len(ia), nan_median(np.linalg.norm(bp - a, axis=1)) * self.cam0.fx
+        n, med = parallax_px(srt, order, kf.obs[1], fr.ids, fr.xy, R_cc)
+        return n, (med * self.cam0.fx if n else np.inf)
 
     def _is_still(self, fr, T_pred) -> bool:
         """No motion since the last keyframe: the tracks show no parallax and the IMU window
@@ -169,7 +208,7 @@ class KeyframeMixin:
             for _ in range(cfg.extra_updates):
                 self._smoother.update()
             t_upd = time.perf_counter()
-            est = self._smoother.calculateEstimate()
+            est = self._smoother.estimate() if self.config.rooted_smoother else self._smoother.calculateEstimate()
             T_new = est.atPose3(X).matrix()
             v_new = np.asarray(est.atVector(V))
             b_new = np.asarray(est.atConstantBias(B).vector())

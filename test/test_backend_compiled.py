@@ -1,0 +1,184 @@
+"""The backend's compiled per-frame helpers against the NumPy code they replaced (kept here as the
+references): the IMU pieces and the mid-step rotation, the longest IMU gap, the batch checks, and the
+rotation-compensated parallax of the keyframe decision. They run on every frame; the estimator's
+output must not change by a bit (the references are the former implementations, value for value).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from vilib_ros.backend.imu import ImuBuffer, _max_gap, _mid_step_acc, _pieces, batch_ok, gaps_over
+from vilib_ros.backend.keyframes import parallax_px
+
+
+def _stream(rng, n=400, rate=200.0, jitter=True):
+    dt = np.full(n, int(1e9 / rate), np.int64)
+    if jitter:
+        dt += rng.integers(-200_000, 200_000, n)
+    t = 1_500_000_000_000_000_000 + np.cumsum(dt)
+    d = np.column_stack([rng.normal(0, 0.5, (n, 3)), rng.normal([0, 0, 9.81], 2.0, (n, 3))])
+    return t.astype(np.int64), d
+
+
+def _pieces_reference(t, d, t_a, t_b):
+    """ImuBuffer.pieces before it was compiled (NumPy)."""
+    def at(x):
+        i = int(np.searchsorted(t, x, side="left"))
+        if i <= 0:
+            return d[0]
+        if i >= len(t):
+            return d[-1]
+        t0, t1 = int(t[i - 1]), int(t[i])
+        a = (x - t0) / (t1 - t0)
+        return (1 - a) * d[i - 1] + a * d[i]
+    i0 = int(np.searchsorted(t, t_a, side="right"))
+    i1 = int(np.searchsorted(t, t_b, side="left"))
+    kt = np.empty(i1 - i0 + 2, np.int64)
+    kt[0], kt[1:-1], kt[-1] = t_a, t[i0:i1], t_b
+    kd = np.empty((i1 - i0 + 2, 6))
+    kd[0], kd[1:-1], kd[-1] = at(t_a), d[i0:i1], at(t_b)
+    dt = np.diff(kt) * 1e-9
+    m = 0.5 * (kd[:-1] + kd[1:])
+    keep = dt > 0
+    return m[keep], dt[keep]
+
+
+class TestPieces:
+    def test_bit_identical_to_numpy(self):
+        rng = np.random.default_rng(0)
+        t, d = _stream(rng)
+        for _ in range(300):
+            a = int(rng.integers(t[0] - 20_000_000, t[-1]))
+            b = a + int(rng.integers(1, 80_000_000))
+            for x, y in zip(_pieces(t, d, a, b), _pieces_reference(t, d, a, b)):
+                assert x.shape == y.shape and np.array_equal(x, y)
+
+    def test_knots_on_samples_leave_no_empty_piece(self):
+        """A window starting and ending on sample stamps: no zero-length piece (dt > 0 everywhere)."""
+        t, d = _stream(np.random.default_rng(1), jitter=False)
+        m, dt = _pieces(t, d, int(t[10]), int(t[20]))
+        assert len(dt) == 10 and (dt > 0).all()
+        assert np.isclose(dt.sum(), (t[20] - t[10]) * 1e-9)
+
+    def test_buffer_uses_it(self):
+        t, d = _stream(np.random.default_rng(2))
+        buf = ImuBuffer(capacity=16)
+        buf.extend(t, d)
+        for x, y in zip(buf.pieces(int(t[5]) + 1, int(t[50]) - 1), _pieces_reference(t, d, int(t[5]) + 1,
+                                                                                      int(t[50]) - 1)):
+            assert np.array_equal(x, y)
+        m, dt = buf.pieces(10, 5)
+        assert m.shape == (0, 6) and dt.shape == (0,)
+
+
+class TestMidStepAcc:
+    def test_bit_identical_to_numpy(self):
+        rng = np.random.default_rng(3)
+        m = rng.normal(0, 3, (40, 6))
+        dt = rng.uniform(0.001, 0.01, 40)
+        bg = rng.normal(0, 0.01, 3)
+        w = np.ascontiguousarray(m[:, :3])
+        f = m[:, 3:]
+        th = (w - bg) * (0.5 * dt)[:, None]
+        ref = np.empty_like(f)
+        ref[:, 0] = f[:, 0] + (th[:, 1] * f[:, 2] - th[:, 2] * f[:, 1])
+        ref[:, 1] = f[:, 1] + (th[:, 2] * f[:, 0] - th[:, 0] * f[:, 2])
+        ref[:, 2] = f[:, 2] + (th[:, 0] * f[:, 1] - th[:, 1] * f[:, 0])
+        a, w2 = _mid_step_acc(m, dt, bg)
+        assert np.array_equal(a, ref) and np.array_equal(w2, w)
+
+
+class TestMaxGap:
+    def test_against_numpy(self):
+        def ref(t, t_a, t_b):
+            if not len(t):
+                return t_b - t_a
+            i0 = max(int(np.searchsorted(t, t_a, side="right")) - 1, 0)
+            i1 = int(np.searchsorted(t, t_b, side="left"))
+            knots = t[i0:i1 + 1]
+            gap = int(np.max(np.diff(knots))) if len(knots) > 1 else 0
+            if t_a < t[0]:
+                gap = max(gap, int(t[0]) - int(t_a))
+            if t_b > t[-1]:
+                gap = max(gap, int(t_b) - int(t[-1]))
+            return gap
+        rng = np.random.default_rng(4)
+        t, _ = _stream(rng, n=100)
+        t[40:] += 300_000_000                    # a hole
+        for _ in range(300):
+            a = int(rng.integers(t[0] - 50_000_000, t[-1] + 50_000_000))
+            b = a + int(rng.integers(0, 500_000_000))
+            assert _max_gap(t, a, b) == ref(t, a, b)
+        assert _max_gap(np.zeros(0, np.int64), 5, 12) == 7
+
+
+class TestBatchChecks:
+    def test_accepts_a_good_batch_and_rejects_each_fault(self):
+        t, d = _stream(np.random.default_rng(5), n=20)
+        assert batch_ok(t, d, -1, 35.0, 160.0) and batch_ok(t, d, int(t[0]) - 1, 35.0, 160.0)
+        assert not batch_ok(t, d, int(t[0]), 35.0, 160.0)            # not after the last sample
+        for bad in (np.nan, np.inf, 36.0):
+            d2 = d.copy()
+            d2[7, 1] = bad
+            assert not batch_ok(t, d2, -1, 35.0, 160.0)
+        d2 = d.copy()
+        d2[3, 5] = -161.0
+        assert not batch_ok(t, d2, -1, 35.0, 160.0)
+        t2 = t.copy()
+        t2[9] = t2[8]
+        assert not batch_ok(t2, d, -1, 35.0, 160.0)
+
+    def test_gaps_over(self):
+        t = np.array([100, 105, 110, 140, 145, 200], np.int64) * 1_000_000
+        assert gaps_over(t, -1, 20_000_000) == [3, 5]                 # -1: no sample before the batch
+        assert gaps_over(t, 70_000_000, 20_000_000) == [0, 3, 5]
+        assert gaps_over(t, 90_000_000, 20_000_000) == [3, 5]
+        assert gaps_over(t[:0], -1, 1) == []
+
+
+def _parallax_reference(kf_ids, kf_xy, ids, xy, R_cc):
+    """_parallax_uncached before it was compiled (NumPy; its nan_median), in normalised units."""
+    order = np.argsort(kf_ids, kind="stable")
+    srt = kf_ids[order]
+    pos = np.searchsorted(srt, ids)
+    pos[pos >= len(srt)] = 0
+    hit = srt[pos] == ids
+    ia = order[pos[hit]]
+    if len(ia) == 0:
+        return 0, math.nan
+    a = kf_xy[ia]
+    f = np.column_stack([xy[hit], np.ones(int(hit.sum()))]) @ R_cc.T
+    v = np.linalg.norm(f[:, :2] / f[:, 2:3] - a, axis=1)
+    v = np.sort(v[~np.isnan(v)])
+    n = len(v)
+    return len(ia), (float((v[(n - 1) // 2] + v[n // 2]) / 2) if n else math.nan)
+
+
+class TestParallax:
+    @pytest.mark.parametrize("seed", range(5))
+    def test_against_numpy(self, seed):
+        from scipy.spatial.transform import Rotation
+
+        rng = np.random.default_rng(seed)
+        kf_ids = rng.permutation(400)[:150].astype(np.int64)
+        kf_xy = rng.uniform(-0.6, 0.6, (150, 2))
+        ids = np.concatenate([rng.choice(kf_ids, 100, replace=False), 1000 + np.arange(30)]).astype(np.int64)
+        rng.shuffle(ids)
+        xy = rng.uniform(-0.6, 0.6, (len(ids), 2))
+        xy[3] = np.nan                                              # a NaN bearing is left out of the median
+        R = Rotation.from_rotvec(rng.normal(0, 0.05, 3)).as_matrix()
+        order = np.argsort(kf_ids, kind="stable")
+        n, med = parallax_px(kf_ids[order], order, kf_xy, ids, xy, R)
+        n_ref, med_ref = _parallax_reference(kf_ids, kf_xy, ids, xy, R)
+        assert n == n_ref == 100
+        assert abs(med - med_ref) <= 1e-15 * max(1.0, med_ref)
+
+    def test_nothing_shared(self):
+        ids = np.arange(5, dtype=np.int64)
+        n, med = parallax_px(ids, ids, np.zeros((5, 2)), ids + 10, np.zeros((5, 2)), np.eye(3))
+        assert n == 0 and math.isnan(med)
+        n, _ = parallax_px(ids[:0], ids[:0], np.zeros((0, 2)), ids, np.zeros((5, 2)), np.eye(3))
+        assert n == 0
