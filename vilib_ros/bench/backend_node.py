@@ -165,7 +165,11 @@ def _top(path: Path, n: int = 40) -> list[dict]:
     return rows[:n]
 
 
-def run(duration: float, domain: int, profile: bool = False, window: int = 4) -> dict:
+#: the node's configurations in a run (``reverse``: in the opposite order, for order effects)
+VARIANTS = (("node", {}), ("node_no_covariance", {"odometry_covariance": False}))
+
+
+def run(duration: float, domain: int, profile: bool = False, window: int = 4, reverse: bool = False) -> dict:
     """Offline and node on the same tracks, one after the other, in this run."""
     print(f"bench-node: backend node vs offline backend, synthetic {duration:g} s stereo tracks", file=sys.stderr)
     seq, frames, st, data = _sequence(duration)
@@ -174,7 +178,7 @@ def run(duration: float, domain: int, profile: bool = False, window: int = 4) ->
                     "ground-truth projections with 1 px noise, 3 % dropouts, 1 % outliers, <= 150 tracks/frame"),
            "offline": off}
     print(f"  offline {off['fps']:.0f} frames/s ({off['ms_per_frame']:.2f} ms/frame)", file=sys.stderr)
-    for name, params in (("node", {}), ("node_no_covariance", {"odometry_covariance": False})):
+    for name, params in (VARIANTS[::-1] if reverse else VARIANTS):
         nd = node(seq, frames, st, data, domain, window=window, profile=profile, params=params)
         print(f"  {name}: {nd['fps']:.0f} frames/s ({nd['ms_per_frame']:.2f} ms/frame, CPU {_f(nd['cpu_ms_per_frame'])} "
               f"ms/frame, estimator {_f(nd['estimator_ms_per_frame'])} ms/frame), {nd['processed']}/{nd['frames']} "
@@ -195,6 +199,7 @@ if __name__ == "__main__":
     ap.add_argument("--domain-id", type=int, default=int(os.environ.get("ROS_DOMAIN_ID", "0") or 0))
     ap.add_argument("--profile", action="store_true", help="run the node under cProfile, print its top functions")
     ap.add_argument("--window", type=int, default=4, help="frames in flight")
+    ap.add_argument("--reverse", action="store_true", help="the node's configurations in the opposite order")
     a = ap.parse_args()
-    r = run(a.duration, a.domain_id, a.profile, a.window)
+    r = run(a.duration, a.domain_id, a.profile, a.window, a.reverse)
     print(json.dumps(r, indent=1))
