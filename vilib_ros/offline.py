@@ -24,6 +24,7 @@ cannot estimate; tracks only") and is tracked only.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 import time
@@ -128,7 +129,15 @@ class _Backend:
         self.inbox, self.outbox = ctx.Queue(maxsize=queue_size), ctx.Queue()
         self.proc = ctx.Process(target=_backend_worker, name="vilib_ros-backend", daemon=True,
                                 args=(self.inbox, self.outbox, cam0, cam1, imu_noise, config_kwargs))
-        self.proc.start()
+        # one OpenBLAS thread in the child, as in backend_node (vilib_ros.nodes._single_blas): its idle
+        # pool threads only spin; the child takes this environment at its start, the user's value wins
+        saved = os.environ.get("OPENBLAS_NUM_THREADS")
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        try:
+            self.proc.start()
+        finally:
+            if saved is None:
+                del os.environ["OPENBLAS_NUM_THREADS"]
         first = self._get(120.0)            # imports and construction, outside any timing
         if "error" in first:
             raise RuntimeError("the backend failed to start:\n" + first["error"])

@@ -65,6 +65,23 @@ def _cpu_s(pid: int) -> float | None:
         return None
 
 
+def _threads_cpu_s(pid: int) -> dict:
+    """CPU seconds per thread name of ``pid`` (/proc/<pid>/task/*: comm, utime + stime), summed over the
+    threads of one name: where a node's CPU goes besides its main thread (DDS, BLAS pools, ...)."""
+    out: dict[str, float] = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        main = task.name == str(pid)
+        key = "main thread" if main else name
+        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tck
+    return out
+
+
 def _write_calibration(seq, tmp: Path) -> dict:
     import yaml
 
@@ -120,6 +137,7 @@ def node(seq, frames, st, data, domain: int, window: int = 4, profile: bool = Fa
                 raise RuntimeError(f"backend node did not come up:\n{proc.tail()}")
             client.spin_for(1.0)
             cpu0 = _cpu_s(proc.pid)
+            th0 = _threads_cpu_s(proc.pid)
             t_end = time.monotonic() + timeout
             sent_imu = 0
             t_first = time.monotonic()
@@ -136,6 +154,7 @@ def node(seq, frames, st, data, domain: int, window: int = 4, profile: bool = Fa
             while last not in done and proc.alive and time.monotonic() < t_end:
                 client.executor.spin_once(timeout_sec=0.005)
             cpu1 = _cpu_s(proc.pid)
+            th1 = _threads_cpu_s(proc.pid)
             client.spin_for(0.5)
         finally:
             proc.stop()
@@ -147,6 +166,9 @@ def node(seq, frames, st, data, domain: int, window: int = 4, profile: bool = Fa
                "ms_per_frame": 1e3 * span / max(1, len(done)),
                "cpu_ms_per_frame": 1e3 * (cpu1 - cpu0) / max(1, len(done)) if cpu0 is not None and cpu1 else None,
                "estimator_ms_per_frame": (stats.get("frame_ms") or {}).get("mean"),
+               "threads_cpu_ms_per_frame": {k: round(1e3 * (v - th0.get(k, 0.0)) / max(1, len(done)), 3)
+                                            for k, v in sorted(th1.items(), key=lambda kv: -(kv[1] - th0.get(kv[0], 0.0)))
+                                            if v - th0.get(k, 0.0) > 0},
                "skipped": {k: v for k, v in (stats.get("skipped") or {}).items() if v},
                "params": {k: v for k, v in (params or {}).items()}, "log_tail": "" if done else proc.tail(10)}
         if profile and (tmp / "backend.prof").is_file():
@@ -183,6 +205,8 @@ def run(duration: float, domain: int, profile: bool = False, window: int = 4, re
         print(f"  {name}: {nd['fps']:.0f} frames/s ({nd['ms_per_frame']:.2f} ms/frame, CPU {_f(nd['cpu_ms_per_frame'])} "
               f"ms/frame, estimator {_f(nd['estimator_ms_per_frame'])} ms/frame), {nd['processed']}/{nd['frames']} "
               "processed", file=sys.stderr)
+        print("    CPU ms/frame by thread: " + ", ".join(f"{k} {v:.2f}" for k, v in
+                                                       list(nd["threads_cpu_ms_per_frame"].items())[:8]), file=sys.stderr)
         res[name] = nd
     return res
 

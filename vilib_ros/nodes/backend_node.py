@@ -179,6 +179,7 @@ from __future__ import annotations
 import collections
 import time
 
+import vilib_ros.nodes._single_blas  # noqa: F401, I001 - first: one OpenBLAS thread (see there)
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Point
