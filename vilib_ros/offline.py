@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.allocator import with_jemalloc
+
 NO_IMU = "no IMU: the backend cannot estimate; tracks only"
 
 
@@ -131,13 +133,18 @@ class _Backend:
                                 args=(self.inbox, self.outbox, cam0, cam1, imu_noise, config_kwargs))
         # one OpenBLAS thread in the child, as in backend_node (vilib_ros.nodes._single_blas): its idle
         # pool threads only spin; the child takes this environment at its start, the user's value wins
-        saved = os.environ.get("OPENBLAS_NUM_THREADS")
+        # and jemalloc where installed (vilib_ros.allocator)
+        saved = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "LD_PRELOAD")}
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        with_jemalloc(os.environ)
         try:
             self.proc.start()
         finally:
-            if saved is None:
-                del os.environ["OPENBLAS_NUM_THREADS"]
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         first = self._get(120.0)            # imports and construction, outside any timing
         if "error" in first:
             raise RuntimeError("the backend failed to start:\n" + first["error"])

@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from vilib_ros.allocator import with_jemalloc
 from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
 from vilib_ros.pipeline_report import read_json, read_jsonl, write_outputs  # noqa: F401 (read_jsonl: old import path)
 
@@ -236,8 +237,10 @@ class _Run:
         remaps = {k: self.prefix + v for k, v in REMAPS[node].items()}
         if self.prefix:
             remaps["__ns"] = self.prefix       # the nodes' own topics (odometry, path, ...) go there too
+        # the backend with jemalloc where installed (vilib_ros.allocator: gtsam's small allocations)
+        env = with_jemalloc(dict(self.env)) if node == "backend_node" else self.env
         self.children[node] = NodeProcess(node, node_argv(node, remaps=remaps, params_file=self.out / "params.yaml"),
-                                          self.env, self.out / "logs" / f"{node}.log")
+                                          env, self.out / "logs" / f"{node}.log")
 
     def say_cpu_fallback(self) -> None:
         """Print the frontend's CUDA fallback reason once (it is otherwise only in its log)."""

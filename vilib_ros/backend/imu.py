@@ -79,11 +79,25 @@ def effective_noise_scale(t_ns: np.ndarray, data: np.ndarray, noise: dict) -> tu
     n = normalise_imu_noise(noise)
     if len(t_ns) < 20:
         return 1.0, 1.0
-    dt, mad = _diff_mad(np.asarray(t_ns, np.int64), np.asarray(data, np.float64))
-    sd = 1.4826 * mad / np.sqrt(2) * np.sqrt(float(dt) * 1e-9)
-    g = float(np.sqrt(np.mean(sd[:3] ** 2))) / n["gyroscope_noise_density"]
-    a = float(np.sqrt(np.mean(sd[3:] ** 2))) / n["accelerometer_noise_density"]
-    return max(1.0, g), max(1.0, a)
+    return measured_noise_scales(np.ascontiguousarray(t_ns, np.int64), np.ascontiguousarray(data, np.float64),
+                                 n["gyroscope_noise_density"], n["accelerometer_noise_density"])
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def measured_noise_scales(t_ns, data, gyro_density, acc_density):
+    """:func:`effective_noise_scale` on at least 20 samples with the datasheet densities given as
+    numbers, compiled (every keyframe; the NumPy steps took ~0.1 ms there). The same expression, in the
+    same order: the same values."""
+    dt, mad = _diff_mad(t_ns, data)
+    r2, s = np.sqrt(2.0), np.sqrt(dt * 1e-9)
+    sg = 0.0
+    sa = 0.0
+    for c in range(3):
+        v = 1.4826 * mad[c] / r2 * s
+        sg += v * v
+        w = 1.4826 * mad[c + 3] / r2 * s
+        sa += w * w
+    return max(1.0, np.sqrt(sg / 3) / gyro_density), max(1.0, np.sqrt(sa / 3) / acc_density)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -303,7 +317,7 @@ def warm_up() -> None:
     """Compile (or load from numba's cache) the compiled helpers here now (the estimator calls it at
     construction: a cold cache costs ~1 s, not to be paid by the first keyframe)."""
     t, d = np.arange(3, dtype=np.int64), np.zeros((3, 6))
-    _diff_mad(t, d)
+    measured_noise_scales(t, d, 1.0, 1.0)
     m, dt = _pieces(t, d, 0, 2)
     _mid_step_acc(m, dt, np.zeros(3))
     _max_gap(t, 0, 2)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..types import TrackFrame
 from .fixed_lag import RootedFixedLagSmoother
-from .imu import effective_noise_scale, make_preintegration_params
+from .imu import make_preintegration_params, measured_noise_scales
 from .initialisation import accel_init, dynamic_init_mono, dynamic_init_stereo, is_static, static_init
 from .keyframes import _Keyframe
 from .landmarks import _Landmark
@@ -176,7 +176,8 @@ class SmootherMixin:
         st, d = self._imu.window(int(t_ns) - int(cfg.imu_noise_window_s * 1e9), int(t_ns))
         if len(st) < 20:
             return self._params
-        g, a = effective_noise_scale(st, d, self.imu_noise)
+        n = self.imu_noise                  # normalised at construction
+        g, a = measured_noise_scales(st, d, n["gyroscope_noise_density"], n["accelerometer_noise_density"])
         g, a = min(g, cfg.imu_noise_scale_max), min(a, cfg.imu_noise_scale_max)
         self.imu_noise_scales = (g, a)
         return make_preintegration_params(self.imu_noise, cfg.gravity, g, cfg.imu_walk_scale, acc_scale=a)

@@ -14,7 +14,9 @@ and its 200 Hz IMU. In the same run:
   of ``vilib-ros run`` does. frames/s = frames / (first send -> last ``backend_processed``); the
   node's CPU time per frame (all its threads, from /proc) and its estimator time per frame (its
   stats file) beside it. ``profile``: the node runs under cProfile; the top functions by
-  cumulative time are returned.
+  cumulative time are returned. The node starts with jemalloc where installed, as ``vilib-ros run``
+  starts it (:mod:`vilib_ros.allocator`; ``VILIB_ROS_JEMALLOC=0``: without); the offline estimator
+  runs in this process, with this process's allocator.
 """
 from __future__ import annotations
 
@@ -100,6 +102,7 @@ def node(seq, frames, st, data, domain: int, window: int = 4, profile: bool = Fa
     from sensor_msgs.msg import Imu, PointCloud
     from std_msgs.msg import Header
 
+    from vilib_ros.allocator import with_jemalloc
     from vilib_ros.nodes._common import reliable_qos
     from vilib_ros.nodes.cdr import header_stamp_ns
     from vilib_ros.nodes.conversions import TracksEncoder, arrays_to_imu
@@ -117,7 +120,7 @@ def node(seq, frames, st, data, domain: int, window: int = 4, profile: bool = Fa
         argv = node_argv("backend_node", params=p)
         if profile:
             argv[1:3] = ["-m", "cProfile", "-o", str(tmp / "backend.prof"), "-m", argv[2]]
-        env = ros_env(domain)
+        env = with_jemalloc(ros_env(domain))      # as vilib-ros run starts it (vilib_ros.allocator)
         client = GraphClient(domain, "bench_backend_driver")
         proc = NodeProcess("backend_node", argv, env, tmp / "backend.log")
         done: dict[int, float] = {}

@@ -1,0 +1,116 @@
+"""The environment of the backend's processes: one OpenBLAS thread (``vilib_ros.nodes._single_blas``, the
+offline runner's backend child) and jemalloc where installed (:mod:`vilib_ros.allocator`).
+
+Regression guards: on a 16-core host the backend node's idle OpenBLAS threads spun for 2.8 ms of CPU per
+frame beside 2.4-2.9 ms of work (2026-11-25, bench/results/backend_node_profile.md); the setting only
+takes effect if it is made before NumPy loads its OpenBLAS. jemalloc must be preloaded when the
+process starts, by whoever starts it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+_ORDER = r"""
+import sys
+order = []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        order.append(name)
+        return None
+sys.meta_path.insert(0, Spy())
+import vilib_ros.nodes.backend_node
+import os
+print(order.index("vilib_ros.nodes._single_blas"), order.index("numpy"), os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    return env
+
+
+class TestBackendNodeBlas:
+    def test_set_before_numpy_loads(self):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        out = subprocess.run([sys.executable, "-c", _ORDER], env=_env(), capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        blas, numpy, value = out.stdout.split()
+        assert int(blas) < int(numpy) and value == "1"
+
+    def test_the_users_value_wins(self):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        out = subprocess.run([sys.executable, "-c", _ORDER], env=_env(OPENBLAS_NUM_THREADS="3"), capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split()[2] == "3"
+
+
+class TestOfflineBackendChild:
+    def test_child_environment(self):
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
+        from vilib_ros.allocator import jemalloc_path
+        from vilib_ros.camera import euroc_cam0
+        from vilib_ros.offline import _Backend
+
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+        before = os.environ.get("LD_PRELOAD")
+        be = _Backend(euroc_cam0(), None, None, {"mode": "mono"})
+        try:
+            env = Path(f"/proc/{be.proc.pid}/environ").read_bytes().split(b"\0")
+            assert b"OPENBLAS_NUM_THREADS=1" in env
+            assert "OPENBLAS_NUM_THREADS" not in os.environ      # the parent's environment left as it was
+            assert os.environ.get("LD_PRELOAD") == before
+            lib = jemalloc_path()
+            if lib:
+                assert lib in Path(f"/proc/{be.proc.pid}/maps").read_text()     # loaded in the child
+        finally:
+            be.kill()
+
+
+class TestJemallocEnv:
+    def test_found_library_preloaded_once_and_first(self, tmp_path):
+        from vilib_ros.allocator import with_jemalloc
+
+        lib = tmp_path / "libjemalloc.so.2"
+        lib.write_bytes(b"")
+        env = with_jemalloc({"VILIB_ROS_JEMALLOC": str(lib), "LD_PRELOAD": "/x/libother.so"})
+        assert env["LD_PRELOAD"] == f"{lib} /x/libother.so"
+        assert with_jemalloc(env)["LD_PRELOAD"] == f"{lib} /x/libother.so"
+
+    def test_off_and_missing(self, tmp_path):
+        from vilib_ros.allocator import jemalloc_path, with_jemalloc
+
+        assert jemalloc_path({"VILIB_ROS_JEMALLOC": "0"}) is None
+        assert jemalloc_path({"VILIB_ROS_JEMALLOC": str(tmp_path / "missing.so")}) is None
+        assert "LD_PRELOAD" not in with_jemalloc({"VILIB_ROS_JEMALLOC": "off"})
+
+    def test_vilib_ros_run_gives_it_to_the_backend_only(self, monkeypatch, tmp_path):
+        """The run's backend node process gets the preload, the other nodes do not."""
+        from vilib_ros import pipeline
+
+        lib = tmp_path / "libjemalloc.so.2"
+        lib.write_bytes(b"")
+        seen = {}
+
+        class Fake:
+            def __init__(self, name, argv, env, log):
+                seen[name] = env
+
+        monkeypatch.setattr(pipeline, "NodeProcess", Fake)
+        run = pipeline._Run.__new__(pipeline._Run)
+        run.env = {"VILIB_ROS_JEMALLOC": str(lib)}
+        run.out, run.prefix, run.children = tmp_path, "", {}
+        run.args = type("A", (), {"namespace": ""})()
+        for node in ("frontend_node", "backend_node"):
+            run.start(node)
+        assert seen["backend_node"]["LD_PRELOAD"] == str(lib)
+        assert "LD_PRELOAD" not in seen["frontend_node"] and "LD_PRELOAD" not in run.env
