@@ -13,6 +13,10 @@ jump of the tracks alone, over continuous IMU, is a hole in the vision (``tracks
 IMU bridges it. The IMU has a ring of its own (a jump empties it; gaps counted in
 ``imu_gaps``); the estimator is fed from it up to each frame, so both meet on one time line.
 
+The process runs one OpenBLAS thread (:mod:`vilib_ros.nodes._single_blas`: the backend's matrices are
+small, an idle pool only spins); ``vilib-ros run`` and the launch files start it with jemalloc where
+installed (:mod:`vilib_ros.allocator`: gtsam's many small allocations).
+
 Frames follow REP 105: the estimate is the pose of ``base_frame`` (the body = IMU frame) in
 ``odom_frame`` (continuous, drifting; a ``map`` frame above it is a localisation system's).
 
