@@ -5,9 +5,9 @@ The researcher's batch path (many EuRoC sequences, no DDS): per dataset, in one 
 * a reader thread decodes the images (and slices the IMU) in time order into a bounded queue;
 * the frontend (:class:`vilib_ros.frontend.FeatureTracker`, ``--device``) runs in this process;
 * the backend (:class:`vilib_ros.backend.VioEstimator`) runs in a child process (``spawn``; one
-  OpenBLAS thread, jemalloc where installed: :mod:`vilib_ros.allocator`) fed through a bounded queue, so frontend and backend overlap on two cores and whole-VIO
-  throughput is set by the slower of the two, not their sum. The queues block when full:
-  nothing is dropped.
+  OpenBLAS thread, jemalloc where installed: :mod:`vilib_ros.allocator`) fed through a bounded
+  queue, so frontend and backend overlap on two cores and whole-VIO throughput is set by the
+  slower of the two, not their sum. The queues block when full: nothing is dropped.
 
 It writes the same outputs as the ROS path (:mod:`vilib_ros.pipeline`, whose writer it uses):
 ``report.md``, ``trajectory_tum.txt`` (the smoothed trajectory, as ``backend_node`` writes it at

@@ -20,8 +20,8 @@ the elimination order differs from gtsam's smoother: the same solution (test_cov
 the same time per update (bench/results/backend_changes.md).
 
 The interface is the subset of ``IncrementalFixedLagSmoother`` the estimator uses: ``update``,
-``calculateEstimate`` (and ``estimate``: read key by key), ``marginalCovariance``, ``setSmootherLag``, ``timestamps``, ``getFactors``,
-``getLinearizationPoint``, ``getISAM2``.
+``calculateEstimate`` (and ``estimate``: read key by key), ``marginalCovariance``,
+``setSmootherLag``, ``timestamps``, ``getFactors``, ``getLinearizationPoint``, ``getISAM2``.
 """
 from __future__ import annotations
 
@@ -132,14 +132,14 @@ class RootedFixedLagSmoother:
         return self._isam
 
 
-
 class KeyEstimate:
     """The part of a ``gtsam.Values`` interface a keyframe reads (``exists``, ``atPose3``,
     ``atPoint3``, ``atVector``, ``atConstantBias``), each value computed on demand by
     ``ISAM2.calculateEstimate<T>(key)``: the same retraction of the same linearisation point by the
     same delta as ``calculateEstimate()`` (the same numbers to the last bit), without building the
-    value of every variable in the window (a keyframe reads ~100 of ~170; the whole estimate took
-    ~0.25 ms per keyframe on the 2-core machine)."""
+    value of every variable in the window (a keyframe reads ~100 of ~170). The first read of a
+    keyframe pays the delta's back-substitution, as ``calculateEstimate()`` does; the saving is
+    small (estimate and reads 0.18-0.20 ms per keyframe either way on the 2-core machine)."""
 
     __slots__ = ("exists", "atPose3", "atPoint3", "atVector", "atConstantBias")
 
