@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 from conftest import ros_domain  # noqa: E402
 
-DOMAIN = ros_domain("default")     # modules run one after another: shared with test_ros_take
+DOMAIN = ros_domain("ros_backend_bursts")
 DURATION_S = 6.0
 GROUP = 6           # frames per burst
 
