@@ -38,11 +38,3 @@ def with_jemalloc(env: dict) -> dict:
         pre = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p != lib]
         env["LD_PRELOAD"] = " ".join([lib] + pre) if pre else lib
     return env
-
-
-def jemalloc_loaded() -> bool:
-    """Whether jemalloc is mapped into this process."""
-    try:
-        return "libjemalloc" in Path("/proc/self/maps").read_text()
-    except OSError:
-        return False

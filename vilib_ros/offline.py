@@ -131,9 +131,9 @@ class _Backend:
         self.inbox, self.outbox = ctx.Queue(maxsize=queue_size), ctx.Queue()
         self.proc = ctx.Process(target=_backend_worker, name="vilib_ros-backend", daemon=True,
                                 args=(self.inbox, self.outbox, cam0, cam1, imu_noise, config_kwargs))
-        # one OpenBLAS thread in the child, as in backend_node (vilib_ros.nodes._single_blas): its idle
-        # pool threads only spin; the child takes this environment at its start, the user's value wins
-        # and jemalloc where installed (vilib_ros.allocator)
+        # the child takes this environment at its start: one OpenBLAS thread, as in backend_node
+        # (vilib_ros.nodes._single_blas; the user's value wins), and jemalloc where installed
+        # (vilib_ros.allocator); this process's environment is put back afterwards
         saved = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "LD_PRELOAD")}
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         with_jemalloc(os.environ)

@@ -23,7 +23,7 @@ def parallax_px(srt_ids, order, kf_xy, ids, xy, R_cc):
     """(tracks shared with a keyframe, the median distance between their keyframe bearings and the
     current ones rotated by ``R_cc`` into the keyframe camera; normalised coordinates). The keyframe's
     track ids come sorted (``srt_ids``, their rows ``order`` in ``kf_xy``). Compiled: it runs on every
-    frame (the NumPy version, ``test_backend.TestParallax``'s reference, took ~45 us)."""
+    frame (the NumPy version, ``test_backend_compiled.TestParallax``'s reference, took ~45 us)."""
     m, n = srt_ids.shape[0], ids.shape[0]
     d = np.empty(n)
     k = 0
@@ -93,16 +93,6 @@ class _Keyframe:
             order = np.argsort(self.obs[0], kind="stable")
             self._lookup = (self.obs[0][order], order, self.obs)
         return self._lookup[0], self._lookup[1]
-
-    def match(self, ids: np.ndarray):
-        """(indices into obs, mask over ``ids``) of the tracks this keyframe also saw."""
-        srt, order = self.sorted_ids()
-        if not len(srt):
-            return np.zeros(0, np.intp), np.zeros(len(ids), bool)
-        pos = np.searchsorted(srt, ids)
-        pos[pos >= len(srt)] = 0
-        hit = srt[pos] == ids
-        return order[pos[hit]], hit
 
 
 class KeyframeMixin:
