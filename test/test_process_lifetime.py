@@ -113,6 +113,7 @@ class HangsWhileClosing(Node):
     def __init__(self):
         super().__init__("hangs_while_closing")
         self.create_timer(0.05, lambda: None)
+        print("built", file=sys.stderr, flush=True)
 
     def close(self):
         print("closing", file=sys.stderr, flush=True)
@@ -120,6 +121,20 @@ class HangsWhileClosing(Node):
 
 sys.exit(run_node(HangsWhileClosing))
 """
+
+
+def _read_available(proc: subprocess.Popen) -> str:
+    """What the child has written to its (non-blocking) stderr so far."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(proc.stderr.fileno(), 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
 
 
 class TestRunNodeClose:
@@ -132,20 +147,26 @@ class TestRunNodeClose:
         env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
                    VILIB_ROS_CLOSE_LIMIT_S=limit_s)
         proc = subprocess.Popen([sys.executable, "-c", _HANGING_CLOSE], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)
-        # the node is spinning once rclpy is up; SIGINT ends the spin and starts close()
-        assert _wait(lambda: proc.poll() is None, 1.0)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Wait until the node is built. Regression: the first SIGINT was sent after a fixed 0.5 s;
+        # on a loaded CI machine it came while the node was still being constructed, so run_node
+        # ended with no node to close (exit 0, no "closing") and the test failed.
+        os.set_blocking(proc.stderr.fileno(), False)
+        self._err = ""
+        end = time.monotonic() + 120
+        while time.monotonic() < end and "built" not in self._err and proc.poll() is None:
+            time.sleep(0.1)
+            self._err += _read_available(proc)
+        assert "built" in self._err, f"the node did not start (exit {proc.poll()}): {self._err}"
         return proc
 
     def _interrupt_until_closing(self, proc) -> str:
-        err = ""
-        os.set_blocking(proc.stderr.fileno(), False)
+        err = self._err
         end = time.monotonic() + 60
         while time.monotonic() < end and "closing" not in err:
-            proc.send_signal(signal.SIGINT)   # repeated: the first may come before rclpy's handler
+            proc.send_signal(signal.SIGINT)   # repeated: the first may come before the spin
             time.sleep(0.5)
-            err += proc.stderr.read() or ""
+            err += _read_available(proc)
         assert "closing" in err, err
         return err
 
@@ -164,7 +185,7 @@ class TestRunNodeClose:
         try:
             self._interrupt_until_closing(proc)
             assert proc.wait(60) == 124
-            assert "closing took more than" in (proc.stderr.read() or "")
+            assert "closing took more than" in _read_available(proc)
         finally:
             if proc.poll() is None:
                 proc.kill()
