@@ -40,3 +40,18 @@ class TestMarkdown:
         assert f"each frame written just before (a fresh message) | {r['p50_us']:.1f} | {r['p90_us']:.1f} |" in md
         assert f"| mapped, fresh frame | {res['host_steps']['mapped, fresh frame']['checks']['p50_us']:.1f} |" in md
         assert any(v.startswith("mono process() p50, frame written just before") for v in res["verdicts"])
+
+
+class TestOriginalWork:
+    def test_tracker_does_the_originals_work(self, euroc_path):
+        """The like-for-like row: translation only, no FB check, no RANSAC, at most 100 tracks
+        (the original's FeatureTrackerGPU::track), on real frames."""
+        from vilib_ros.bench.frontend import original_work_tracker
+        from vilib_ros.datasets import open_dataset
+
+        ds = open_dataset(euroc_path)
+        ft = original_work_tracker("cpu")
+        c = ft.config
+        assert (c.tracker.warp, c.fb_check, c.ransac, ft.target) == ("translation", False, False, 100)
+        counts = [len(ft.process(ds.load_image(0, i), 1_000_000_000 + i * 50_000_000)) for i in range(10)]
+        assert 50 <= max(counts) <= 100, counts

@@ -84,6 +84,24 @@ def _tracker(device, stereo=False, frames=None):
     return FeatureTracker(euroc_cam0(), FrontendConfig(), device=device, camera_right=cam_r, T_right_left=T), right
 
 
+#: the work the original's FeatureTrackerGPU::track does per frame (REFERENCE): a reference template
+#: per track, translation with gain and offset, no forward-backward check, no RANSAC, ~100 features
+ORIGINAL_WORK = {"tracker": {"warp": "translation"}, "fb_check": False, "ransac": False, "max_features": 100}
+
+
+def original_work_tracker(device="cuda"):
+    """A FeatureTracker configured to do the original implementation's work (:data:`ORIGINAL_WORK`):
+    the like-for-like comparison with its 125 us, beside our default's extra checks."""
+    from vilib_ros.camera import euroc_cam0
+    from vilib_ros.frontend import FeatureTracker, FrontendConfig
+    from vilib_ros.frontend.tracker import TrackerConfig
+
+    w = ORIGINAL_WORK
+    cfg = FrontendConfig(tracker=TrackerConfig(**w["tracker"]), fb_check=w["fb_check"], ransac=w["ransac"],
+                         max_features=w["max_features"])
+    return FeatureTracker(euroc_cam0(), cfg.validate(), device=device)
+
+
 def process_times(ft, frames, n, right=None, warm=0, fresh=False) -> tuple[list, list]:
     """Latencies of ``n`` synchronous process() calls from pageable frames, and track counts.
 
@@ -399,11 +417,20 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     rounds = max(1, n // chunk)
     runs = {up: (lambda ft=ft: process_times(ft, frames, chunk)[0]) for up, ft in fts.items()}
     runs["fresh"] = lambda: process_times(fts[default], frames, chunk, fresh=True)[0]
+    orig = original_work_tracker()
+    process_times(orig, frames, 50)
+    runs["original_work"] = lambda: process_times(orig, frames, chunk)[0]
+    runs["original_work_fresh"] = lambda: process_times(orig, frames, chunk, fresh=True)[0]
     lat = interleaved(runs, rounds)
     for up in UPLOADS:
         res["mono" if up == default else f"mono_{up}_upload"] = _stats(lat[up])
     res["mono_fresh_input"] = _stats(lat["fresh"])
     res["mono"]["tracks_per_frame"] = float(np.mean(process_times(fts[default], frames, 100)[1]))
+    res["original_work_config"] = ORIGINAL_WORK
+    res["mono_original_work"] = {**_stats(lat["original_work"]),
+                                 "tracks_per_frame": float(np.mean(process_times(orig, frames, 100)[1]))}
+    res["mono_original_work_fresh"] = _stats(lat["original_work_fresh"])
+    res["stages_mono_original_work"] = stage_breakdown(orig, frames, min(n, 500))
     fps = interleaved({up: (lambda ft=ft: [run_submit_ahead(ft, frames, 5 * chunk, warm=20)["fps"]])
                        for up, ft in fts.items()}, rounds)
     for up in UPLOADS:
@@ -460,6 +487,8 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
         "gpu_us_per_frame": res["gpu"]["exec"]["p50_us"],
         "detect_pageable_p50_us": res["detect_pageable"][default]["p50_us"],
         "detect_fresh_p50_us": res["detect_fresh_input"]["p50_us"],
+        "original_work_process_p50_us": res["mono_original_work"]["p50_us"],
+        "original_work_process_fresh_p50_us": res["mono_original_work_fresh"]["p50_us"],
         "tracks_per_frame": res["mono"]["tracks_per_frame"]})
     res["verdicts"] = verdicts(res)
     return res
@@ -549,6 +578,11 @@ def verdicts(res) -> list[str]:
     v.append(f"against the original implementation ({ref:.0f} us per frame, measured {REFERENCE['measured']}): "
              f"{ref / res['process_p50_us']:.2f}x (mono p50), submit-ahead {res['submit_ahead_fps'] / REFERENCE['frames_per_s']:.2f}x "
              f"its ~{REFERENCE['frames_per_s']:.0f} frames/s")
+    if "original_work_process_p50_us" in res:
+        v.append(f"doing the original's work (translation, no FB check, no RANSAC, 100 features), same minutes: "
+                 f"{res['original_work_process_p50_us']:.1f} us p50 ({ref / res['original_work_process_p50_us']:.2f}x "
+                 f"its {ref:.0f} us), {res['original_work_process_fresh_p50_us']:.1f} us from a frame written just "
+                 f"before ({ref / res['original_work_process_fresh_p50_us']:.2f}x)")
     return v
 
 
@@ -566,6 +600,9 @@ def markdown(res) -> str:
                       *((f"mono process(), upload='{u}'", f"mono_{u}_upload") for u in ups),
                       (f"mono process(), upload='{d}', each frame written just before (a fresh message)",
                        "mono_fresh_input"),
+                      ("mono process(), the original's work (translation, no FB check, no RANSAC, 100 features)",
+                       "mono_original_work"),
+                      ("mono process(), the original's work, frame written just before", "mono_original_work_fresh"),
                       (f"stereo process(), upload='{d}' (default)", "stereo"),
                       (f"stereo process(), upload='{d}', frames written just before", "stereo_fresh_input"),
                       *((f"stereo process(), upload='{u}'", f"stereo_{u}_upload") for u in ups),
@@ -582,7 +619,8 @@ def markdown(res) -> str:
         if r is None:
             continue
         L.append(f"| {name} | {r['p50_us']:.1f} | {r['p90_us']:.1f} | {r['p99_us']:.1f} |")
-    for key in ("stages_mono", *(f"stages_mono_{u}_upload" for u in UPLOADS), "stages_stereo"):
+    for key in ("stages_mono", *(f"stages_mono_{u}_upload" for u in UPLOADS), "stages_mono_original_work",
+                "stages_stereo"):
         if res.get(key):
             L += ["", f"GPU time per stage, {key[7:].replace('_', ' ')} (events between the stages, queued behind a spin "
                   "kernel; median / p90 us): " + ", ".join(f"{k} {v['p50_us']:.1f} / {v['p90_us']:.1f}"

@@ -15,10 +15,9 @@ message)`` event instead of an image: the player counts it and goes on. No rclpy
 """
 from __future__ import annotations
 
-import collections
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
@@ -134,7 +133,6 @@ class Prefetcher:
             # GIL), in order; the others (bags: one sqlite3 / file reader) in this thread
             pool = (ThreadPoolExecutor(self._workers, thread_name_prefix="vilib_ros_decode")
                     if self._workers > 1 and getattr(ds, "parallel_loads", False) else None)
-            pending: collections.deque = collections.deque()     # (event or item, future or None)
 
             def load(ev):
                 _, cam, t, index = ev
@@ -143,30 +141,26 @@ class Prefetcher:
                 except FrameError as exc:
                     return ("skip", cam, t, index, exc.reason, str(exc))
 
-            def flush(wait: bool) -> bool:
-                while pending and (wait or pending[0][1] is None or pending[0][1].done()):
-                    ev, fut = pending.popleft()
-                    if not self._put(ev if fut is None else fut.result()):
-                        return False
-                return True
-
+            # Images go into the queue as futures, in order: the consumer waits on the one it
+            # needs and nothing else. (Regression: the futures were kept here and moved to the
+            # queue only when this thread woke up, at most every 5 ms while every slot was taken;
+            # decoded images then waited for that tick.)
             for ev in events or ():
                 if ev[0] == "image":
-                    while not self._slots.acquire(timeout=0.005):
-                        if self._stop.is_set() or not flush(False):
+                    while not self._slots.acquire(timeout=0.1):
+                        if self._stop.is_set():
                             return
-                    pending.append((ev, pool.submit(load, ev)) if pool else (load(ev), None))
+                    item = pool.submit(load, ev) if pool else load(ev)
                 else:
-                    pending.append((ev, None))
-                if not flush(False):
+                    item = ev
+                if not self._put(item):
                     return
-            if flush(True):
-                self._put(_END)
+            self._put(_END)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             self._put(("error", exc))
         finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+            if pool is not None:     # the consumer still waits on the futures queued, unless stopped
+                pool.shutdown(wait=True, cancel_futures=self._stop.is_set())
             try:
                 ds.close()
             except Exception:  # noqa: BLE001
@@ -175,6 +169,8 @@ class Prefetcher:
     def __iter__(self):
         while True:
             item = self._q.get()
+            if isinstance(item, Future):
+                item = item.result()     # an error of the reader is raised here, in order
             if item is _END:
                 return
             if item[0] == "error":
