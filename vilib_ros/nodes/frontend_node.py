@@ -189,9 +189,9 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
 from vilib_ros.nodes._common import (GcPauses, SubscriptionWaiter, diagnostic_status, exit_main, received_monotonic,
                                      reliable_qos, sensor_qos, take_pending, write_json)
-from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu
+from vilib_ros.nodes.cdr import CdrError, decode_image, decode_imu, encode_image
 from vilib_ros.nodes.conversions import (ImageConversionError, TracksEncoder, camera_from_camera_info, compressed_to_mono8,
-                                         draw_tracks, image_to_mono8, numpy_to_image, stamp_to_ns)
+                                         draw_tracks, image_to_mono8, stamp_to_ns)
 from vilib_ros.nodes.debug_image import DebugImageWorker
 from vilib_ros.nodes.frontend_stats import FrontendStats
 from vilib_ros.nodes.frontend_setup import (build_config, frontend_specs, make_tracker, node_specs, parameter_table,
@@ -583,7 +583,9 @@ class FrontendNode(Node):
         dbg = draw_tracks(img, frame)
         if self.p["debug_image_encoding"] == "mono8":
             dbg = dbg.max(axis=2)   # circles stay visible (bright) in grey
-        self.pub_debug.publish(numpy_to_image(dbg, self.p["debug_image_encoding"], frame.stamp_ns, frame_id))
+        # serialized here in one copy (rclpy's serializer took 1-3 ms per image, holding the GIL
+        # that the image callbacks wait for)
+        self.pub_debug.publish(encode_image(frame.stamp_ns, frame_id, dbg, self.p["debug_image_encoding"]))
         self.st.events["debug_images"] += 1
 
     # --- diagnostics ---------------------------------------------------------------------
