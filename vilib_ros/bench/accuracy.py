@@ -50,6 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.bench.results import write_results
+
 log = logging.getLogger(__name__)
 
 #: Backend changes measured in ``--changes``: (what changed, BackendConfig overrides), cumulative.
@@ -577,7 +579,8 @@ def configure_parser(p) -> None:
 
 def run_command(args) -> int:
     from vilib_ros._cuda import device_name, resolve_device
-    from vilib_ros.bench.backend import _load, _machine
+    from vilib_ros.bench.results import load as _load
+    from vilib_ros.bench.results import machine as _machine
 
     logging.getLogger("vilib_ros.backend.estimator").setLevel(logging.ERROR)
     args.device = resolve_device(args.device)
@@ -625,15 +628,9 @@ def run_command(args) -> int:
     if args.tracks_variants:
         from vilib_ros.bench.tracks import markdown as tracks_markdown
 
-        (out / "tracks_quality.json").write_text(json.dumps(res, indent=2, default=float))
-        tmd = tracks_markdown(res)
-        (out / "tracks_quality.md").write_text(tmd)
-        print(tmd)
+        write_results(out, "tracks_quality", res, tracks_markdown(res))
         if args.tracks_only:
             return 0
     res["per_sequence"], res["verdict"] = summary(res)
-    (out / "accuracy.json").write_text(json.dumps(res, indent=2, default=float))
-    md = markdown(res)
-    (out / "accuracy.md").write_text(md)
-    print(md)
+    write_results(out, "accuracy", res, markdown(res))
     return 0

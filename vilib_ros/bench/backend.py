@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -25,33 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from vilib_ros.bench.backend_changes import CHANGES as BACKEND_CHANGES
+from vilib_ros.bench.results import load as _load
+from vilib_ros.bench.results import machine as _machine
+from vilib_ros.bench.results import write_results
 from vilib_ros.evaluation import ate_rmse
-
-
-def _machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        from importlib.metadata import version
-
-        gv = version("gtsam")
-    except Exception:  # noqa: BLE001
-        gv = "?"
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "gtsam": gv,
-            "platform": platform.platform()}
-
-
-def _load() -> list[float]:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        return []
 
 
 def run_once(seq, frames, imu, mode: str, label: str = "", isam2: dict | None = None, **overrides) -> dict:
@@ -417,12 +393,7 @@ def run_command(args) -> int:
         res["profile"] = profile_top(seq, frames, imu)
         res["breakdown"] = [keyframe_breakdown(seq, frames, imu, m) for m in ("stereo", "mono")]
     res["load_end"] = _load()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "backend_cpu.json").write_text(json.dumps(res, indent=2))
-    md = markdown(res)
-    (out / "backend_cpu.md").write_text(md)
-    print(md)
+    write_results(args.out, "backend_cpu", res, markdown(res))
     return 0
 
 
@@ -436,10 +407,5 @@ def run_changes(args) -> int:
               file=sys.stderr)
         return 2
     res = bc.run(names, Path(args.cache), _machine(), _load)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "backend_changes.json").write_text(json.dumps(res, indent=2, default=float))
-    md = bc.markdown(res, bc.FINDINGS)
-    (out / "backend_changes.md").write_text(md)
-    print(md)
+    write_results(args.out, "backend_changes", res, bc.markdown(res, bc.FINDINGS))
     return 0

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vilib_ros.bench.backend import _load, _machine
+from vilib_ros.bench.results import load as _load
+from vilib_ros.bench.results import machine as _machine
+from vilib_ros.bench.results import write_results
 from vilib_ros.bench.tracker import _pct, default_frames_dir, load_frames
 
 log = logging.getLogger("vilib_ros.bench.cpu")
@@ -395,8 +397,5 @@ def run_command(args) -> int:
     except (ImportError, ValueError):
         pass
     res["verdicts"] = _verdicts(res)
-    (out / "cpu_bench.json").write_text(json.dumps(res, indent=2, default=str))
-    md = _md(res)
-    (out / "cpu_bench.md").write_text(md)
-    print(md)
+    write_results(out, "cpu_bench", res, _md(res))
     return 0

@@ -498,12 +498,9 @@ def replay(duration: float, device: str, domain: int) -> dict:
 
 
 def _machine(device: str) -> str:
-    cpu = platform.processor() or "?"
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                   if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from vilib_ros.bench.results import cpu_model
+
+    cpu = cpu_model()
     desc = f"{cpu}, {os.cpu_count()} cores, load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())}"
     if device == "cuda":
         try:
@@ -539,7 +536,6 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
         "backend_offline_fps": ((results.get("backend_node") or {}).get("offline") or {}).get("fps"),
     }
     summary.update(results)
-    (out / "node_bench.json").write_text(json.dumps(summary, indent=2))
     lines = ["# Frontend node over real DDS (`vilib-ros bench-node`)", "",
              f"{summary['date']}, {summary['machine']}, device {device}, Python {summary['python']}; {summary['data']}.",
              "Reliable QoS; latency = publisher send -> tracks received (CLOCK_MONOTONIC across processes);",
@@ -634,8 +630,9 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                       f"{pa['received'].get('imu')} IMU samples ({f(pa.get('received_fps'), 0)} frames/s)."]
         elif pa:
             lines += ["", f"The player alone: no figure ({pa.get('error')})"]
-    (out / "node_bench.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    from vilib_ros.bench.results import write_results
+
+    write_results(out, "node_bench", summary, "\n".join(lines))
     return 0
 
 

@@ -28,10 +28,8 @@ device time (CUDA events, ``gpu_s``) p50, and for the node paths each step's p50
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import platform
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -287,12 +285,9 @@ def run_command(args) -> int:
                python=platform.python_version(),
                data=f"{data.name}: {len(frames)} real EuRoC V1_01 cam0 frames (752x480), looped, "
                     f"{IMU_PER_FRAME} IMU messages per frame")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "node_process.json").write_text(json.dumps(res, indent=2))
-    md = markdown(res)
-    (out / "node_process.md").write_text(md)
-    print(md)
+    from vilib_ros.bench.results import write_results
+
+    write_results(args.out, "node_process", res, markdown(res))
     return 0
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.bench.results import write_results
+
 log = logging.getLogger("vilib_ros.bench.tracker")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -538,9 +540,7 @@ def run_command(args) -> int:
         r = getattr(mod, fn)(load_frames(args.frames_dir), max(100, args.per_frame))
         if stem == "frontend_per_frame":
             mod.attach_previous(r, PREVIOUS_PER_FRAME)
-        (out / f"{stem}.json").write_text(json.dumps(r, indent=2, default=str))
-        (out / f"{stem}.md").write_text(mod.markdown(r))
-        print(mod.markdown(r))
+        write_results(out, stem, r, mod.markdown(r))
         return 0
     frames = load_frames(args.frames_dir)
     counts = [int(c) for c in str(args.features).split(",") if c]
@@ -585,16 +585,13 @@ def run_command(args) -> int:
 
             pf = attach_previous(bench_per_frame(frames, args.per_frame), PREVIOUS_PER_FRAME)
             res["per_frame"] = pf
-            (out / "frontend_per_frame.json").write_text(json.dumps(pf, indent=2, default=str))
-            (out / "frontend_per_frame.md").write_text(markdown(pf))
+            write_results(out, "frontend_per_frame", pf, markdown(pf), echo=False)
             log.info("per-frame table done (%.1f s)", time.time() - t0)
     res["verdicts"] = _verdicts(res)
     res["tracker"]["gpu"] = {str(k): v for k, v in res["tracker"]["gpu"].items()}
     res["tracker"]["opencv"] = {str(k): v for k, v in res["tracker"]["opencv"].items()}
-    (out / "tracker_bench.json").write_text(json.dumps(res, indent=2, default=str))
     res_md = dict(res)
     res_md["tracker"] = {"gpu": {int(k): v for k, v in res["tracker"]["gpu"].items()},
                          "opencv": {int(k): v for k, v in res["tracker"]["opencv"].items()}}
-    (out / "tracker_bench.md").write_text(_md(res_md))
-    print(_md(res_md))
+    write_results(out, "tracker_bench", res, _md(res_md))
     return 0

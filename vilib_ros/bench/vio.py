@@ -17,7 +17,6 @@ what sharing the machine with the frontend costs the backend. Writes ``vio_bench
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import sys
 from pathlib import Path
 
@@ -86,7 +85,8 @@ def run_mode(ds, device: str, mode: str, alone: bool = True) -> dict:
 def run_command(args) -> int:
     from vilib_ros._cuda import device_name, resolve_device
     from vilib_ros.bench.accuracy import rendered
-    from vilib_ros.bench.backend import _load, _machine
+    from vilib_ros.bench.results import load as _load
+    from vilib_ros.bench.results import machine as _machine
     from vilib_ros.datasets import open_dataset
     from vilib_ros.synthetic import SequenceConfig
 
@@ -115,7 +115,6 @@ def run_command(args) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "vio_bench.json").write_text(json.dumps(res, indent=2))
     m = res["machine"]
     md = ["# Whole VIO benchmark (offline runner: frontend and backend overlapping)", "",
           f"- device: {res['device']} (frontend on {device}); host: {m['cpu']} ({m['cores']} cores); gtsam {m['gtsam']}; "
@@ -156,6 +155,7 @@ def run_command(args) -> int:
            + "; ".join(f"{r['mode']}: {'backend' if r['backend_busy_s'] > r['frontend_busy_s'] else 'frontend'}"
                        for r in runs) + ".",
            f"Target >= 1,000 frames/s: {'met' if min(r['frames_per_s'] for r in runs) >= 1000 else 'missed'}."]
-    (out / "vio_bench.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    from vilib_ros.bench.results import write_results
+
+    write_results(out, "vio_bench", res, "\n".join(md))
     return 0
