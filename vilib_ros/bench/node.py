@@ -492,6 +492,9 @@ def replay(duration: float, device: str, domain: int) -> dict:
             from vilib_ros.bench.player import run as player_run
 
             res["player_alone"] = player_run(out / "dataset", domain)
+            # the player as the replay drives it (each image waits for the tracks of the one before),
+            # against a frontend that answers at once: the player's own share of a replay frame
+            res["player_backpressure"] = player_run(out / "dataset", domain, backpressure=True)
     print(f"  replay: {res.get('frames')} stereo frames in {res.get('replay_s')} s -> {res.get('fps')} frames/s "
           f"(whole run {res.get('replay_wall_s')} s; the player's time: {res.get('player_time_s')})", file=sys.stderr)
     return res
@@ -630,6 +633,16 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                       f"{pa['received'].get('imu')} IMU samples ({f(pa.get('received_fps'), 0)} frames/s)."]
         elif pa:
             lines += ["", f"The player alone: no figure ({pa.get('error')})"]
+        pb = rp.get("player_backpressure") or {}
+        if pb.get("player_fps"):
+            ts = pb.get("player_time_s") or {}
+            lines += ["", f"The player with backpressure against an instant frontend (rate 0, each image waits "
+                      f"for the tracks of the one before; a subscriber answers every cam0 image at once, same run): "
+                      f"{pb['images_sent']} stereo frames in {pb['player_replay_s']:.2f} s = "
+                      f"**{pb['player_fps']:.0f} frames/s** (waiting for decoded images {f(ts.get('feed'))} s, for "
+                      f"the tracks {f(ts.get('backpressure'))} s, publishing {f(ts.get('publish'))} s)."]
+        elif pb:
+            lines += ["", f"The player with backpressure: no figure ({pb.get('error')})"]
     from vilib_ros.bench.results import write_results
 
     write_results(out, "node_bench", summary, "\n".join(lines))
