@@ -61,6 +61,12 @@ def test_bench_node_small(euroc_path, tmp_path):
     assert pa["images_sent"] == rp["frames"] == pa["received"]["cam0"] == pa["received"]["cam1"]
     assert pa["received"]["imu"] >= 10 * (rp["frames"] - 1) and pa["player_fps"] > 0
     assert "The player alone on the same sequence" in md
+    # the player with backpressure against an instant frontend: it waited for every image's tracks
+    # (none timed out) and sent every frame
+    pb = rp["player_backpressure"]
+    assert pb["backpressure"] and pb["images_sent"] == rp["frames"] == pb["received"]["cam0"]
+    assert pb["player_time_s"]["backpressure"] > 0 and pb["backpressure_timeouts"] == 0 and pb["player_fps"] > 0
+    assert "The player with backpressure against an instant frontend" in md
     # where each frame's latency went: every frame of the node's trace joined with its send and arrival
     w = d["configs"]["mono_bp"]["where"]
     assert len(w["worst"]) == 5 and w["in_node"]["p50"] > 0 and w["to_node"]["p50"] > 0

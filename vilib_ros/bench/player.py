@@ -77,6 +77,7 @@ def run(dataset: Path, domain: int, publish_cam1: bool = True, timeout: float = 
     rx_s = rx[-1] - rx[0] if len(rx) > 1 else 0.0
     res = {"dataset": dataset.name, "backpressure": backpressure, "images_sent": images, "player_replay_s": replay_s,
            "player_fps": images / replay_s if replay_s > 0 else None, "player_time_s": st.get("time_s"),
+           "backpressure_timeouts": st.get("backpressure_timeouts"),
            "received": {k: len(v) for k, v in got.items()},
            "received_fps": (len(rx) - 1) / rx_s if rx_s > 0 else None}
     print(f"  player alone: {images} cam0 images in {replay_s:.2f} s = {_f(res['player_fps'])} frames/s, "
