@@ -142,9 +142,8 @@ class Prefetcher:
                     return ("skip", cam, t, index, exc.reason, str(exc))
 
             # Images go into the queue as futures, in order: the consumer waits on the one it
-            # needs and nothing else. (Regression: the futures were kept here and moved to the
-            # queue only when this thread woke up, at most every 5 ms while every slot was taken;
-            # decoded images then waited for that tick.)
+            # needs and nothing else (this thread no longer polls for finished ones; a simulated
+            # decoder showed no difference in throughput from the polling it replaced).
             for ev in events or ():
                 if ev[0] == "image":
                     while not self._slots.acquire(timeout=0.1):
