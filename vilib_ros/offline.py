@@ -218,6 +218,10 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
         return ds.load_image(0, k), (ds.load_image(1, k) if stereo else None)
 
     pool = ThreadPoolExecutor(max(1, readers), thread_name_prefix="vilib_ros-reader")
+    from vilib_ros.datasets.replay import hand_gil_to_decoders
+
+    # decoded frames do not wait 5 ms for the frontend thread's GIL (restored at the end)
+    switch_before = hand_gil_to_decoders() if not preload else None
     pre = [load(k) for k in range(n)] if preload else None
     ahead: deque = deque()
     tracks, fe_s = [], []
@@ -258,6 +262,8 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
         for f in ahead:
             f.cancel()
         pool.shutdown(wait=False)
+        if switch_before is not None:
+            sys.setswitchinterval(switch_before)
     wall = time.perf_counter() - t0
     return {"tracks": tracks, "frontend_s": fe_s, "backend": res, "wall_s": wall, "frontend_wall_s": t_fe,
             "frames": n, "stereo": stereo, "has_imu": has_imu, "device": getattr(ft, "device", device),

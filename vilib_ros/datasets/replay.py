@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator
 
@@ -68,6 +69,23 @@ def replay_events(ds: Dataset, max_frames: int = 0, imu_margin_s: float = 0.5,
 
 
 _END = object()
+
+#: The GIL switch interval for a process whose threads decode images beside a busy main thread. A
+#: decode thread leaves OpenCV's decoder (which releases the GIL) and then waits for the GIL until
+#: the main thread is asked to drop it: Python's default interval, 5 ms, is a 752x480 PNG's decode
+#: time again. With the consumer's thread busy in Python, decoded images then wait (bench/
+#: decode_gil_probe.py, 2-core machine 2026-11-25: the consumer waited 0.80-0.86 s for 601 images
+#: with 5 ms, 0.11-0.18 s with 0.5 ms).
+DECODE_SWITCH_INTERVAL_S = 0.0005
+
+
+def hand_gil_to_decoders() -> float:
+    """Lower this process's GIL switch interval to :data:`DECODE_SWITCH_INTERVAL_S` (never raise
+    it); returns the interval before. For processes that decode images on threads (the player, the
+    offline runner)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, DECODE_SWITCH_INTERVAL_S))
+    return before
 
 
 class Prefetcher:

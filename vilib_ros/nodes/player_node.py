@@ -4,7 +4,12 @@ The dataset is opened with :func:`vilib_ros.datasets.open_dataset`; its events a
 in time order (:func:`vilib_ros.datasets.replay.replay_events`): IMU samples first, then the
 images of the same instant. IMU samples are replayed from ``imu_margin_s`` before the first
 image to the last image (EuRoC IMU logs run longer than a cut image sequence). Images are read
-and decoded ahead in a worker thread (``prefetch`` frames), so the player is not the bottleneck.
+and decoded ahead (``prefetch`` frames; ASL folders on ``decode_workers`` threads, with the
+process's GIL switch interval lowered to 0.5 ms so that a decoded image does not wait 5 ms for the
+publishing thread: :func:`vilib_ros.datasets.replay.hand_gil_to_decoders`), so the player is not
+the bottleneck. While it waits for the pipeline (backpressure) it takes the tracks and
+``backend_processed`` messages straight from their subscriptions; the executor gets a turn at most
+every 20 ms (parameter requests).
 A frame that cannot be read (missing, empty, corrupt, wrong size) is skipped, counted under its
 reason (log, ``stats_path``) and the replay goes on; what the dataset reader reported on opening
 (a default calibration, no IMU, a truncated bag) is logged as a warning first.
@@ -150,6 +155,10 @@ class PlayerNode(Node):
         path = self.p["dataset"]
         workers = int(self.p["decode_workers"]) or min(8, max(4, os.cpu_count() or 1))
         self.feed = Prefetcher(lambda: open_dataset(path), depth=self.p["prefetch"], workers=workers)
+        if workers > 1:
+            from vilib_ros.datasets.replay import hand_gil_to_decoders
+
+            hand_gil_to_decoders()      # decoded images do not wait 5 ms for the publishing thread's GIL
         self.ds = self.feed.ds
         self.n_cams = min(len(self.ds.cameras) if self.p["publish_cam1"] else 1, 2)
         self.pub_img = [self.create_publisher(Image, f"cam{c}/image_raw", reliable_qos(30))
