@@ -6,7 +6,7 @@
 #   4. the whole-VIO benchmark (offline runner: GPU frontend + gtsam backend overlapping) and the
 #      trajectory-accuracy benchmark (bench-accuracy), where gtsam imports
 #      (a machine without internet can be given the gtsam wheel: pip install --target DIR, PYTHONPATH);
-#   5. node: the frontend node's tracker outside ROS (vilib-ros bench-node-process) and the node over
+#   5. node: decode threads and the GIL (bench/decode_gil_probe.py), the frontend node's tracker outside ROS (vilib-ros bench-node-process) and the node over
 #      real DDS (vilib-ros bench-node --device cuda). The GPU machine
 #      has no ROS: carry the wheels in .whl (../shared/tools/gpu-machine-wheels.sh .whl ros); they
 #      are installed from there when rclpy does not import.
@@ -44,6 +44,9 @@ if [[ $what == bench || $what == all ]]; then
   fi
 fi
 if [[ $what == node || $what == all ]]; then
+  # decode threads and the GIL on this host (the player's decoding; no ROS needed): 30 s mono sequence
+  python3 -m vilib_ros generate --duration 30 --mono --quiet --overwrite "$OUT/decode_seq" >/dev/null 2>&1 \
+    && python3 bench/decode_gil_probe.py "$OUT/decode_seq" --workers 8 --out "$OUT" 2>&1 | tee "$LOGDIR/decode_gil_probe.log"
   if ! python3 -c "import rclpy" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl 2>&1 | tail -3
   fi
