@@ -500,6 +500,20 @@ def replay(duration: float, device: str, domain: int) -> dict:
     return res
 
 
+def _player_lines(pa: dict, what: str, f) -> list[str]:
+    """The Markdown paragraph of one player row of the replay section (``bench/player.py run``)."""
+    if not pa:
+        return []
+    if not pa.get("player_fps"):
+        return ["", f"{what.split(' (')[0]}: no figure ({pa.get('error')})"]
+    ts, rx = pa.get("player_time_s") or {}, pa.get("received") or {}
+    tracks = f", for the tracks {f(ts.get('backpressure'))} s" if pa.get("backpressure") else ""
+    return ["", f"{what}: {pa['images_sent']} stereo frames in {pa['player_replay_s']:.2f} s = "
+            f"**{pa['player_fps']:.0f} frames/s** (of which waiting for decoded images {f(ts.get('feed'))} s{tracks}, "
+            f"publishing {f(ts.get('publish'))} s); received {rx.get('cam0')} cam0, {rx.get('cam1')} cam1 images, "
+            f"{rx.get('imu')} IMU samples ({f(pa.get('received_fps'), 0)} frames/s)."]
+
+
 def _machine(device: str) -> str:
     from vilib_ros.bench.results import cpu_model
 
@@ -622,27 +636,12 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
                      f"backend's drain {rp['replay_wall_s']:.1f} s ({rp['wall_fps']:.0f} frames/s); "
                      f"{rp.get('ape_line') or 'no APE line'}" if rp.get("fps") else
                      f"no figure (rc {rp['rc']}: {rp.get('error')})")]
-        pa = rp.get("player_alone") or {}
-        if pa.get("player_fps"):
-            ts = pa.get("player_time_s") or {}
-            lines += ["", f"The player alone on the same sequence (rate 1000, no backpressure, a bare reliable "
-                      f"subscriber on its topics, same run): {pa['images_sent']} stereo frames in "
-                      f"{pa['player_replay_s']:.2f} s = **{pa['player_fps']:.0f} frames/s** (of which waiting for "
-                      f"decoded images {f(ts.get('feed'))} s, publishing {f(ts.get('publish'))} s); received "
-                      f"{pa['received'].get('cam0')} cam0, {pa['received'].get('cam1')} cam1 images, "
-                      f"{pa['received'].get('imu')} IMU samples ({f(pa.get('received_fps'), 0)} frames/s)."]
-        elif pa:
-            lines += ["", f"The player alone: no figure ({pa.get('error')})"]
-        pb = rp.get("player_backpressure") or {}
-        if pb.get("player_fps"):
-            ts = pb.get("player_time_s") or {}
-            lines += ["", f"The player with backpressure against an instant frontend (rate 0, each image waits "
-                      f"for the tracks of the one before; a subscriber answers every cam0 image at once, same run): "
-                      f"{pb['images_sent']} stereo frames in {pb['player_replay_s']:.2f} s = "
-                      f"**{pb['player_fps']:.0f} frames/s** (waiting for decoded images {f(ts.get('feed'))} s, for "
-                      f"the tracks {f(ts.get('backpressure'))} s, publishing {f(ts.get('publish'))} s)."]
-        elif pb:
-            lines += ["", f"The player with backpressure: no figure ({pb.get('error')})"]
+        for key, what in (("player_alone", "The player alone on the same sequence (rate 1000, no backpressure, a "
+                                           "bare reliable subscriber on its topics, same run)"),
+                          ("player_backpressure", "The player with backpressure against an instant frontend (rate 0, "
+                                                  "each image waits for the tracks of the one before; a subscriber "
+                                                  "answers every cam0 image at once, same run)")):
+            lines += _player_lines(rp.get(key) or {}, what, f)
     from vilib_ros.bench.results import write_results
 
     write_results(out, "node_bench", summary, "\n".join(lines))

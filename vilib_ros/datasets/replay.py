@@ -74,8 +74,8 @@ _END = object()
 #: decode thread leaves OpenCV's decoder (which releases the GIL) and then waits for the GIL until
 #: the main thread is asked to drop it: Python's default interval, 5 ms, is a 752x480 PNG's decode
 #: time again. With the consumer's thread busy in Python, decoded images then wait (bench/
-#: decode_gil_probe.py, 2-core machine 2026-11-25: the consumer waited 0.80-0.86 s for 601 images
-#: with 5 ms, 0.11-0.18 s with 0.5 ms).
+#: results/decode_gil_probe.md, 2-core machine 2026-11-25: the consumer waited 0.77-0.82 s for 601
+#: images with 5 ms, 0.12-0.16 s with 0.5 ms).
 DECODE_SWITCH_INTERVAL_S = 0.0005
 
 
