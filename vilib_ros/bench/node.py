@@ -35,6 +35,10 @@ The backend node (``--backend-duration`` s, default 30; 0 = off): ``backend_node
 tracks and IMU over DDS against the offline backend on the same tracks in the same run
 (:mod:`vilib_ros.bench.backend_node`; no frontend, so the device does not matter).
 
+Beside every configuration an idle process records the host's stalls (wake-ups more than 1 ms
+late, :mod:`vilib_ros.bench.host_stalls`), and each configuration says how many of its frames
+over 3 ms had one inside their send -> tracks interval.
+
 Writes ``node_bench.json`` and ``node_bench.md`` into ``--out`` with device and date.
 """
 from __future__ import annotations
@@ -50,6 +54,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from vilib_ros.bench.host_stalls import HostStallSampler, stall_overlap
 
 IMU_PER_FRAME = 10
 STEADY_FROM = 20        # latency_p99_steady_ms: from this frame on (start-up apart)
@@ -347,6 +353,26 @@ def _write_trace(path: Path, rows: list) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+class _stalls:
+    """The host-stall sampler (:mod:`vilib_ros.bench.host_stalls`) around one configuration."""
+
+    def __init__(self, tmp: Path, name: str):
+        self.sampler, self.record = HostStallSampler(tmp / f"{name}_stalls.json"), {}
+
+    def __enter__(self):
+        self.sampler.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.record = self.sampler.stop()
+        return False
+
+
+def _frame_times(sends: list, arrivals: dict) -> list:
+    """(send, tracks received) per frame that came back, CLOCK_MONOTONIC s."""
+    return [(s[1], arrivals[s[0]]) for s in sends if s[0] in arrivals]
+
+
 def _rss_kb(pid: int) -> int | None:
     try:
         for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -379,8 +405,9 @@ def run_command(args) -> int:
             for rate in [r for r in rates if not _window(r)]:
                 name = f"floor_{rate}"
                 print(f"bench-node: floor, bare publisher -> subscriber at {rate} Hz", file=sys.stderr)
-                r = run.publish(name, "bench_floor_image", "bench_floor_image", rate, args.frames, False, False)
-                r.pop("_sends"), r.pop("_arrivals")
+                with _stalls(Path(tmpd), name) as st:
+                    r = run.publish(name, "bench_floor_image", "bench_floor_image", rate, args.frames, False, False)
+                r["host_stalls"] = stall_overlap(st.record, _frame_times(r.pop("_sends"), r.pop("_arrivals")))
                 results["floor"][rate] = r
             for mode in modes:
                 for rate in rates:
@@ -389,9 +416,11 @@ def run_command(args) -> int:
                           file=sys.stderr)
                     node = run.node(name, mode == "stereo", "reliable")
                     try:
-                        r = run.publish(name, "image", "tracks", rate, args.frames, mode == "stereo", True, node=node)
+                        with _stalls(Path(tmpd), name) as stalls:
+                            r = run.publish(name, "image", "tracks", rate, args.frames, mode == "stereo", True, node=node)
                     finally:
                         node.stop()
+                    r["host_stalls"] = stall_overlap(stalls.record, _frame_times(r["_sends"], r["_arrivals"]))
                     st = json.loads((Path(tmpd) / f"{name}.json").read_text()) if (Path(tmpd) / f"{name}.json").is_file() else {}
                     rows: list = []
                     device_used = st.get("device", device_used)
@@ -603,6 +632,17 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
             pb = cfg[name].get("publisher") or {}
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {worst} | {f(pb.get('busy_ms_per_frame'))} / "
                          f"{f(pb.get('cpu_ms_per_frame'))} |")
+    hs = {**{f"floor_{k}": c.get("host_stalls") for k, c in results["floor"].items()},
+          **{n: c.get("host_stalls") for n, c in cfg.items()}}
+    hs = {n: h for n, h in hs.items() if h}
+    if hs:
+        lines += ["", "Host stalls beside each configuration (`bench/host_stalls.py`: an idle process sleeping "
+                  "0.5 ms in a loop records every wake-up more than 1 ms late, CLOCK_MONOTONIC); where cores are free, such a stall "
+                  "is the host's (it slows every process), not the node's; slow frames = latency over 3 ms:", "",
+                  "| config | stalls | longest / total ms | slow frames | of which with a stall inside |", "|---|---|---|---|---|"]
+        for name, h in hs.items():
+            lines.append(f"| {name} | {h['stalls']} | {f(h['stall_max_ms'])} / {f(h['stall_total_ms'], 1)} | "
+                         f"{h['frames_over']} | {h['frames_over_with_stall']} |")
     if results["burst"]:
         lines += ["", "Burst (mono images as fast as the publisher sends them):", "",
                   "| QoS | sent | node in | tracks out | dropped | RSS after warm-up / end / max MB |", "|---|---|---|---|---|---|"]
