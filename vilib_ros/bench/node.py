@@ -636,7 +636,7 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
           **{n: c.get("host_stalls") for n, c in cfg.items()}}
     hs = {n: h for n, h in hs.items() if h}
     if hs:
-        lines += ["", "Host stalls beside each configuration (`bench/host_stalls.py`: an idle process sleeping "
+        lines += ["", "Host stalls beside each configuration (`vilib_ros/bench/host_stalls.py`: an idle process sleeping "
                   "0.5 ms in a loop records every wake-up more than 1 ms late, CLOCK_MONOTONIC); where cores are free, such a stall "
                   "is the host's (it slows every process), not the node's; slow frames = latency over 3 ms:", "",
                   "| config | stalls | longest / total ms | slow frames | of which with a stall inside |", "|---|---|---|---|---|"]
