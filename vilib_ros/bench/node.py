@@ -78,6 +78,8 @@ def configure_parser(p) -> None:
                    help="seconds of the generated sequence replayed by `vilib-ros run` for replay_fps (0 = skip)")
     p.add_argument("--backend-duration", type=float, default=30.0,
                    help="seconds of synthetic tracks fed to the backend node and the offline backend (0 = skip)")
+    p.add_argument("--no-host-stalls", action="store_true", help="no host-stall sampler beside the configurations "
+                   "(it wakes every 0.5 ms, so a core never idles long: run with and without it to see its effect)")
     p.add_argument("--trace-dir", default=None, help="write every frame's latency and its segments (publisher, "
                    "transport, executor, node, back) as CSV per configuration into this folder")
     p.add_argument("--profile-backend", action="store_true",
@@ -356,11 +358,14 @@ def _write_trace(path: Path, rows: list) -> None:
 class _stalls:
     """The host-stall sampler (:mod:`vilib_ros.bench.host_stalls`) around one configuration."""
 
+    on = True       # run_command: False with --no-host-stalls
+
     def __init__(self, tmp: Path, name: str):
         self.sampler, self.record = HostStallSampler(tmp / f"{name}_stalls.json"), {}
 
     def __enter__(self):
-        self.sampler.start()
+        if self.on:
+            self.sampler.start()
         return self
 
     def __exit__(self, *exc):
@@ -392,6 +397,7 @@ def run_command(args) -> int:
     domain = args.domain_id if args.domain_id is not None else 220 + os.getpid() % 12
     env = ros_env(domain)
     os.environ["ROS_DOMAIN_ID"] = str(domain)
+    _stalls.on = not args.no_host_stalls
     rates = [r.strip() for r in args.rates.split(",") if r.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: dict = {"configs": {}, "floor": {}, "burst": {}}
@@ -578,6 +584,7 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
         "latency_p99_ms_at_200hz": get("mono_200", "latency_p99_ms"),
         "latency_dds_p99_ms_at_200hz": get("mono_200", "latency_dds_p99_ms"),
         "replay_fps": (results.get("replay") or {}).get("fps"),
+        "host_stall_sampler": not getattr(args, "no_host_stalls", False),
         "backend_node_fps": ((results.get("backend_node") or {}).get("node") or {}).get("fps"),
         "backend_offline_fps": ((results.get("backend_node") or {}).get("offline") or {}).get("fps"),
     }
@@ -586,7 +593,8 @@ def _write(results: dict, out: Path, args, data: Path, device: str) -> int:
              f"{summary['date']}, {summary['machine']}, device {device}, Python {summary['python']}; {summary['data']}.",
              "Reliable QoS; latency = publisher send -> tracks received (CLOCK_MONOTONIC across processes);",
              "overhead = the node's receive -> publish minus `process()`; floor = the same images, bare publisher -> "
-             "subscriber, same run.", "",
+             "subscriber, same run." + ("" if summary["host_stall_sampler"] else
+                                        " No host-stall sampler beside the configurations (--no-host-stalls)."), "",
              "| config | sent | node in | tracks out | dropped | frames/s | latency p50 / p99 ms | to the recorder's "
              f"middleware p50 / p99 ms | p99 from frame {STEADY_FROM} ms | worst frames (index: ms) | floor p50 / p99 ms "
              "| overhead p50 / p99 ms | of which convert / IMU / publish p50 ms | process p50 ms (submit + result; "
