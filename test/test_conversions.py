@@ -679,3 +679,43 @@ class TestEncodeImu:
         assert deserialize_message(got, Imu) == ref
         t_back, g_back, a_back = decode_imu(got)
         assert t_back == t and np.array_equal(g_back, g) and np.array_equal(a_back, a)
+
+
+class TestDrawTracks:
+    """nodes.conversions.draw_tracks: a ring of the age's colour around every finite track,
+    nothing elsewhere (drawn with one OpenCV call per colour, no loop over the tracks)."""
+
+    @staticmethod
+    def _frame(uv, age):
+        from vilib_ros.types import TrackFrame
+
+        n = len(uv)
+        z = np.zeros((n, 2))
+        return TrackFrame(1, np.arange(n, dtype=np.int64), np.asarray(uv, np.float32), z, z,
+                          np.zeros(n, np.float32), np.zeros(n, np.int32), np.asarray(age, np.int32))
+
+    def test_rings_coloured_by_age(self):
+        from vilib_ros.nodes.conversions import draw_tracks
+
+        img = np.full((60, 80), 100, np.uint8)
+        f = self._frame([[20.0, 20.0], [50.0, 30.0], [np.nan, 5.0], [1e30, 5.0]], [0, 40, 0, 0])
+        out = draw_tracks(img, f)
+        assert out.shape == (60, 80, 3) and out.dtype == np.uint8
+        new, old = out[14:27, 14:27].astype(int), out[24:37, 44:57].astype(int)
+        # new track: blue ring (B up, R down from the grey 100), old track: red ring
+        assert new[..., 0].max() > 180 and new[..., 2].min() < 60
+        assert old[..., 2].max() > 180 and old[..., 0].min() < 60
+        for c in ((20, 20), (50, 30)):          # the centre and a point 3 px out: grey / drawn
+            assert (out[c[1], c[0]] == 100).all()
+            assert (out[c[1], c[0] + 3] != 100).any()
+        # nothing outside the two rings (the NaN and the far-off track are left out)
+        mask = np.ones((60, 80), bool)
+        mask[14:27, 14:27] = mask[24:37, 44:57] = False
+        assert (out[mask] == 100).all()
+
+    def test_no_tracks(self):
+        from vilib_ros.nodes.conversions import draw_tracks
+
+        img = np.full((10, 12), 7, np.uint8)
+        out = draw_tracks(img, self._frame(np.zeros((0, 2)), []))
+        assert (out == 7).all() and out.shape == (10, 12, 3)

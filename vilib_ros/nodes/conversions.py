@@ -383,14 +383,33 @@ def arrays_to_imu(t_ns: int, gyro, acc, frame_id: str = "imu0"):
     return msg
 
 
+#: draw_tracks: a circle of radius 3 px as a closed 12-gon, in 1/16 px (``cv2.polylines``' shift 4)
+_CIRCLE_16 = np.round(3 * 16 * np.column_stack([np.cos(np.arange(12) * np.pi / 6),
+                                                np.sin(np.arange(12) * np.pi / 6)])).astype(np.int32)
+_AGE_BUCKETS = 8
+
+
 def draw_tracks(image_u8: np.ndarray, frame: TrackFrame, max_age_color: int = 20) -> np.ndarray:
-    """BGR debug image: each track a circle coloured by its age (blue new -> red old)."""
+    """BGR debug image: each track a circle of radius 3 px coloured by its age (blue new -> red
+    old, in 8 steps); tracks with a non-finite position are left out. One OpenCV call per colour
+    (OpenCV drops the GIL while it draws), no Python loop over the tracks."""
     import cv2
 
     out = cv2.cvtColor(image_u8, cv2.COLOR_GRAY2BGR) if image_u8.ndim == 2 else image_u8.copy()
     n = len(frame)
     if n == 0:
         return out
+    uv = np.asarray(frame.uv, dtype=np.float64).reshape(n, 2)
+    age = np.asarray(frame.age).reshape(n)
+    ok = np.isfinite(uv).all(axis=1) & (np.abs(uv) < 1e6).all(axis=1)
+    bucket = np.rint(np.clip(age / float(max_age_color), 0.0, 1.0) * (_AGE_BUCKETS - 1)).astype(np.int64)
+    poly = np.round(uv[ok] * 16).astype(np.int32)[:, None, :] + _CIRCLE_16[None]     # (n, 12, 2)
+    bucket = bucket[ok]
+    for b in np.unique(bucket).tolist():
+        a = b / (_AGE_BUCKETS - 1)
+        cv2.polylines(out, list(poly[bucket == b]), True, (int(255 * (1 - a)), 0, int(255 * a)), 1,
+                      cv2.LINE_AA, 4)
+    return out
     uv = np.asarray(frame.uv, dtype=np.float64).reshape(n, 2)
     age = np.asarray(frame.age).reshape(n)
     t = np.clip(age / float(max_age_color), 0.0, 1.0)
