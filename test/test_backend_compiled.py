@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from vilib_ros.backend.imu import ImuBuffer, _max_gap, _mid_step_acc, _pieces, batch_ok, gaps_over
+from vilib_ros.backend.imu import ImuBuffer, _max_gap, _mid_step_acc, _pieces, batch_ok, gaps_over, propagate_imu
 from vilib_ros.backend.keyframes import parallax_px
 
 
@@ -182,3 +182,47 @@ class TestParallax:
         assert n == 0 and math.isnan(med)
         n, _ = parallax_px(ids[:0], ids[:0], np.zeros((0, 2)), ids, np.zeros((5, 2)), np.eye(3))
         assert n == 0
+
+
+def _propagate_reference(R, p, v, bg, ba, m, dt, gravity):
+    """VioEstimator.propagate's NumPy loop as it was before it was compiled."""
+    g = np.array([0, 0, -gravity])
+    for k in range(len(dt)):
+        w, a, h = m[k, :3] - bg, m[k, 3:] - ba, float(dt[k])
+        acc_w = R @ a + g
+        p = p + v * h + 0.5 * acc_w * h * h
+        v = v + acc_w * h
+        th = np.linalg.norm(w) * h
+        if th > 1e-12:
+            kx = w / np.linalg.norm(w)
+            K = np.array([[0, -kx[2], kx[1]], [kx[2], 0, -kx[0]], [-kx[1], kx[0], 0]])
+            R = R @ (np.eye(3) + np.sin(th) * K + (1 - np.cos(th)) * K @ K)
+    return R, p, v
+
+
+class TestPropagateImu:
+    """backend.imu.propagate_imu (the IMU-rate state) against the NumPy loop it replaced."""
+
+    def test_against_reference(self):
+        rng = np.random.default_rng(3)
+        for _ in range(20):
+            q, _r = np.linalg.qr(rng.normal(size=(3, 3)))
+            R = q * np.sign(np.linalg.det(q))
+            p, v, bg, ba = (rng.normal(size=3) for _ in range(4))
+            k = int(rng.integers(0, 12))
+            m = np.column_stack([rng.normal(0, 2.0, (k, 3)), rng.normal(0, 5.0, (k, 3))])
+            if k:
+                m[0, :3] = bg                   # a piece with no rotation at all
+            dt = rng.uniform(0.0005, 0.006, k)
+            got = propagate_imu(R, p, v, bg, ba, m, dt, 9.81)
+            ref = _propagate_reference(R, p, v, bg, ba, m, dt, 9.81)
+            for a, b in zip(got, ref):
+                np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(got[0] @ got[0].T, np.eye(3), atol=1e-12)
+
+    def test_inputs_untouched(self):
+        R, p, v = np.eye(3), np.zeros(3), np.ones(3)
+        m = np.array([[0.1, 0.2, 0.3, 0.0, 0.0, 9.81]])
+        R2, p2, v2 = propagate_imu(R, p, v, np.zeros(3), np.zeros(3), m, np.array([0.005]), 9.81)
+        assert (R == np.eye(3)).all() and (p == 0).all() and (v == 1).all()
+        assert not np.allclose(R2, R) and np.allclose(p2, v * 0.005)

@@ -87,7 +87,7 @@ from ..camera import CameraModel
 from ..types import TrackFrame
 from . import triangulation
 from .config import BackendConfig, StateCovariance, VioState
-from .imu import ImuBuffer, batch_ok, gaps_over, make_preintegration_params, normalise_imu_noise
+from .imu import ImuBuffer, batch_ok, gaps_over, make_preintegration_params, normalise_imu_noise, propagate_imu
 from .imu import warm_up as imu_warm_up
 from .keyframes import KeyframeMixin, _Keyframe
 from .keyframes import warm_up as keyframes_warm_up
@@ -354,21 +354,8 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         s = self._last_state
         if s is None or t_ns < s.stamp_ns or self._imu.max_gap(s.stamp_ns, int(t_ns)) > self.config.imu_max_gap_s * 1e9:
             return None
-        R = self._last_R.copy()
-        p = s.p.copy()
-        v = s.v.copy()
-        g = np.array([0, 0, -self.config.gravity])
-        for m, dt in self._imu.segments(s.stamp_ns, int(t_ns)):
-            w = m[:3] - s.bg
-            a = m[3:] - s.ba
-            acc_w = R @ a + g
-            p = p + v * dt + 0.5 * acc_w * dt * dt
-            v = v + acc_w * dt
-            th = np.linalg.norm(w) * dt
-            if th > 1e-12:
-                kx = w / np.linalg.norm(w)
-                K = np.array([[0, -kx[2], kx[1]], [kx[2], 0, -kx[0]], [-kx[1], kx[0], 0]])
-                R = R @ (np.eye(3) + np.sin(th) * K + (1 - np.cos(th)) * K @ K)
+        m, dt = self._imu.pieces(s.stamp_ns, int(t_ns))
+        R, p, v = propagate_imu(self._last_R, s.p, s.v, s.bg, s.ba, m, dt, float(self.config.gravity))
         return VioState(int(t_ns), p, _rot_to_quat_xyzw(R), v, s.bg.copy(), s.ba.copy(), False)
 
     def state_covariance(self) -> StateCovariance | None:

@@ -291,12 +291,6 @@ class ImuBuffer:
             return np.zeros((0, 6)), np.zeros(0)
         return _pieces(self.t, self.d, int(t_a), int(t_b))
 
-    def segments(self, t_a: int, t_b: int):
-        """Yield (measurement (6,), dt_s) pieces covering [t_a, t_b] (see :meth:`pieces`)."""
-        m, dt = self.pieces(t_a, t_b)
-        for k in range(len(dt)):
-            yield m[k], float(dt[k])
-
     def integrate(self, pim, t_a: int, t_b: int) -> int:
         """Integrate [t_a, t_b] into ``pim``. gtsam applies the rotation at the start of each
         step to the whole step's specific force (first order: a systematic error of about
@@ -313,6 +307,40 @@ class ImuBuffer:
         return len(dt)
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def propagate_imu(R, p, v, bg, ba, m, dt, gravity):
+    """The state (R world <- body, p, v) carried through the IMU pieces ``m`` (K, 6: gyro, acc) of
+    ``dt`` (K,) s with biases ``bg``, ``ba`` (:meth:`VioEstimator.propagate`, the IMU-rate output):
+    position and velocity by the step's world acceleration (gravity ``gravity`` m/s^2 along -z),
+    then the rotation by Rodrigues' formula of the bias-corrected rate over the step. Compiled: at
+    200 Hz it ran ~25 us of NumPy per piece. Returns new (R, p, v)."""
+    R, p, v = R.copy(), p.copy(), v.copy()
+    for k in range(dt.shape[0]):
+        h = dt[k]
+        w0, w1, w2 = m[k, 0] - bg[0], m[k, 1] - bg[1], m[k, 2] - bg[2]
+        a0, a1, a2 = m[k, 3] - ba[0], m[k, 4] - ba[1], m[k, 5] - ba[2]
+        for i in range(3):
+            acc = R[i, 0] * a0 + R[i, 1] * a1 + R[i, 2] * a2 - (gravity if i == 2 else 0.0)
+            p[i] = p[i] + v[i] * h + 0.5 * acc * h * h
+            v[i] = v[i] + acc * h
+        n = np.sqrt(w0 * w0 + w1 * w1 + w2 * w2)
+        th = n * h
+        if th > 1e-12:
+            x, y, z = w0 / n, w1 / n, w2 / n
+            s, c = np.sin(th), 1.0 - np.cos(th)
+            # I + s K + c K^2 with K = [k]x, K^2 = k k^T - I
+            E = np.empty((3, 3))
+            E[0, 0], E[0, 1], E[0, 2] = 1.0 + c * (x * x - 1.0), -s * z + c * x * y, s * y + c * x * z
+            E[1, 0], E[1, 1], E[1, 2] = s * z + c * x * y, 1.0 + c * (y * y - 1.0), -s * x + c * y * z
+            E[2, 0], E[2, 1], E[2, 2] = -s * y + c * x * z, s * x + c * y * z, 1.0 + c * (z * z - 1.0)
+            Rn = np.empty((3, 3))
+            for i in range(3):
+                for j in range(3):
+                    Rn[i, j] = R[i, 0] * E[0, j] + R[i, 1] * E[1, j] + R[i, 2] * E[2, j]
+            R = Rn
+    return R, p, v
+
+
 def warm_up() -> None:
     """Compile (or load from numba's cache) the compiled helpers here now (the estimator calls it at
     construction: a cold cache costs ~1 s, not to be paid by the first keyframe)."""
@@ -323,3 +351,4 @@ def warm_up() -> None:
     _max_gap(t, 0, 2)
     batch_ok(t, d, -1, 1.0, 1.0)
     gaps_over(t, -1, 10)
+    propagate_imu(np.eye(3), np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3), d, np.ones(3) * 0.01, 9.81)
