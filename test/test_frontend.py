@@ -292,6 +292,25 @@ class TestAsyncApi:
 
 
 
+    def test_process_and_submit_ahead_mixed(self, euroc_frames, device):
+        """process() and bursts of submit-ahead in turn, so that every frame slot follows a
+        synchronous frame: the synchronous frames share one staging buffer whatever their slot, and
+        a frame in flight must not be overwritten in it (guards the staging buffer's reuse)."""
+        frames = euroc_frames[:30]
+        a = FeatureTracker(euroc_cam0(), _cfg(), device=device)
+        ref = [a.process(f, STAMP0 + i * DT).copy() for i, f in enumerate(frames)]
+        b = FeatureTracker(euroc_cam0(), _cfg(), device=device)
+        out, i = [], 0
+        for burst in [1, 2, 1, 3, 1, 1, 4, 2, 1, 5, 1, 2, 2, 1, 3]:
+            for f in frames[i:i + burst]:
+                b.submit(f, STAMP0 + i * DT)
+                i += 1
+            out += [b.result().copy() for _ in range(burst)]
+        assert i == len(frames)
+        for r, o in zip(ref, out):
+            assert r.stamp_ns == o.stamp_ns
+            assert np.array_equal(r.ids, o.ids) and np.array_equal(r.uv, o.uv)
+
     def test_pipelined_frames_outlive_their_slots(self, euroc_frames, device):
         """More frames submitted than there are result slots before any result is taken: the
         oldest results are copied out before their slots are reused (guards silent overwrite)."""

@@ -19,7 +19,10 @@ How the frame gets to the device (``upload``):
 * a CuPy array is read in place on the device.
 
 Slots: :data:`~vilib_ros.frontend.gpu_frame.RING` frame slots (staging buffer, device pyramid,
-frame parameters) and :data:`RESULT_SLOTS` result slots. A frame's result stays valid until
+frame parameters) and :data:`RESULT_SLOTS` result slots. With nothing in flight the frame is copied
+into the first staging buffer every time, whatever its frame slot: one buffer the host's caches
+keep, where four in turn cost 13-17 us more per copy (``bench/host_copy_probe.py``,
+``copyto_cold_ring4`` against ``copyto_cold``). A frame's result stays valid until
 ``RESULT_SLOTS - 1`` further frames have been submitted; a result not yet collected when its
 slot comes round again is copied first. RANSAC runs on the device inside the compute graph
 (:mod:`vilib_ros.frontend.ransac_gpu`): no synchronisation within a frame. The decisions are
@@ -116,6 +119,7 @@ class GpuPipeline:
         self._pinned: dict[int, int] = {}   # frames of pinned_frames(): host -> device address
         self._frames = 0
         self._slot_out = [-1] * RING        # result slot of the last frame uploaded into each frame slot
+        self._stage_out = [-1] * RING       # result slot of the last frame copied into each staging buffer
         self._pending: dict[int, _Ticket] = {}
         self._counters = np.zeros(len(COUNTERS), np.int64)
         self._next_id = int(first_id)
@@ -197,17 +201,21 @@ class GpuPipeline:
             old = pending.pop(o, None)
             if old is not None:             # never collected: copy it out before its slot is reused
                 old.frame = self._frame(old).copy()
-        if not alone and self._slot_out[s] >= 0:    # the upload that last used this slot's staging is done
-            self._ev_done[self._slot_out[s]].synchronize()
+        if not alone:                       # the uploads that last read this slot's parameters and staging are done
+            for last in (self._slot_out[s], self._stage_out[s]):
+                if last >= 0:
+                    self._ev_done[last].synchronize()
         self._slot_out[s] = o
+        st = 0 if alone else s              # the staging buffer (module docstring)
+        self._stage_out[st] = o
         stereo = image_right is not None and self.stereo_on
         up = self.stream if (self.probe or alone) else self.up_stream
         if k >= RING - 1 and up is not self.stream:
             # slot s is the previous frame of frame k - (RING - 1): the upload waits for it
             up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
         u = self._prm_u64[s]
-        u[_U64_SRC] = self._source(image, 0, s, up)
-        u[_U64_SRC + 1] = self._source(image_right, 1, s, up) if stereo else 0
+        u[_U64_SRC] = self._source(image, 0, s, st, up)
+        u[_U64_SRC + 1] = self._source(image_right, 1, s, st, up) if stereo else 0
         u[_U64_OUT] = self._out_dev[o]
         f = self._prm_f32[s]
         if R is None:
@@ -245,13 +253,14 @@ class GpuPipeline:
         self.k.enqueue_upload(s, stereo, self._prm_dev[s], self.stream, checked)
         self.k.enqueue_compute(s, stereo, self.stream, checked, self._out_offsets)
 
-    def _source(self, image, cam, s, up) -> int:
-        """Device-accessible address of one camera's frame for the pyramid kernel (see ``upload``)."""
+    def _source(self, image, cam, s, st, up) -> int:
+        """Device-accessible address of one camera's frame for the pyramid kernel of frame slot ``s``
+        (see ``upload``); a host copy goes into staging buffer ``st``."""
         if not isinstance(image, np.ndarray):       # a CuPy array: read on the device, after the caller's work
             self._ev_input.record(self._cp.cuda.get_current_stream())
             up.wait_event(self._ev_input)
             return int(image.data.ptr)
-        staging = self._img[cam][s]
+        staging = self._img[cam][st]
         d = 0
         if self._pinned:                            # frames of pinned_frames() are read in place
             d = self._pinned.get(image.ctypes.data, 0) if image.flags.c_contiguous else 0
@@ -260,7 +269,7 @@ class GpuPipeline:
             if d:
                 return d
             np.copyto(staging, image)               # the one host copy, into the page-locked slot
-            return self._img_dev[cam][s]
+            return self._img_dev[cam][st]
         level0 = (self.k.pyrs_r[s] if cam else self.k.pyrs[s]).levels[0].data.ptr
         host = image.ctypes.data
         if not d and (upload == "copy" or not image.flags.c_contiguous):
