@@ -355,13 +355,12 @@ def _write_trace(path: Path, rows: list) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-class _stalls:
-    """The host-stall sampler (:mod:`vilib_ros.bench.host_stalls`) around one configuration."""
+class _Stalls:
+    """The host-stall sampler (:mod:`vilib_ros.bench.host_stalls`) around one configuration
+    (none where ``on`` is false: ``--no-host-stalls``)."""
 
-    on = True       # run_command: False with --no-host-stalls
-
-    def __init__(self, tmp: Path, name: str):
-        self.sampler, self.record = HostStallSampler(tmp / f"{name}_stalls.json"), {}
+    def __init__(self, tmp: Path, name: str, on: bool):
+        self.sampler, self.record, self.on = HostStallSampler(tmp / f"{name}_stalls.json"), {}, on
 
     def __enter__(self):
         if self.on:
@@ -397,7 +396,7 @@ def run_command(args) -> int:
     domain = args.domain_id if args.domain_id is not None else 220 + os.getpid() % 12
     env = ros_env(domain)
     os.environ["ROS_DOMAIN_ID"] = str(domain)
-    _stalls.on = not args.no_host_stalls
+    stalls_on = not args.no_host_stalls
     rates = [r.strip() for r in args.rates.split(",") if r.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: dict = {"configs": {}, "floor": {}, "burst": {}}
@@ -411,7 +410,7 @@ def run_command(args) -> int:
             for rate in [r for r in rates if not _window(r)]:
                 name = f"floor_{rate}"
                 print(f"bench-node: floor, bare publisher -> subscriber at {rate} Hz", file=sys.stderr)
-                with _stalls(Path(tmpd), name) as st:
+                with _Stalls(Path(tmpd), name, stalls_on) as st:
                     r = run.publish(name, "bench_floor_image", "bench_floor_image", rate, args.frames, False, False)
                 r["host_stalls"] = stall_overlap(st.record, _frame_times(r.pop("_sends"), r.pop("_arrivals")))
                 results["floor"][rate] = r
@@ -422,7 +421,7 @@ def run_command(args) -> int:
                           file=sys.stderr)
                     node = run.node(name, mode == "stereo", "reliable")
                     try:
-                        with _stalls(Path(tmpd), name) as stalls:
+                        with _Stalls(Path(tmpd), name, stalls_on) as stalls:
                             r = run.publish(name, "image", "tracks", rate, args.frames, mode == "stereo", True, node=node)
                     finally:
                         node.stop()
