@@ -78,3 +78,8 @@ def test_bench_node_small(euroc_path, tmp_path):
     assert d["backend_node_fps"] > 0 and d["backend_offline_fps"] > 0
     assert "| backend_node (defaults) | 41/41 |" in md
 
+    # the host-stall sampler ran beside every configuration (its record there, its table in the md)
+    assert d["host_stall_sampler"] is True
+    hs = d["configs"]["mono_bp"]["host_stalls"]
+    assert hs["sampler_span_s"] > 0 and hs["frames_over"] <= 12 and hs["frames_over_with_stall"] <= hs["frames_over"]
+    assert "| config | stalls |" in md
