@@ -402,20 +402,10 @@ def draw_tracks(image_u8: np.ndarray, frame: TrackFrame, max_age_color: int = 20
     uv = np.asarray(frame.uv, dtype=np.float64).reshape(n, 2)
     age = np.asarray(frame.age).reshape(n)
     ok = np.isfinite(uv).all(axis=1) & (np.abs(uv) < 1e6).all(axis=1)
-    bucket = np.rint(np.clip(age / float(max_age_color), 0.0, 1.0) * (_AGE_BUCKETS - 1)).astype(np.int64)
+    bucket = np.rint(np.clip(age[ok] / float(max_age_color), 0.0, 1.0) * (_AGE_BUCKETS - 1)).astype(np.int64)
     poly = np.round(uv[ok] * 16).astype(np.int32)[:, None, :] + _CIRCLE_16[None]     # (n, 12, 2)
-    bucket = bucket[ok]
     for b in np.unique(bucket).tolist():
         a = b / (_AGE_BUCKETS - 1)
         cv2.polylines(out, list(poly[bucket == b]), True, (int(255 * (1 - a)), 0, int(255 * a)), 1,
                       cv2.LINE_AA, 4)
-    return out
-    uv = np.asarray(frame.uv, dtype=np.float64).reshape(n, 2)
-    age = np.asarray(frame.age).reshape(n)
-    t = np.clip(age / float(max_age_color), 0.0, 1.0)
-    for (u, v), a in zip(uv.tolist(), t.tolist()):
-        if not (np.isfinite(u) and np.isfinite(v)):
-            continue
-        color = (int(255 * (1 - a)), 0, int(255 * a))
-        cv2.circle(out, (int(round(u)), int(round(v))), 3, color, 1, cv2.LINE_AA)
     return out
