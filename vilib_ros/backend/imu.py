@@ -313,7 +313,8 @@ def propagate_imu(R, p, v, bg, ba, m, dt, gravity):
     ``dt`` (K,) s with biases ``bg``, ``ba`` (:meth:`VioEstimator.propagate`, the IMU-rate output):
     position and velocity by the step's world acceleration (gravity ``gravity`` m/s^2 along -z),
     then the rotation by Rodrigues' formula of the bias-corrected rate over the step. Compiled: at
-    200 Hz it ran ~25 us of NumPy per piece. Returns new (R, p, v)."""
+    200 Hz it ran ~13 us of NumPy per piece (67 us for 5 on the 2-core machine, 2 us now). Returns
+    new (R, p, v)."""
     R, p, v = R.copy(), p.copy(), v.copy()
     for k in range(dt.shape[0]):
         h = dt[k]
