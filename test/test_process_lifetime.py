@@ -123,6 +123,53 @@ sys.exit(run_node(HangsWhileClosing))
 """
 
 
+_SLOW_TO_BUILD = r"""
+import sys, time
+from rclpy.node import Node
+from vilib_ros.nodes._common import run_node
+
+class SlowToBuild(Node):
+    def __init__(self):
+        super().__init__("slow_to_build")
+        print("building", file=sys.stderr, flush=True)
+        time.sleep(3600)
+
+sys.exit(run_node(SlowToBuild))
+"""
+
+
+class TestSigtermBeforeTheSpin:
+    """A SIGTERM that comes while the node is still being built ends the process.
+
+    Regression (a CI run failed on test_node_fixture, then reproduced 2 in 150 times by killing
+    the fixture's parent at random moments): rclpy's SIGTERM handler wakes only executors that
+    already exist and chains to the default handler, which it skips. The parent-death SIGTERM
+    that came during the node's construction, or between it and the first spin, was lost: the
+    recorder_node spun on, an orphan, until SIGKILL."""
+
+    def test_sigterm_during_construction(self):
+        env = _env()
+        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+        proc = subprocess.Popen([sys.executable, "-c", _SLOW_TO_BUILD], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            os.set_blocking(proc.stderr.fileno(), False)
+            err, end = "", time.monotonic() + 120
+            while time.monotonic() < end and "building" not in err and proc.poll() is None:
+                time.sleep(0.1)
+                err += _read_available(proc)
+            assert "building" in err, f"the node did not start (exit {proc.poll()}): {err}"
+            proc.send_signal(signal.SIGTERM)
+            try:
+                rc = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pytest.fail("SIGTERM during the node's construction was lost: the process is still running")
+            assert rc == 0, err + _read_available(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
 def _read_available(proc: subprocess.Popen) -> str:
     """What the child has written to its (non-blocking) stderr so far."""
     chunks = []

@@ -43,12 +43,19 @@ def latched_qos() -> QoSProfile:
 def run_node(factory, args=None) -> int:
     """Initialise rclpy, build the node, spin it (or call its ``run()``), shut down cleanly.
 
-    Ctrl-C (SIGINT) and SIGTERM end the spin through rclpy's signal handlers; the node's
-    ``close()`` (file writing, summaries) runs in every case, then the node is destroyed
-    and the context shut down. Returns the process exit code. After the node is built the
-    garbage collector's start-up objects are frozen (``gc.freeze``; ``VILIB_ROS_GC_FREEZE=0``
-    leaves them: for comparison).
+    Ctrl-C (SIGINT) and SIGTERM end the node in every phase, start-up included: both raise
+    ``KeyboardInterrupt`` in the main thread (SIGTERM as :class:`Terminated`), chained behind
+    rclpy's own handlers, which wake the executor. The node's ``close()`` (file writing,
+    summaries) runs in every case, then the node is destroyed and the context shut down.
+    Returns the process exit code. After the node is built the garbage collector's start-up
+    objects are frozen (``gc.freeze``; ``VILIB_ROS_GC_FREEZE=0`` leaves them: for comparison).
     """
+    # Regression: rclpy's SIGTERM handler only wakes executors that exist and chains to the
+    # previous handler, which was the default (skipped). A SIGTERM that came before the first
+    # spin (the kernel's parent-death signal while the node was being built, or between the
+    # build and the spin) was lost, and the node spun on as an orphan.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
     rclpy.init(args=args)
     node = None
     rc = 0
@@ -109,6 +116,14 @@ def run_node(factory, args=None) -> int:
             pass
         watchdog.cancel()
     return rc
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread the way Ctrl-C raises ``KeyboardInterrupt``."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(f"signal {signum}")
 
 
 #: seconds a node may take to close (files, summaries, DDS shutdown) before it exits anyway
