@@ -179,3 +179,34 @@ class TestReplayBackend:
             for p in KF_PARTS:
                 assert len(res["kf_parts_ms"][p]) == len(res["factors"]) > 0
             assert res["cpu_s"] > 0 and res["busy_s"] > 0
+
+    def test_batched_child_equals_an_estimator_in_this_process(self, short_sequence):
+        """Frames cross to the backend child in batches, and the child ends with ``os._exit`` once
+        its result is handed over: the estimate equals a VioEstimator fed frame by frame in this
+        process, with a batch that does not divide the frame count (the last, partial batch must
+        be flushed: every frame is counted)."""
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
+        from vilib_ros.backend import BackendConfig, VioEstimator
+        from vilib_ros.datasets import open_dataset
+        from vilib_ros.offline import process, replay_backend
+
+        ds = open_dataset(short_sequence)
+        tracks = process(ds, "cpu", stereo=True, backend=False, preload=True)["tracks"]
+        assert len(tracks) % 7, "the batch below must not divide the frame count"
+        child = replay_backend(ds, tracks, True, {"mode": "stereo"}, batch=7)
+        est = VioEstimator(BackendConfig(mode="stereo"), ds.cameras[0], ds.cameras[1], ds.imu_noise)
+        ist, idata = np.asarray(ds.imu_stamps, np.int64), np.asarray(ds.imu_data, float)
+        j = 0
+        for fr in tracks:
+            j1 = max(j, int(np.searchsorted(ist, int(fr.stamp_ns), side="right")))
+            if j1 > j:
+                est.add_imu_batch(ist[j:j1], idata[j:j1])
+            est.add_frame(fr)
+            j = j1
+        assert len(child["frame_s"]) == len(tracks)
+        assert child["stats"]["keyframes"] == est.stats["keyframes"] > 5
+        for smoothed, key in ((False, "causal"), (True, "smoothed")):
+            t, p, q = est.trajectory(smoothed=smoothed)
+            np.testing.assert_array_equal(child[key][0], t)
+            np.testing.assert_allclose(child[key][1], p, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(child[key][2], q, rtol=0, atol=1e-12)
