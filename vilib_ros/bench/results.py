@@ -1,9 +1,9 @@
-"""What every benchmark writes beside its figures: the machine, its load, and the result files.
+"""What every benchmark writes beside its figures: the machine, its load, the code, and the files.
 
 One place for them (they were repeated in every bench module): :func:`machine` (CPU model, cores,
-Python, gtsam, platform), :func:`load` (the load average, to say how shared the machine was), and
-:func:`write_results` (``<stem>.json`` and ``<stem>.md`` into the output folder, the Markdown
-printed).
+Python, gtsam, platform), :func:`load` (the load average, to say how shared the machine was),
+:func:`code` (which vilib_ros wrote them) and :func:`write_results` (``<stem>.json``, with
+``code`` added, and ``<stem>.md`` into the output folder, the Markdown printed).
 """
 from __future__ import annotations
 
@@ -36,6 +36,27 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
+def code() -> dict:
+    """Which code wrote the figures: the ``vilib_ros`` package's folder and, in a git checkout, its
+    commit (``+changes`` where vilib_ros differs from it). An A/B comparison checks it per run."""
+    import subprocess
+
+    pkg = Path(__file__).resolve().parents[1]
+    rev = ""
+    try:
+        r = subprocess.run(["git", "-C", str(pkg.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
+                           text=True, timeout=10)
+        if r.returncode == 0 and (pkg.parent / ".git").exists():
+            rev = r.stdout.strip()
+            d = subprocess.run(["git", "-C", str(pkg.parent), "status", "--porcelain", "--", "vilib_ros"],
+                               capture_output=True, text=True, timeout=10)
+            if d.stdout.strip():
+                rev += "+changes"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"package": str(pkg), "revision": rev}
+
+
 def load() -> list[float]:
     """The 1, 5 and 15 minute load averages (empty where the system has none)."""
     try:
@@ -56,6 +77,8 @@ def write_results(out, stem: str, res: dict, markdown: str | None = None, echo: 
     ``echo`` is false); ``out`` is created. Returns the JSON's path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if isinstance(res, dict) and "code" not in res:
+        res = {**res, "code": code()}
     path = out / f"{stem}.json"
     path.write_text(json.dumps(res, indent=2, default=_plain))
     if markdown is not None:

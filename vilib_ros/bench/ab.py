@@ -1,0 +1,221 @@
+"""``vilib-ros bench-ab``: one benchmark command run by this code and by another's, in turns.
+
+    vilib-ros bench-ab --against ../old_checkout --rounds 2 \\
+        --keys process_p50_us,stereo_process_p50_us -- bench-tracker --per-frame-only
+
+Each run is ``python -m vilib_ros COMMAND ... --out DIR`` in a subprocess started in an empty
+folder of its own, with ``PYTHONPATH`` = the arm's root (the folder that holds its ``vilib_ros``)
+followed by the caller's entries that hold no ``vilib_ros``. Before the runs each arm's
+interpreter says which ``vilib_ros`` it imports, and a wrong one is an error.
+
+Regression: an A/B comparison run from the repository root, the earlier code given through
+``PYTHONPATH``, ran the repository's code in both arms (``python -m`` puts the working folder
+ahead of ``PYTHONPATH``): two "before / after" tables of 2026-11-25 compared the same code.
+
+The order is ABBA over each two rounds (this, other, other, this, ...), so that an order effect
+(the first run of a pair warming the machine's caches and clocks) cancels. Each run's JSON (the
+one ``*.json`` its command wrote into ``--out``, or ``--json NAME``) is read; every ``--keys``
+entry (a dotted path, list indices as numbers: ``runs.0.frames_per_s``) becomes a row of
+``ab.md`` / ``ab.json``: each arm's values in run order, their median, and other / this.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def configure_parser(p) -> None:
+    p.add_argument("--against", required=True,
+                   help="the other code: a checkout, or a folder that holds a vilib_ros package")
+    p.add_argument("--rounds", type=int, default=2, help="runs per arm (ABBA order), default 2")
+    p.add_argument("--keys", default="", help="comma-separated dotted paths into the command's JSON")
+    p.add_argument("--json", default=None, help="which JSON of the command's --out folder to read")
+    p.add_argument("--out", default="bench_ab", help="folder for ab.md / ab.json and each run's output")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    p.add_argument("bench", nargs="+", metavar="COMMAND",
+                   help="the vilib-ros command and its arguments, after --, without --out")
+
+
+def this_root() -> Path:
+    """The folder that holds the running ``vilib_ros`` package."""
+    return Path(__file__).resolve().parents[2]
+
+
+def code_root(path) -> Path:
+    """The folder that holds ``path``'s ``vilib_ros`` package (``path`` itself or ``path/..``)."""
+    p = Path(path).expanduser().resolve()
+    if (p / "vilib_ros" / "__init__.py").is_file():
+        return p
+    if p.name == "vilib_ros" and (p / "__init__.py").is_file():
+        return p.parent
+    raise ValueError(f"--against {path}: no vilib_ros package there (expected {p / 'vilib_ros' / '__init__.py'})")
+
+
+def arm_env(root: Path, base: dict | None = None) -> dict:
+    """The environment of a run of ``root``'s code: PYTHONPATH = root, then the caller's entries
+    that hold no vilib_ros package (a wheel folder given that way stays reachable)."""
+    env = dict(os.environ if base is None else base)
+    keep = [e for e in env.get("PYTHONPATH", "").split(os.pathsep)
+            if e and not (Path(e) / "vilib_ros" / "__init__.py").is_file()]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *keep])
+    return env
+
+
+def imported_by(root: Path, cwd: Path) -> Path:
+    """The ``vilib_ros`` package the arm's interpreter imports (checked against ``root``)."""
+    p = subprocess.run([sys.executable, "-c", "import vilib_ros; print(vilib_ros.__file__)"], cwd=cwd,
+                       env=arm_env(root), capture_output=True, text=True, timeout=120)
+    if p.returncode:
+        raise RuntimeError(f"the code of {root} does not import: {p.stderr.strip()[-500:]}")
+    got = Path(p.stdout.strip()).resolve().parent
+    if got != (root / "vilib_ros").resolve():
+        raise RuntimeError(f"an arm meant to run {root / 'vilib_ros'} imports {got}: its results would not be its own")
+    return got
+
+
+def revision(root: Path) -> str:
+    """The commit of ``root`` (``+changes`` where its vilib_ros differs), '' outside a checkout."""
+    if not (root / ".git").exists():
+        return ""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "vilib_ros"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return (out.stdout.strip() + ("+changes" if dirty else "")) if out.returncode == 0 else ""
+
+
+def order(rounds: int) -> list[str]:
+    """ABBA: this, other, other, this, this, other, ..."""
+    return [arm for r in range(rounds) for arm in (("this", "other") if r % 2 == 0 else ("other", "this"))]
+
+
+def lookup(obj, path: str):
+    """``obj`` at a dotted ``path`` (list indices as numbers); None where it is missing."""
+    for part in path.split("."):
+        if isinstance(obj, list):
+            try:
+                obj = obj[int(part)]
+            except (ValueError, IndexError):
+                return None
+        elif isinstance(obj, dict):
+            if part not in obj:
+                return None
+            obj = obj[part]
+        else:
+            return None
+    return obj
+
+
+def read_result(out: Path, name: str | None) -> dict:
+    files = sorted(out.glob("*.json"))
+    if name:
+        files = [f for f in files if f.name == name]
+    if len(files) != 1:
+        raise RuntimeError(f"{out}: expected one JSON{' named ' + name if name else ''}, found "
+                           f"{[f.name for f in sorted(out.glob('*.json'))]} (choose one with --json)")
+    return json.loads(files[0].read_text())
+
+
+def _median(xs):
+    v = sorted(x for x in xs if isinstance(x, (int, float)))
+    if not v:
+        return None
+    m = len(v) // 2
+    return v[m] if len(v) % 2 else 0.5 * (v[m - 1] + v[m])
+
+
+def run(args) -> dict:
+    bench = [a for a in args.bench if a != "--"]
+    if not bench:
+        raise ValueError("no command to run: give it after --, e.g. -- bench-tracker --per-frame-only")
+    if "--out" in bench:
+        raise ValueError("leave --out to bench-ab: each run writes into a folder of its own")
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    roots = {"this": this_root(), "other": code_root(args.against)}
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    keys = [k for k in args.keys.split(",") if k]
+    res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+                       "cores": os.cpu_count(), "python": platform.python_version()},
+           "command": ["vilib-ros", *bench], "keys": keys, "arms": {}, "runs": []}
+    with tempfile.TemporaryDirectory(prefix="vilib_ros_ab_") as td:
+        cwd = Path(td)      # empty: nothing there shadows either arm's package
+        for arm, root in roots.items():
+            res["arms"][arm] = {"root": str(root), "imports": str(imported_by(root, cwd)),
+                                "revision": revision(root)}
+        for n, arm in enumerate(order(args.rounds), start=1):
+            run_out = out / f"{n:02d}_{arm}"
+            run_out.mkdir(parents=True, exist_ok=True)
+            for f in run_out.glob("*.json"):
+                f.unlink()
+            print(f"bench-ab: run {n} ({arm}: {res['arms'][arm]['revision'] or roots[arm]}): vilib-ros {' '.join(bench)}",
+                  file=sys.stderr, flush=True)
+            with open(run_out / "log.txt", "w") as log:
+                p = subprocess.run([sys.executable, "-m", "vilib_ros", *bench, "--out", str(run_out)], cwd=cwd,
+                                   env=arm_env(roots[arm]), stdout=log, stderr=subprocess.STDOUT,
+                                   timeout=args.timeout)
+            if p.returncode:
+                tail = (run_out / "log.txt").read_text(errors="replace")[-1500:]
+                raise RuntimeError(f"run {n} ({arm}) exited with {p.returncode}:\n{tail}")
+            data = read_result(run_out, args.json)
+            wrote = (data.get("code") or {}).get("package") if isinstance(data, dict) else None
+            if wrote and Path(wrote).resolve() != (roots[arm] / "vilib_ros").resolve():
+                raise RuntimeError(f"run {n} ({arm}) was written by {wrote}, not by {roots[arm] / 'vilib_ros'}")
+            res["runs"].append({"n": n, "arm": arm, "out": str(run_out),
+                                "values": {k: lookup(data, k) for k in keys}})
+    res["rows"] = []
+    for k in keys:
+        row = {"key": k}
+        for arm in ("this", "other"):
+            vals = [r["values"][k] for r in res["runs"] if r["arm"] == arm]
+            row[arm] = vals
+            row[f"{arm}_median"] = _median(vals)
+        a, b = row["this_median"], row["other_median"]
+        row["other_over_this"] = (b / a) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else None
+        res["rows"].append(row)
+    (out / "ab.json").write_text(json.dumps(res, indent=2))
+    (out / "ab.md").write_text(markdown(res))
+    return res
+
+
+def _fmt(x) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    if isinstance(x, (dict, list)):
+        return "(not a number: name a leaf)"
+    return "-" if x is None else str(x)
+
+
+def markdown(res: dict) -> str:
+    a = res["arms"]
+    m = res["machine"]
+    lines = [f"# A/B: `{' '.join(res['command'])}`", "",
+             f"- date (UTC): {res['date']}; machine: {m['host']}, {m['cpu']}, {m['cores']} cores, Python {m['python']}",
+             f"- this: {a['this']['revision'] or a['this']['root']} (imports {a['this']['imports']})",
+             f"- other: {a['other']['revision'] or a['other']['root']} (imports {a['other']['imports']})",
+             "- order: " + ", ".join(f"{r['n']} {r['arm']}" for r in res["runs"])
+             + " (ABBA: an order effect cancels over two rounds)", "",
+             "| key | this (runs) | this median | other (runs) | other median | other / this |",
+             "|---|---|---:|---|---:|---:|"]
+    for r in res["rows"]:
+        lines.append(f"| `{r['key']}` | {', '.join(_fmt(v) for v in r['this'])} | {_fmt(r['this_median'])} | "
+                     f"{', '.join(_fmt(v) for v in r['other'])} | {_fmt(r['other_median'])} | "
+                     f"{_fmt(r['other_over_this'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_command(args) -> int:
+    res = run(args)
+    print(markdown(res))
+    return 0
