@@ -236,3 +236,76 @@ class TestRunNodeClose:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+_HANGS_IN_TEARDOWN = r"""
+import sys, time
+from rclpy.node import Node
+from vilib_ros.nodes._common import run_node
+
+class HangsInTeardown(Node):
+    def __init__(self):
+        super().__init__("hangs_in_teardown")
+        self.create_timer(0.05, lambda: None)
+        print("built", file=sys.stderr, flush=True)
+
+    def close(self):
+        print("closed", file=sys.stderr, flush=True)
+
+    def destroy_node(self):
+        if sys.argv[1] == "holding_the_gil":
+            sum(range(10 ** 15))    # one C call that never lets another Python thread run
+        else:
+            time.sleep(3600)
+        super().destroy_node()
+
+sys.exit(run_node(HangsInTeardown))
+"""
+
+
+class TestTeardownLimit:
+    """After close() the DDS teardown (destroy_node, context shutdown) has a short limit of its own.
+
+    Regression: a recorder_node whose parent had died closed (its file written), then spun in
+    rclpy's destroy_node, inside Fast DDS, while the 120 s close limit ran: 2 in ~250 parent kills
+    (test_node_fixture allows 15 s). A hang that holds the GIL starves the Python timer's thread;
+    the GIL-free backstop (faulthandler) ends that one, tracebacks first."""
+
+    def _run(self, how: str) -> tuple[int, str]:
+        env = _env()
+        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                   VILIB_ROS_TEARDOWN_LIMIT_S="1")
+        proc = subprocess.Popen([sys.executable, "-c", _HANGS_IN_TEARDOWN, how], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            os.set_blocking(proc.stderr.fileno(), False)
+            err, end = "", time.monotonic() + 120
+            while time.monotonic() < end and "built" not in err and proc.poll() is None:
+                time.sleep(0.1)
+                err += _read_available(proc)
+            assert "built" in err, f"the node did not start (exit {proc.poll()}): {err}"
+            end = time.monotonic() + 60
+            while time.monotonic() < end and "closed" not in err and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)   # repeated: the first may come before the spin
+                time.sleep(0.5)
+                err += _read_available(proc)
+            assert "closed" in err, err
+            try:
+                rc = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the process hung in its teardown past the limit: {err}")
+            os.set_blocking(proc.stderr.fileno(), True)
+            return rc, err + proc.stderr.read().decode(errors="replace")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    def test_a_hang_that_lets_python_run_exits_with_the_nodes_status(self):
+        rc, err = self._run("sleeping")
+        assert rc == 0, err
+        assert "the DDS teardown took more than 1 s" in err
+
+    def test_a_hang_holding_the_gil_ends_by_the_backstop(self):
+        rc, err = self._run("holding_the_gil")
+        assert rc == 1, err
+        assert "Timeout (0:00:04)!" in err and "destroy_node" in err, err

@@ -3,6 +3,7 @@ outside the executor (take_pending, SubscriptionWaiter, received_monotonic)."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import logging
 import os
@@ -94,6 +95,7 @@ def run_node(factory, args=None) -> int:
         watchdog = threading.Timer(close_limit_s(), _exit_while_closing, args=(None, None))
         watchdog.daemon = True
         watchdog.start()
+        _backstop(close_limit_s())
         if node is not None:
             for _attempt in range(3):
                 try:
@@ -106,6 +108,16 @@ def run_node(factory, args=None) -> int:
                     traceback.print_exc()
                     rc = rc or 1
                     break
+        watchdog.cancel()
+        # The node's work is done (files written). Tearing down its DDS entities has its own, short
+        # limit: regression: a recorder_node whose parent had died (both nodes of the pair stopping
+        # at once) closed, then spun in destroy_node (rclpy's node handle destruction, inside Fast
+        # DDS) for as long as the 120 s close limit let it (2 in ~250 parent kills).
+        teardown = threading.Timer(teardown_limit_s(), _exit_after_teardown_limit, args=(rc,))
+        teardown.daemon = True
+        teardown.start()
+        _backstop(teardown_limit_s())
+        if node is not None:
             try:
                 node.destroy_node()
             except BaseException:  # noqa: BLE001
@@ -114,8 +126,18 @@ def run_node(factory, args=None) -> int:
             rclpy.try_shutdown()
         except BaseException:  # noqa: BLE001
             pass
-        watchdog.cancel()
+        teardown.cancel()
+        with contextlib.suppress(Exception):
+            faulthandler.cancel_dump_traceback_later()
     return rc
+
+
+def _backstop(limit_s: float) -> None:
+    """A watchdog that needs no GIL, a few seconds behind the Python timer of the same phase: a
+    call that spins in C++ holding the GIL starves that timer's thread, never this one. At its
+    end it writes every thread's traceback to stderr (where it hung) and exits with status 1."""
+    with contextlib.suppress(Exception):   # stderr without a file descriptor: the timer alone
+        faulthandler.dump_traceback_later(limit_s + BACKSTOP_MARGIN_S, exit=True, file=sys.stderr)
 
 
 class Terminated(KeyboardInterrupt):
@@ -137,6 +159,32 @@ def close_limit_s() -> float:
     except ValueError:
         return CLOSE_LIMIT_S
     return v if v > 0 else CLOSE_LIMIT_S
+
+
+#: seconds the GIL-free backstop (:func:`_backstop`) waits beyond a phase's own limit
+BACKSTOP_MARGIN_S = 3.0
+
+#: seconds the DDS teardown after close() may take (destroy_node, context shutdown) before the
+#: process exits without the rest of it
+TEARDOWN_LIMIT_S = 5.0
+
+
+def teardown_limit_s() -> float:
+    """:data:`TEARDOWN_LIMIT_S`, or ``VILIB_ROS_TEARDOWN_LIMIT_S`` from the environment (> 0)."""
+    try:
+        v = float(os.environ.get("VILIB_ROS_TEARDOWN_LIMIT_S", TEARDOWN_LIMIT_S))
+    except ValueError:
+        return TEARDOWN_LIMIT_S
+    return v if v > 0 else TEARDOWN_LIMIT_S
+
+
+def _exit_after_teardown_limit(rc: int) -> None:
+    try:
+        os.write(2, (f"the DDS teardown took more than {teardown_limit_s():g} s after the node closed "
+                     f"(its work is done): exit {rc} without the rest of it\n").encode())
+    except OSError:
+        pass
+    os._exit(rc)
 
 
 def _exit_while_closing(signum, frame) -> None:
