@@ -112,7 +112,7 @@ def run_node(factory, args=None) -> int:
         # The node's work is done (files written). Tearing down its DDS entities has its own, short
         # limit: regression: a recorder_node whose parent had died (both nodes of the pair stopping
         # at once) closed, then spun in destroy_node (rclpy's node handle destruction, inside Fast
-        # DDS) for as long as the 120 s close limit let it (2 in ~250 parent kills).
+        # DDS) for as long as the 120 s close limit let it (2 in 383 parent kills at random moments).
         teardown = threading.Timer(teardown_limit_s(), _exit_after_teardown_limit, args=(rc,))
         teardown.daemon = True
         teardown.start()
