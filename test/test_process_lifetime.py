@@ -148,17 +148,8 @@ class TestSigtermBeforeTheSpin:
     recorder_node spun on, an orphan, until SIGKILL."""
 
     def test_sigterm_during_construction(self):
-        env = _env()
-        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
-        proc = subprocess.Popen([sys.executable, "-c", _SLOW_TO_BUILD], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc, err = _start_script(_SLOW_TO_BUILD, wait_for="building")
         try:
-            os.set_blocking(proc.stderr.fileno(), False)
-            err, end = "", time.monotonic() + 120
-            while time.monotonic() < end and "building" not in err and proc.poll() is None:
-                time.sleep(0.1)
-                err += _read_available(proc)
-            assert "building" in err, f"the node did not start (exit {proc.poll()}): {err}"
             proc.send_signal(signal.SIGTERM)
             try:
                 rc = proc.wait(30)
@@ -184,38 +175,50 @@ def _read_available(proc: subprocess.Popen) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+def _start_script(script: str, *argv: str, wait_for: str, **env_extra: str) -> tuple[subprocess.Popen, str]:
+    """A node script in a process of its own (stderr non-blocking), once it has printed
+    ``wait_for``: (the process, its stderr so far). Waits for the mark, never a fixed time
+    (regression: a first SIGINT sent after a fixed 0.5 s came, on a loaded CI machine, while the
+    node was still being constructed)."""
+    env = _env()
+    env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", **env_extra)
+    proc = subprocess.Popen([sys.executable, "-c", script, *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    os.set_blocking(proc.stderr.fileno(), False)
+    err, end = "", time.monotonic() + 120
+    while time.monotonic() < end and wait_for not in err and proc.poll() is None:
+        time.sleep(0.1)
+        err += _read_available(proc)
+    if wait_for not in err:
+        rc = proc.poll()
+        proc.kill()
+        pytest.fail(f"the node did not start (exit {rc}): {err}")
+    return proc, err
+
+
+def _interrupt_until(proc: subprocess.Popen, err: str, mark: str) -> str:
+    """SIGINT, repeated (the first may come before the spin), until the child prints ``mark``."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end and mark not in err and proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        err += _read_available(proc)
+    assert mark in err, err
+    return err
+
+
 class TestRunNodeClose:
     """run_node's close phase is bounded. Regression: a recorder_node whose parent died got its
     one SIGTERM, blocked while closing, and then ignored every further SIGTERM (the handler set
     SIGTERM to SIG_IGN for the close): an orphan that only SIGKILL ended."""
 
     def _start(self, limit_s: str) -> subprocess.Popen:
-        env = _env()
-        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-                   VILIB_ROS_CLOSE_LIMIT_S=limit_s)
-        proc = subprocess.Popen([sys.executable, "-c", _HANGING_CLOSE], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        # Wait until the node is built. Regression: the first SIGINT was sent after a fixed 0.5 s;
-        # on a loaded CI machine it came while the node was still being constructed, so run_node
-        # ended with no node to close (exit 0, no "closing") and the test failed.
-        os.set_blocking(proc.stderr.fileno(), False)
-        self._err = ""
-        end = time.monotonic() + 120
-        while time.monotonic() < end and "built" not in self._err and proc.poll() is None:
-            time.sleep(0.1)
-            self._err += _read_available(proc)
-        assert "built" in self._err, f"the node did not start (exit {proc.poll()}): {self._err}"
+        # built before the first SIGINT, else run_node ends with no node to close (see _start_script)
+        proc, self._err = _start_script(_HANGING_CLOSE, wait_for="built", VILIB_ROS_CLOSE_LIMIT_S=limit_s)
         return proc
 
     def _interrupt_until_closing(self, proc) -> str:
-        err = self._err
-        end = time.monotonic() + 60
-        while time.monotonic() < end and "closing" not in err:
-            proc.send_signal(signal.SIGINT)   # repeated: the first may come before the spin
-            time.sleep(0.5)
-            err += _read_available(proc)
-        assert "closing" in err, err
-        return err
+        return _interrupt_until(proc, self._err, "closing")
 
     def test_sigterm_while_closing_ends_the_process(self):
         proc = self._start("3600")
@@ -268,28 +271,13 @@ class TestTeardownLimit:
 
     Regression: a recorder_node whose parent had died closed (its file written), then spun in
     rclpy's destroy_node, inside Fast DDS, while the 120 s close limit ran: 2 in 383 parent kills
-    at random moments (test_node_fixture allows 15 s). A hang that holds the GIL starves the Python timer's thread;
-    the GIL-free backstop (faulthandler) ends that one, tracebacks first."""
+    at random moments (test_node_fixture allows 15 s). A hang that holds the GIL starves the
+    Python timer's thread; the GIL-free backstop (faulthandler) ends that one, tracebacks first."""
 
     def _run(self, how: str) -> tuple[int, str]:
-        env = _env()
-        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-                   VILIB_ROS_TEARDOWN_LIMIT_S="1")
-        proc = subprocess.Popen([sys.executable, "-c", _HANGS_IN_TEARDOWN, how], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc, err = _start_script(_HANGS_IN_TEARDOWN, how, wait_for="built", VILIB_ROS_TEARDOWN_LIMIT_S="1")
         try:
-            os.set_blocking(proc.stderr.fileno(), False)
-            err, end = "", time.monotonic() + 120
-            while time.monotonic() < end and "built" not in err and proc.poll() is None:
-                time.sleep(0.1)
-                err += _read_available(proc)
-            assert "built" in err, f"the node did not start (exit {proc.poll()}): {err}"
-            end = time.monotonic() + 60
-            while time.monotonic() < end and "closed" not in err and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)   # repeated: the first may come before the spin
-                time.sleep(0.5)
-                err += _read_available(proc)
-            assert "closed" in err, err
+            err = _interrupt_until(proc, err, "closed")
             try:
                 rc = proc.wait(30)
             except subprocess.TimeoutExpired:

@@ -6,8 +6,9 @@ The researcher's batch path (many EuRoC sequences, no DDS): per dataset, in one 
 * the frontend (:class:`vilib_ros.frontend.FeatureTracker`, ``--device``) runs in this process;
 * the backend (:class:`vilib_ros.backend.VioEstimator`) runs in a child process (``spawn``; one
   OpenBLAS thread, jemalloc where installed: :mod:`vilib_ros.allocator`) fed through a bounded
-  queue in batches of frames, and ending as soon as its result is handed over, so frontend and backend overlap on two cores and whole-VIO throughput is set by the
-  slower of the two, not their sum. The queues block when full: nothing is dropped.
+  queue in batches of frames, and ending as soon as its result is handed over, so frontend and
+  backend overlap on two cores and whole-VIO throughput is set by the slower of the two, not
+  their sum. The queues block when full: nothing is dropped.
 
 It writes the same outputs as the ROS path (:mod:`vilib_ros.pipeline`, whose writer it uses):
 ``report.md``, ``trajectory_tum.txt`` (the smoothed trajectory, as ``backend_node`` writes it at
@@ -175,7 +176,7 @@ class _Backend:
         """One frame with the IMU samples since the previous one. Frames cross in batches of
         :attr:`batch` (one queue message each: every message cost the child ~65 us of locks, pipe
         and unpickling on the 2-core machine, 0.08 s of a 1,201-frame replay); :meth:`flush`
-        sends a partial batch, and :meth:`finish` does."""
+        sends a partial batch, and every other message (:meth:`put`) sends it first."""
         self._pending.append((frame, imu_t, imu_d))
         if len(self._pending) >= self.batch:
             self.flush()
@@ -183,9 +184,14 @@ class _Backend:
     def flush(self) -> None:
         if self._pending:
             batch, self._pending = self._pending, []
-            self.put(("frames", batch))
+            self._send(("frames", batch))
 
     def put(self, msg) -> None:
+        """A message after the frames given so far (their partial batch goes first)."""
+        self.flush()
+        self._send(msg)
+
+    def _send(self, msg) -> None:
         while True:
             try:
                 self.inbox.put(msg, timeout=1.0)
@@ -195,7 +201,6 @@ class _Backend:
                     raise RuntimeError(f"the backend process exited (code {self.proc.exitcode})") from None
 
     def finish(self, timeout: float = 600.0) -> dict:
-        self.flush()
         self.put(("done",))
         res = self._get(timeout)
         self.proc.join(timeout=30)
@@ -278,7 +283,6 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
             t_last = int(stamps[n - 1])
             rest = slice(j, int(np.searchsorted(ist, t_last + int(1e9), side="right")))
             if rest.stop > rest.start:
-                be.flush()
                 be.put(("imu", ist[rest], idata[rest]))
         t_fe = time.perf_counter() - t0
         res = be.finish() if be is not None else None

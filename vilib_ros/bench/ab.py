@@ -23,11 +23,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from vilib_ros.bench.results import machine, revision, write_results
 
 
 def configure_parser(p) -> None:
@@ -79,20 +81,6 @@ def imported_by(root: Path, cwd: Path) -> Path:
     return got
 
 
-def revision(root: Path) -> str:
-    """The commit of ``root`` (``+changes`` where its vilib_ros differs), '' outside a checkout."""
-    if not (root / ".git").exists():
-        return ""
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "vilib_ros"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return (out.stdout.strip() + ("+changes" if dirty else "")) if out.returncode == 0 else ""
-
-
 def order(rounds: int) -> list[str]:
     """ABBA: this, other, other, this, this, other, ..."""
     return [arm for r in range(rounds) for arm in (("this", "other") if r % 2 == 0 else ("other", "this"))]
@@ -126,11 +114,8 @@ def read_result(out: Path, name: str | None) -> dict:
 
 
 def _median(xs):
-    v = sorted(x for x in xs if isinstance(x, (int, float)))
-    if not v:
-        return None
-    m = len(v) // 2
-    return v[m] if len(v) % 2 else 0.5 * (v[m - 1] + v[m])
+    v = [x for x in xs if isinstance(x, (int, float))]
+    return statistics.median(v) if v else None
 
 
 def run(args) -> dict:
@@ -146,8 +131,7 @@ def run(args) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     keys = [k for k in args.keys.split(",") if k]
     res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
-                       "cores": os.cpu_count(), "python": platform.python_version()},
+           "machine": machine(),
            "command": ["vilib-ros", *bench], "keys": keys, "arms": {}, "runs": []}
     with tempfile.TemporaryDirectory(prefix="vilib_ros_ab_") as td:
         cwd = Path(td)      # empty: nothing there shadows either arm's package
@@ -184,8 +168,7 @@ def run(args) -> dict:
         a, b = row["this_median"], row["other_median"]
         row["other_over_this"] = (b / a) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else None
         res["rows"].append(row)
-    (out / "ab.json").write_text(json.dumps(res, indent=2))
-    (out / "ab.md").write_text(markdown(res))
+    write_results(out, "ab", res, markdown(res), echo=False)
     return res
 
 
@@ -201,7 +184,8 @@ def markdown(res: dict) -> str:
     a = res["arms"]
     m = res["machine"]
     lines = [f"# A/B: `{' '.join(res['command'])}`", "",
-             f"- date (UTC): {res['date']}; machine: {m['host']}, {m['cpu']}, {m['cores']} cores, Python {m['python']}",
+             f"- date (UTC): {res['date']}; machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, "
+             f"gtsam {m['gtsam']}, {m['platform']}",
              f"- this: {a['this']['revision'] or a['this']['root']} (imports {a['this']['imports']})",
              f"- other: {a['other']['revision'] or a['other']['root']} (imports {a['other']['imports']})",
              "- order: " + ", ".join(f"{r['n']} {r['arm']}" for r in res["runs"])

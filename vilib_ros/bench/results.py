@@ -36,25 +36,29 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
-def code() -> dict:
-    """Which code wrote the figures: the ``vilib_ros`` package's folder and, in a git checkout, its
-    commit (``+changes`` where vilib_ros differs from it). An A/B comparison checks it per run."""
+def revision(root) -> str:
+    """The commit of the checkout at ``root`` (``+changes`` where its vilib_ros differs from it);
+    '' where ``root`` is no checkout of its own (a copied package, an unpacked commit)."""
     import subprocess
 
-    pkg = Path(__file__).resolve().parents[1]
-    rev = ""
+    root = Path(root)
+    if not (root / ".git").exists():
+        return ""
     try:
-        r = subprocess.run(["git", "-C", str(pkg.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                            text=True, timeout=10)
-        if r.returncode == 0 and (pkg.parent / ".git").exists():
-            rev = r.stdout.strip()
-            d = subprocess.run(["git", "-C", str(pkg.parent), "status", "--porcelain", "--", "vilib_ros"],
-                               capture_output=True, text=True, timeout=10)
-            if d.stdout.strip():
-                rev += "+changes"
+        d = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "vilib_ros"],
+                           capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        pass
-    return {"package": str(pkg), "revision": rev}
+        return ""
+    return r.stdout.strip() + ("+changes" if d.stdout.strip() else "") if r.returncode == 0 else ""
+
+
+def code() -> dict:
+    """Which code wrote the figures: the ``vilib_ros`` package's folder and its :func:`revision`.
+    An A/B comparison (``vilib-ros bench-ab``) checks it per run."""
+    pkg = Path(__file__).resolve().parents[1]
+    return {"package": str(pkg), "revision": revision(pkg.parent)}
 
 
 def load() -> list[float]:

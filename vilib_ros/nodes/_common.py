@@ -148,17 +148,22 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated(f"signal {signum}")
 
 
-#: seconds a node may take to close (files, summaries, DDS shutdown) before it exits anyway
+#: seconds a node may take to close (files, summaries) before it exits anyway
 CLOSE_LIMIT_S = 120.0
+
+
+def _limit_s(var: str, default: float) -> float:
+    """Seconds from the environment variable ``var`` where it is a number > 0, else ``default``."""
+    try:
+        v = float(os.environ.get(var, default))
+    except ValueError:
+        return default
+    return v if v > 0 else default
 
 
 def close_limit_s() -> float:
     """:data:`CLOSE_LIMIT_S`, or ``VILIB_ROS_CLOSE_LIMIT_S`` from the environment (> 0)."""
-    try:
-        v = float(os.environ.get("VILIB_ROS_CLOSE_LIMIT_S", CLOSE_LIMIT_S))
-    except ValueError:
-        return CLOSE_LIMIT_S
-    return v if v > 0 else CLOSE_LIMIT_S
+    return _limit_s("VILIB_ROS_CLOSE_LIMIT_S", CLOSE_LIMIT_S)
 
 
 #: seconds the GIL-free backstop (:func:`_backstop`) waits beyond a phase's own limit
@@ -171,29 +176,25 @@ TEARDOWN_LIMIT_S = 5.0
 
 def teardown_limit_s() -> float:
     """:data:`TEARDOWN_LIMIT_S`, or ``VILIB_ROS_TEARDOWN_LIMIT_S`` from the environment (> 0)."""
-    try:
-        v = float(os.environ.get("VILIB_ROS_TEARDOWN_LIMIT_S", TEARDOWN_LIMIT_S))
-    except ValueError:
-        return TEARDOWN_LIMIT_S
-    return v if v > 0 else TEARDOWN_LIMIT_S
+    return _limit_s("VILIB_ROS_TEARDOWN_LIMIT_S", TEARDOWN_LIMIT_S)
+
+
+def _say_and_exit(message: str, status: int) -> None:
+    try:   # os.write: no buffered stream that could itself be the thing that blocks
+        os.write(2, (message + "\n").encode())
+    except OSError:
+        pass
+    os._exit(status)
 
 
 def _exit_after_teardown_limit(rc: int) -> None:
-    try:
-        os.write(2, (f"the DDS teardown took more than {teardown_limit_s():g} s after the node closed "
-                     f"(its work is done): exit {rc} without the rest of it\n").encode())
-    except OSError:
-        pass
-    os._exit(rc)
+    _say_and_exit(f"the DDS teardown took more than {teardown_limit_s():g} s after the node closed "
+                  f"(its work is done): exit {rc} without the rest of it", rc)
 
 
 def _exit_while_closing(signum, frame) -> None:
     why = f"signal {signum}" if signum else f"closing took more than {close_limit_s():.0f} s"
-    try:   # os.write: no buffered stream that could itself be the thing that blocks
-        os.write(2, f"stopped while closing ({why}): exit 124\n".encode())
-    except OSError:
-        pass
-    os._exit(124)
+    _say_and_exit(f"stopped while closing ({why}): exit 124", 124)
 
 
 def take_pending(sub, limit: int = 10000, with_info: bool = False):
