@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench-accuracy": ("vilib_ros.bench.accuracy", "trajectory accuracy: exact tracks, our tracks and cuVSLAM on one sequence"),
     "bench-node": ("vilib_ros.bench.node", "benchmark the frontend node over real DDS (latency, overhead, drops)"),
     "bench-node-process": ("vilib_ros.bench.node_process", "the frontend node's tracker and per-frame steps outside ROS, timed"),
+    "bench-link": ("vilib_ros.bench.link", "the frame's way over PCIe: DMA and mapped reads by size and by how recently written"),
     "bench-ab": ("vilib_ros.bench.ab", "run a benchmark command by this code and by another checkout's, in turns (ABBA)"),
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),
 }

@@ -7,3 +7,12 @@ extern "C" __global__ void gpu_spin(long long cycles)
     while (clock64() - start < cycles) {
     }
 }
+
+// Benchmark helper (bench-link): copy n 16-byte words from `src` to `dst`, as the frame pyramid's
+// first step reads a page-locked frame over PCIe. Thread mapping: one thread per 16-byte word,
+// blocks of 256 (every thread one load: all of the frame's reads in flight at once).
+extern "C" __global__ void read_words(const uint4* __restrict__ src, uint4* __restrict__ dst, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
