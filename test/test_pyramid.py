@@ -104,7 +104,7 @@ def _pyramid_frame(img, levels, source):
     k = get_module("pyramid").get_function("pyramid_frame")
     k(((w + 127) // 128, (h + 31) // 32, 1), (256, 1, 1),
       (np.uint64(host_device_pointer(prm.ctypes.data)), dprm, lvl, np.int32(levels), np.int32(w), np.int32(h),
-       np.int32(min(levels - 1, 5))))
+       np.int32(min(levels - 1, 5)), np.int32(0)))
     cp.cuda.Device().synchronize()
     assert dprm.get().view(np.uint64)[2] == 12345
     return pyr.to_host()
@@ -121,3 +121,36 @@ class TestPyramidFrameKernel:
         img = rng.integers(0, 256, shape, dtype=np.uint8)
         for k, (g, r) in enumerate(zip(_pyramid_frame(img, levels, source), build_pyramid_cpu(img, levels))):
             np.testing.assert_array_equal(g, r, err_msg=f"level {k}")
+
+    def test_right_camera_alone(self):
+        """``cam_base`` 1, one camera in the grid (the split stereo upload of process()): the right
+        camera's source into the right pyramid, the left pyramid untouched, and the frame
+        parameters not copied (the left camera's launch does that)."""
+        import cupy as cp
+
+        from vilib_ros._cuda import get_module, host_device_pointer, pinned_buffer
+
+        h, w, levels = 480, 752, 6
+        img = np.random.default_rng(9).integers(0, 256, (h, w), dtype=np.uint8)
+        left, right = _poisoned_pyramid(w, h, levels), _poisoned_pyramid(w, h, levels)
+        before = left.to_host()
+        keep = []
+        prm = pinned_buffer(128, keep).view(np.uint64)
+        buf = pinned_buffer(img.size, keep).reshape(h, w)
+        buf[...] = img
+        prm[:] = 0
+        prm[1] = host_device_pointer(buf.ctypes.data)     # src[1]: the right camera's frame
+        prm[2] = 12345
+        lvl = cp.asarray(np.array([a.data.ptr for a in left.levels + right.levels], np.uint64))
+        dprm = cp.zeros(128, cp.uint8)
+        cp.cuda.Device().synchronize()
+        k = get_module("pyramid").get_function("pyramid_frame")
+        k(((w + 127) // 128, (h + 31) // 32, 1), (256, 1, 1),
+          (np.uint64(host_device_pointer(prm.ctypes.data)), dprm, lvl, np.int32(levels), np.int32(w), np.int32(h),
+           np.int32(min(levels - 1, 5)), np.int32(1)))
+        cp.cuda.Device().synchronize()
+        for k_, (g, r) in enumerate(zip(right.to_host()[:6], build_pyramid_cpu(img, 6))):
+            np.testing.assert_array_equal(g, r, err_msg=f"right level {k_}")
+        for g, b in zip(left.to_host(), before):
+            np.testing.assert_array_equal(g, b)
+        assert not dprm.get().any()

@@ -261,7 +261,7 @@ class GpuFastDetector:
         grid = ((self.width + 127) // 128, (self.height + 31) // 32, 1)
         launch(self._k_pyramid, grid, (256, 1, 1),
                (np.uint64(self._dptr["prm"]), self._prm_dev, self._lvl_table, np.int32(len(self.pyramid.levels)),
-                np.int32(self.width), np.int32(self.height), np.int32(min(self.config.levels - 1, 5))),
+                np.int32(self.width), np.int32(self.height), np.int32(min(self.config.levels - 1, 5)), np.int32(0)),
                stream=s, checked=checked)
 
     def host_outputs(self) -> tuple:

@@ -157,14 +157,16 @@ class FrameKernels:
         return _view1(self.t["hdr"], H[name])
 
     # ------------------------------------------------------------------ launches
-    def enqueue_upload(self, s, stereo, hp_dev: int, stream, checked: bool, probe=None) -> None:
-        """Pyramid of slot ``s`` (both cameras on stereo frames) from the frame whose address the
-        frame parameters at ``hp_dev`` (page-locked) hold."""
-        launch(self._k_pyr, ((self.W + 127) // 128, (self.H + 31) // 32, 2 if stereo else 1), (256, 1, 1),
+    def enqueue_upload(self, s, stereo, hp_dev: int, stream, checked: bool, probe=None, cams=None) -> None:
+        """Pyramid of slot ``s`` (both cameras on stereo frames; ``cams``: only these, ``(0,)`` or
+        ``(1,)``) from the frame whose address the frame parameters at ``hp_dev`` (page-locked) hold.
+        The left camera's launch also copies the frame parameters to the device."""
+        cams = tuple(cams) if cams is not None else ((0, 1) if stereo else (0,))
+        launch(self._k_pyr, ((self.W + 127) // 128, (self.H + 31) // 32, len(cams)), (256, 1, 1),
                (np.uint64(hp_dev), self.t["params"][s], self._lvl[s], np.int32(self.levels), np.int32(self.W),
-                np.int32(self.H), np.int32(min(self.levels - 1, FUSED_LEVELS))),
+                np.int32(self.H), np.int32(min(self.levels - 1, FUSED_LEVELS)), np.int32(cams[0])),
                stream=stream, checked=checked)
-        for pyr in ([self.pyrs[s]] + ([self.pyrs_r[s]] if stereo else [])):
+        for pyr in [self.pyrs_r[s] if c else self.pyrs[s] for c in cams]:
             for k in range(FUSED_LEVELS + 1, self.levels):
                 src, dst = pyr.levels[k - 1], pyr.levels[k]
                 h, w = dst.shape
@@ -231,8 +233,11 @@ class FrameKernels:
                 count, t["uv"], t["tslot"], t["refresh"], self.bank, self.bank_valid)
         return self._k_extract, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
 
-    def enqueue_compute(self, s, stereo, stream, checked: bool, out_offsets: tuple, probe=None) -> None:
-        """Tracking, RANSAC, table, redetection and result of the frame in slot ``s``."""
+    def enqueue_compute(self, s, stereo, stream, checked: bool, out_offsets: tuple, probe=None,
+                        with_stereo: bool = True) -> None:
+        """Tracking, RANSAC, table, redetection and result of the frame in slot ``s``; on stereo
+        frames then :meth:`enqueue_stereo` unless ``with_stereo`` is false (the caller enqueues it
+        after the right camera's pyramid)."""
         t, c, d = self.t, self.config, self.detector
         null = np.uint64(0)
         sp = (s - 1) % RING                 # the previous frame's slot (an empty table after a reset)
@@ -281,14 +286,26 @@ class FrameKernels:
             np.int32(0 if stereo else 1), *pack_args, *self._template_cols()), "finalize")
         if self.templates:
             go(*self._extract(s, count), name="extract")
-        if stereo:
-            ci = COUNTER_INDEX
-            go(*self._lk(self._lk_tab[s], self._lk_tab_r[s], count, t["uv"], t["uv"],
+        if stereo and with_stereo:
+            self.enqueue_stereo(s, stream, checked, out_offsets, probe)
+
+    def enqueue_stereo(self, s, stream, checked: bool, out_offsets: tuple, probe=None) -> None:
+        """The stereo match of the frame in slot ``s`` (left to right LK with the epipolar check)
+        and the packing of its result: after :meth:`enqueue_compute` and both pyramids."""
+        t, c = self.t, self.config
+        count, prm = self.hdr("count"), t["params"][s]
+        ci = COUNTER_INDEX
+        launch(*self._lk(self._lk_tab[s], self._lk_tab_r[s], count, t["uv"], t["uv"],
                          (t["st_pos"], t["st_status"], t["st_xy"], None), xy=t["xy"], M=t["M_rl"],
                          cam_pred=t["cam_r"], cam_out=t["cam_r"], epi=t["epi"],
                          epi_threshold=c.stereo_epipolar_threshold,
                          counters=(_view1(t["cnt"], ci["stereo_matched"]), _view1(t["cnt"], ci["stereo_rejected"]))),
-               name="stereo")
-            go(self._k_pack, ((self.S + 255) // 256, 1, 1), (256, 1, 1),
+               stream=stream, checked=checked)
+        if probe:
+            probe("stereo")
+        launch(self._k_pack, ((self.S + 255) // 256, 1, 1), (256, 1, 1),
                (t["hdr"], t["cnt"], prm, t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
-                *pack_args[1:]), "pack")
+                t["st_pos"], t["st_xy"], np.int32(N_HEADER), np.int32(len(COUNTERS)), *out_offsets),
+               stream=stream, checked=checked)
+        if probe:
+            probe("pack")

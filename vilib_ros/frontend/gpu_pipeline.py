@@ -7,7 +7,11 @@ arrays are views of the frame's result slot in page-locked memory (written by th
 zero-copy). With frames in flight (submit-ahead) the upload graph goes on the upload stream and
 the compute graph on the compute stream, so the compute part of frame k overlaps the upload of
 frame k+1; with none (``process()``: every earlier frame collected) upload and compute are one
-graph on the compute stream, three CUDA calls on the host.
+graph on the compute stream, three CUDA calls on the host. A stereo pair of pageable frames with
+none in flight (``upload='mapped'``) goes in three graphs instead: the left camera's pyramid and the
+mono part first, the host copying the right frame meanwhile, then the right pyramid on the upload
+stream (its read over PCIe overlapping the left part's kernels), then the stereo match and the
+packing: the right frame's host copy and transfer are off the frame's critical path.
 
 How the frame gets to the device (``upload``):
 
@@ -215,7 +219,14 @@ class GpuPipeline:
             up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
         u = self._prm_u64[s]
         u[_U64_SRC] = self._source(image, 0, s, st, up)
-        u[_U64_SRC + 1] = self._source(image_right, 1, s, st, up) if stereo else 0
+        # process() on a stereo pair of pageable frames: the right frame is copied while the left
+        # camera's part of the frame already runs (module docstring)
+        split = alone and stereo and self.upload == "mapped" and type(image_right) is np.ndarray \
+            and not (self._pinned and image_right.ctypes.data in self._pinned)
+        if split:
+            u[_U64_SRC + 1] = self._img_dev[1][st]
+        else:
+            u[_U64_SRC + 1] = self._source(image_right, 1, s, st, up) if stereo else 0
         u[_U64_OUT] = self._out_dev[o]
         f = self._prm_f32[s]
         if R is None:
@@ -229,7 +240,9 @@ class GpuPipeline:
         if steps is not None:
             steps.append(_ns())             # slot, frame source (the host copy), parameters
         self._ev_start[o].record(up)
-        if alone:
+        if split:
+            self._launch_split(s, st, image_right)
+        elif alone:
             self._launch(self.graphs, ("frame", s, stereo), up, lambda checked: self._enqueue_frame(s, stereo, checked))
         else:
             self._launch(self.graphs_up, ("up", s, stereo), up, lambda checked: self.k.enqueue_upload(
@@ -247,6 +260,23 @@ class GpuPipeline:
         host_stats["graph_launches"] = self.graph_launches
         pending[o] = tk
         return tk
+
+    def _launch_split(self, s, st, image_right) -> None:
+        """A stereo frame with nothing in flight, in three graphs: the left camera's pyramid and
+        the whole mono part on the compute stream; meanwhile the host copies the right frame into
+        its staging buffer, then the right camera's pyramid goes on the upload stream (its PCIe
+        read overlaps the left part's kernels); the stereo match and the packing follow both."""
+        k, main, side = self.k, self.stream, self.up_stream
+        self._launch(self.graphs, ("left", s), main, lambda checked: (
+            k.enqueue_upload(s, True, self._prm_dev[s], main, checked, cams=(0,)),
+            k.enqueue_compute(s, True, main, checked, self._out_offsets, with_stereo=False)))
+        np.copyto(self._img[1][st], image_right)    # the right frame's one host copy, the left part running
+        self._launch(self.graphs_up, ("right", s), side, lambda checked: k.enqueue_upload(
+            s, True, self._prm_dev[s], side, checked, cams=(1,)))
+        self._ev_up[s].record(side)
+        main.wait_event(self._ev_up[s])
+        self._launch(self.graphs, ("stereo", s), main, lambda checked: k.enqueue_stereo(
+            s, main, checked, self._out_offsets))
 
     def _enqueue_frame(self, s, stereo, checked) -> None:
         """Upload and compute of the frame in slot ``s``, both on the compute stream."""

@@ -19,13 +19,14 @@ extern "C" __global__ void pyramid_halve(const unsigned char* __restrict__ src, 
 // (page-locked host memory, read directly by the kernel = the upload; or a device array), copied
 // into level 0 of the ring slot's pyramid, and levels 1..n_fused (<= 5) are built from it.
 //
-// Thread mapping: one block of 256 threads per 128x32 level-0 tile and camera (blockIdx.z: 0 =
-// left, 1 = right). Level 0: thread t loads 16 bytes of tile row t / 8 (8 threads per 128-byte
+// Thread mapping: one block of 256 threads per 128x32 level-0 tile and camera (camera = cam_base +
+// blockIdx.z: 0 = left, 1 = right; a stereo frame launches both at once, or each camera alone). Level 0: thread t loads 16 bytes of tile row t / 8 (8 threads per 128-byte
 // row: one coalesced 128-byte request per row). Level k+1 of the tile ((128 >> k+1) x (32 >> k+1)
 // pixels) is made from level k in shared memory, the same rounding as pyramid_halve, so every
 // level equals the level-by-level build bit for bit. A level-k pixel inside the level's image
 // only depends on level-0 pixels inside the image, so tiles need no apron.
-// Block (0, 0, 0) also copies the frame parameters to the device for the kernels after it.
+// Block (0, 0, 0) of the left camera also copies the frame parameters to the device for the
+// kernels after it.
 #include "frame.cuh"
 
 #define PF_TW 128
@@ -50,7 +51,7 @@ __device__ __forceinline__ void pf_halve(const unsigned char* __restrict__ src, 
 
 extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     const FrameParams* __restrict__ hp, FrameParams* __restrict__ dp,
-    const unsigned long long* __restrict__ levels, int max_levels, int w0, int h0, int n_fused)
+    const unsigned long long* __restrict__ levels, int max_levels, int w0, int h0, int n_fused, int cam_base)
 {
     __shared__ __align__(16) unsigned char t0[PF_TH * PF_TW];
     __shared__ unsigned char t1[(PF_TH / 2) * (PF_TW / 2)];
@@ -58,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     __shared__ unsigned char t3[(PF_TH / 8) * (PF_TW / 8)];
     __shared__ unsigned char t4[(PF_TH / 16) * (PF_TW / 16)];
     __shared__ unsigned char t5[(PF_TH / 32) * (PF_TW / 32)];
-    const int cam = blockIdx.z, tid = threadIdx.x;
+    const int cam = cam_base + blockIdx.z, tid = threadIdx.x;
     if (cam == 0 && blockIdx.x == 0 && blockIdx.y == 0 && tid < (int)(sizeof(FrameParams) / 4))
         reinterpret_cast<int*>(dp)[tid] = reinterpret_cast<const int*>(hp)[tid];
     const unsigned long long s = hp->src[cam];
