@@ -1,4 +1,4 @@
-"""The frontend's GPU pipeline: the host side of a frame, one or two CUDA graph launches and one event.
+"""The frontend's GPU pipeline: the host side of a frame, one to three CUDA graph launches and one event.
 
 Per frame the host fills the slot's frame parameters in page-locked memory (source address,
 result slot, rotation prediction, dt), launches the slot's graphs (:mod:`vilib_ros.frontend.gpu_frame`)
