@@ -83,6 +83,10 @@ class BackendConfig:
     relinearize_skip: int = 1
     partial_relinearization_check: bool = False
     extra_updates: int = 0              # extra iSAM2 iterations per keyframe
+    solver: str = "isam2"               # stereo mode's smoother: 'isam2', gtsam's iSAM2 (fixed_lag.RootedFixedLag-
+                                        # Smoother); 'schur', our own Gauss-Newton with the landmarks eliminated
+                                        # (schur_smoother; a landmark leaves with the first state that saw it)
+    mono_solver: str = "isam2"          # mono mode's smoother
     rooted_smoother: bool = True        # the newest state in the Bayes tree's root: its covariance without a
                                         # shortcut (fixed_lag.RootedFixedLagSmoother); false: gtsam's
                                         # IncrementalFixedLagSmoother
@@ -92,6 +96,9 @@ class BackendConfig:
     max_acc_bias: float = 2.0           # m/s^2
 
     def validate(self) -> "BackendConfig":
+        if self.solver not in ("isam2", "schur") or self.mono_solver not in ("isam2", "schur"):
+            raise ValueError(f"solver and mono_solver must be 'isam2' or 'schur', got {self.solver!r} and "
+                             f"{self.mono_solver!r}")
         if self.window_s <= 0:
             raise ValueError(f"window_s must be > 0, got {self.window_s}")
         if self.mode not in ("stereo", "mono", "auto"):

@@ -152,6 +152,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self.max_obs_per_kf = cfg.mono_max_landmarks_per_kf if mode == "mono" else cfg.max_landmarks_per_kf
         self.landmark_grid = cfg.mono_landmark_grid if mode == "mono" else cfg.landmark_grid
         self.marginalise_every_s = cfg.mono_marginalise_every_s if mode == "mono" else cfg.marginalise_every_s
+        self.solver = cfg.mono_solver if mode == "mono" else cfg.solver
         self.imu_noise = normalise_imu_noise(imu_noise)
         self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
                                                   cfg.imu_walk_scale)

@@ -187,6 +187,14 @@ class KeyframeMixin:
         t_vis = time.perf_counter()
         self._proj_cache = {}
         horizon = fr.stamp_ns - int(0.85 * self.window_s * 1e9)
+        if self.solver == "schur" and (self.marginalise_every_s <= 0 or ts - self._marg_ts >= self.marginalise_every_s):
+            # this update marginalises: a landmark first seen by a state that leaves leaves with it
+            # (SchurSmoother); its track, seen on, starts a new landmark from this keyframe
+            lim = fr.stamp_ns - int(self.window_s * 1e9)
+            for tid, lm in list(self._lm.items()):
+                if lm.t_first < lim:
+                    del self._lm[tid]
+                    self.stats["landmarks_split"] += 1
         n_added = self._add_visual(fr, k, X, T_pred, graph, vals, stamps, horizon)
         self._note_tracking(fr.stamp_ns, n_added)
 
@@ -229,8 +237,9 @@ class KeyframeMixin:
             if i != k and est.exists(xi):
                 f.T = est.atPose3(xi).matrix()
             self._kf_final[i] = f.T
+        gone = getattr(self._smoother, "removed_landmarks", ())
         for tid, lm in list(self._lm.items()):
-            if lm.last_t < horizon:
+            if lm.last_t < horizon or lm.key in gone:
                 del self._lm[tid]
             elif lm.last_t == fr.stamp_ns:
                 lm.p = np.asarray(est.atPoint3(lm.key))

@@ -33,6 +33,7 @@ class _Landmark:
     last_t: int
     n_obs: int = 0
     t0: int = 0                  # creation time (ns)
+    t_first: int = 0             # earliest observation's keyframe time (ns)
 
 
 class LandmarkMixin:
@@ -173,6 +174,7 @@ class LandmarkMixin:
         use_raw = not self._rectified
         add_obs = self._obs_adder(graph)
         prior = cfg.landmark_prior_sigma > 0 and (not stereo or cfg.landmark_prior_stereo)
+        schur = self._smoother if self.solver == "schur" else None
         for tid, (P, obs, dropped) in zip(live, fast):
             if created >= budget:
                 break
@@ -181,16 +183,20 @@ class LandmarkMixin:
                 continue
             key = _L0 | self.stats["landmarks_created"]
             self.stats["landmarks_created"] += 1
-            pt = gtsam.Point3(*P)
-            vals.insert(key, pt)
-            if prior:
-                # weak prior: keeps a landmark whose factors all drop out (behind a camera ->
-                # zero Jacobian) from making the system indeterminate
-                graph.add(gtsam.PriorFactorPoint3(key, pt, self._noise_lm_prior))
+            if schur is not None:
+                schur.add_landmark(key, P, cfg.landmark_prior_sigma if prior else 0.0)
+            else:
+                pt = gtsam.Point3(*P)
+                vals.insert(key, pt)
+                if prior:
+                    # weak prior: keeps a landmark whose factors all drop out (behind a camera ->
+                    # zero Jacobian) from making the system indeterminate
+                    graph.add(gtsam.PriorFactorPoint3(key, pt, self._noise_lm_prior))
             for (ki, o_xy, o_xr, o_xrr, _) in obs:
                 add_obs(_X0 | ki, key, o_xy, o_xrr[0] if o_xrr is not None else None, o_xr if use_raw else None)
                 n_added += 1
-            lmd[tid] = _Landmark(key, P, fr.stamp_ns, len(obs), fr.stamp_ns)
+            t_first = min(fr.stamp_ns if o[0] == k else self._kfs[o[0]].t_ns for o in obs)
+            lmd[tid] = _Landmark(key, P, fr.stamp_ns, len(obs), fr.stamp_ns, t_first)
             stamps[key] = ts_now
             del pend[tid]
             created += 1
@@ -231,6 +237,8 @@ class LandmarkMixin:
         """:meth:`_add_obs` into ``graph`` with the gtsam constructors, noise models and
         calibrations bound once per keyframe (a keyframe adds ~90 observations; the lookups were a
         third of the cost of adding one)."""
+        if self.solver == "schur":
+            return self._smoother.obs_adder()
         g = self._g
         add, isfinite = graph.add, math.isfinite
         Stereo, SP2, Proj = g.GenericStereoFactor3D, g.StereoPoint2, g.GenericProjectionFactorCal3_S2

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..types import TrackFrame
 from .fixed_lag import RootedFixedLagSmoother
+from .schur_smoother import SchurSmoother
 from .imu import make_preintegration_params, measured_noise_scales
 from .initialisation import accel_init, dynamic_init_mono, dynamic_init_stereo, is_static, static_init
 from .keyframes import _Keyframe
@@ -95,7 +96,12 @@ class SmootherMixin:
 
     def _start_smoother(self, t_ns, T, v, bias6, rot_sigma, pos_sigma, v_sigma, ba_sigma, bg_sigma, first=False):
         gtsam = self._g
-        if self.config.rooted_smoother:
+        if self.solver == "schur":
+            self._smoother = SchurSmoother(self.window_s, self._sigma_n, self.config.huber_k, self._T_BS0,
+                                           getattr(self, "_baseline", 0.0),
+                                           self.cam1.T_BS if self.cam1 is not None else None,
+                                           relinearize_threshold=self.config.relinearize_threshold)
+        elif self.config.rooted_smoother:
             self._smoother = RootedFixedLagSmoother(self.window_s, self._isam2_params())
         else:
             self._smoother = gtsam.IncrementalFixedLagSmoother(self.window_s, self._isam2_params())
@@ -132,7 +138,7 @@ class SmootherMixin:
     def _smoother_update(self, graph, vals, stamps, newest) -> None:
         """One smoother update; ``newest``: the new state's keys (the root clique of
         :class:`RootedFixedLagSmoother`, where its marginal covariance is cheap)."""
-        if self.config.rooted_smoother:
+        if self.config.rooted_smoother or self.solver == "schur":
             self._smoother.update(graph, vals, stamps, newest)
         else:
             self._smoother.update(graph, vals, stamps)

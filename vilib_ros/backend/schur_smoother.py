@@ -1,0 +1,597 @@
+"""A fixed-lag smoother of our own for the visual-inertial window: Gauss-Newton with the landmarks
+eliminated in closed form, states dense (``BackendConfig.solver = 'schur'``).
+
+gtsam's iSAM2 re-eliminated ~150 of the window's ~160 variables on every keyframe update (the new
+keyframe observes landmarks that tie it to every pose of the window): the update was a batch solve
+by a general sparse solver, 2-3 ms of a 4-5 ms stereo keyframe on the 2-core machine. The window's
+structure is known in advance: ~13 keyframe states (15 dimensions each: pose, velocity, bias)
+densely coupled, ~200 landmarks (3 each) that touch only poses. So per update:
+
+1. linearise: the visual factors compiled (:mod:`.schur`: gtsam's stereo and projection factors,
+   Huber), every time; the inertial ones (``CombinedImuFactor``, priors, zero-velocity factors:
+   gtsam factor objects) by gtsam, and only where one of their variables moved more than the
+   relinearisation threshold since (iSAM2's rule; otherwise their last linearisation, carried to
+   the estimate); the marginal priors as the linear factors they are;
+2. eliminate each landmark (its 3x3 block: the Schur complement) into the states' dense system,
+   solve that by Cholesky, back-substitute the landmarks: one Gauss-Newton step (``update()``
+   without arguments: one more);
+3. marginalise what left the lag: the leaving states and with them every landmark one of them
+   observed, its observations from the remaining states included, so that the marginal is a dense
+   prior on states alone (VINS-Mono's marginalisation). gtsam's smoother instead keeps such a
+   landmark and couples it densely to the remaining states: ~70 landmarks, ~210 more dense unknowns
+   in a solver like this one. The estimator ends those landmarks' tracks at the same moment, so a
+   track seen on starts a new landmark; with a 2 s window (1 s for iSAM2) the trajectory is as
+   accurate or more (``bench/results/backend_changes.md``).
+
+The interface is the part of :class:`.fixed_lag.RootedFixedLagSmoother` the estimator uses
+(``update``, ``estimate``, ``marginalCovariance``, ``setSmootherLag``), plus the visual input
+without gtsam objects: :meth:`SchurSmoother.add_landmark` and :meth:`SchurSmoother.obs_adder`. A
+system that is not positive definite raises :class:`IndeterminantSystem` (the estimator resets,
+as after gtsam's exception).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+from . import schur
+from .schur import STATE_DIM
+
+_X, _V, _B, _L = (ord(c) for c in "xvbl")
+_OFFSET = {_X: (0, 6), _V: (6, 3), _B: (9, 6)}     # a state key's rows in its slot
+_IDX_MASK = (1 << 56) - 1
+# LAPACK's Cholesky directly (scipy's cho_factor / cho_solve add ~10-20 us of checks per call)
+_potrf, _potrs = scipy.linalg.get_lapack_funcs(("potrf", "potrs"), (np.zeros(1),))
+
+
+class IndeterminantSystem(RuntimeError):
+    """The window's normal equations are not positive definite (an unconstrained direction)."""
+
+
+class SchurSmoother:
+    """See the module docstring. ``sigma``: the visual factors' isotropic sigma (normalised
+    coordinates); ``huber_k``: Huber threshold in sigmas; ``baseline``: the rectified stereo
+    baseline (m); ``T_bs0`` / ``T_bs1``: cam0 / cam1 in the body (4x4; cam1 for projection factors
+    of a pair that is not rectified)."""
+
+    def __init__(self, lag: float, sigma: float, huber_k: float, T_bs0: np.ndarray, baseline: float = 0.0,
+                 T_bs1: np.ndarray | None = None, relinearize_threshold: float = 0.01):
+        import gtsam
+
+        self._g = gtsam
+        self._lag = float(lag)
+        self._sigma, self._huber = float(sigma), float(huber_k)
+        self._baseline = float(baseline)
+        T1 = T_bs0 if T_bs1 is None else T_bs1
+        self._Rbs = np.ascontiguousarray(np.stack([T_bs0[:3, :3], T1[:3, :3]]), np.float64)
+        self._tbs = np.ascontiguousarray(np.stack([T_bs0[:3, 3], T1[:3, 3]]), np.float64)
+        self._relin = float(relinearize_threshold)
+        self._slots: list[int] = []         # keyframe index of each state slot, oldest first
+        self._slot_of: dict[int, int] = {}
+        self._state_t: dict[int, float] = {}    # keyframe index -> stamp [s]
+        # the states' estimate, slot by slot: pose (R body -> world, t), velocity, bias [acc, gyro]
+        self._Rs, self._ts = np.zeros((0, 3, 3)), np.zeros((0, 3))
+        self._vs, self._bs = np.zeros((0, 3)), np.zeros((0, 6))
+        self._factors = _FactorCache(gtsam)  # gtsam's inertial and prior factors, linearised when stale
+        self._priors: list = []             # marginal priors: _Prior
+        # landmarks: key -> row of the arrays
+        self._lm_row: dict[int, int] = {}
+        self._P = np.zeros((0, 3))
+        self._lm_t = np.zeros(0)
+        # each landmark's prior, a linear factor: information, gradient at the linearisation point, that point
+        self._lp_H = np.zeros((0, 3, 3))
+        self._lp_g = np.zeros((0, 3))
+        self._lp_P = np.zeros((0, 3))
+        # observations (rows: state slot, landmark row, kind, measurement)
+        self._o_state = np.zeros(0, np.int64)
+        self._o_lm = np.zeros(0, np.int64)
+        self._o_kind = np.zeros(0, np.int64)
+        self._o_z = np.zeros((0, 3))
+        self._new_obs: list = []            # (X key, L key, kind, z0, z1, z2) since the last update
+        self._new_lm: list = []             # (key, point, prior sigma)
+        self._now = -np.inf
+        self._H = None                      # the last update's states system (marginal covariances)
+        self._bufs: dict = {}               # work arrays kept between updates (_buf)
+        self.removed_landmarks: set = set()  # landmark keys marginalised by the last update
+        self.last_obs_used = 0
+        schur.warm_up()
+
+    # ------------------------------------------------------------------ inputs
+    def setSmootherLag(self, lag: float) -> None:  # noqa: N802 - gtsam's name
+        self._lag = float(lag)
+
+    def smootherLag(self) -> float:  # noqa: N802
+        return self._lag
+
+    def add_landmark(self, key: int, p, prior_sigma: float = 0.0) -> None:
+        """A new landmark at ``p`` (world), with an isotropic prior there where ``prior_sigma`` > 0;
+        it joins the system at the next :meth:`update`."""
+        self._new_lm.append((int(key), np.asarray(p, np.float64), float(prior_sigma)))
+
+    def obs_adder(self):
+        """``add_obs(X, L, xy, xr_rect, xr_raw)`` as the estimator's ``_obs_adder`` gives it: a stereo
+        observation where the rectified right x is known, else a projection into cam0 (and one
+        into cam1 where the raw right point is given)."""
+        app = self._new_obs.append
+        nan = float("nan")
+
+        def add_obs(X: int, L: int, xy, xr_rect, xr_raw) -> None:
+            if xr_rect is not None and xr_rect == xr_rect:
+                app((X, L, 0, xy[0], xr_rect, xy[1]))
+                return
+            app((X, L, 1, xy[0], xy[1], nan))
+            if xr_raw is not None and xr_raw[0] == xr_raw[0]:
+                app((X, L, 2, xr_raw[0], xr_raw[1], nan))
+
+        return add_obs
+
+    # ------------------------------------------------------------------ update
+    def update(self, graph=None, values=None, stamps: dict | None = None, newest=()) -> None:
+        """New inertial / prior factors (``graph``: gtsam factors on state keys), new states
+        (``values``), stamps [s] of new and refreshed keys; one Gauss-Newton step; then the
+        marginalisation of what left the lag."""
+        self.removed_landmarks = set()
+        if values is not None and values.size():
+            self._add_states(values)
+        self._add_pending_landmarks()
+        if graph is not None:
+            for i in range(graph.size()):
+                f = graph.at(i)
+                if f is not None:
+                    self._factors.add(f, self._slot_of)
+        if stamps:
+            self._stamp(stamps)
+        self._add_pending_obs()
+        self._step()
+        self._marginalise()
+
+    def _add_states(self, values) -> None:
+        new = []
+        for k in values.keys():
+            if (k >> 56) == _X:
+                i = k & _IDX_MASK
+                self._slot_of[i] = len(self._slots)
+                self._slots.append(i)
+                new.append(i)
+        self._factors.add_values(values, new)
+        T = np.array([values.atPose3(_X << 56 | i).matrix() for i in new])
+        self._Rs = np.concatenate([self._Rs, T[:, :3, :3]])
+        self._ts = np.concatenate([self._ts, T[:, :3, 3]])
+        self._vs = np.concatenate([self._vs, np.array([values.atVector(_V << 56 | i) for i in new])])
+        self._bs = np.concatenate([self._bs, np.array([values.atConstantBias(_B << 56 | i).vector() for i in new])])
+
+    def _add_pending_landmarks(self) -> None:
+        if not self._new_lm:
+            return
+        n0, new = len(self._P), self._new_lm
+        self._new_lm = []
+        for j, (k, _, _) in enumerate(new):
+            if k in self._lm_row:
+                raise ValueError(f"landmark key {k} added twice")
+            self._lm_row[k] = n0 + j
+        P = np.array([p for _, p, _ in new])
+        info = np.array([1.0 / (s * s) if s > 0 else 0.0 for _, _, s in new])
+        self._P = np.concatenate([self._P, P])
+        self._lp_P = np.concatenate([self._lp_P, P])
+        self._lp_g = np.concatenate([self._lp_g, np.zeros((len(new), 3))])
+        self._lp_H = np.concatenate([self._lp_H, info[:, None, None] * np.eye(3)])
+        self._lm_t = np.concatenate([self._lm_t, np.full(len(new), self._now)])
+
+    def _stamp(self, stamps: dict) -> None:
+        rows, ts = [], []
+        for k, t in stamps.items():
+            c = k >> 56
+            if c == _L:
+                r = self._lm_row.get(k)
+                if r is not None:
+                    rows.append(r)
+                    ts.append(t)
+            elif c == _X or c == _V or c == _B:
+                self._state_t[k & _IDX_MASK] = t
+            self._now = max(self._now, t)
+        if rows:
+            self._lm_t[rows] = ts
+
+    def _add_pending_obs(self) -> None:
+        if not self._new_obs:
+            return
+        new, self._new_obs = self._new_obs, []
+        so, lr = self._slot_of, self._lm_row
+        try:
+            st = [so[X & _IDX_MASK] for X, *_ in new]
+            lm = [lr[L] for _, L, *_ in new]
+        except KeyError as exc:
+            raise ValueError(f"observation of an unknown state or landmark key {exc.args[0]}") from None
+        a = np.array(new, dtype=np.float64)
+        self._o_state = np.concatenate([self._o_state, np.array(st, np.int64)])
+        self._o_lm = np.concatenate([self._o_lm, np.array(lm, np.int64)])
+        self._o_kind = np.concatenate([self._o_kind, a[:, 2].astype(np.int64)])
+        self._o_z = np.concatenate([self._o_z, a[:, 3:6]])
+
+    # ------------------------------------------------------------------ linearisation
+    def _rows(self, keys) -> np.ndarray:
+        out = []
+        for k in keys:
+            off, dim = _OFFSET[k >> 56]
+            base = STATE_DIM * self._slot_of[k & _IDX_MASK] + off
+            out.extend(range(base, base + dim))
+        return np.array(out, np.int64)
+
+    def _inertial_system(self, H, g, select: set | None = None) -> list:
+        """Adds the gtsam factors and the marginal priors (all, or those touching a slot in
+        ``select``) to ``H``, ``g``; returns the priors added and marks the factors (``used``)."""
+        st = (self._Rs, self._ts, self._vs, self._bs)
+        self._factors.normal_equations(st, self._slots, self._relin, H, g, select)
+        used = []
+        idx = None if select is None else {self._slots[s] for s in select}
+        for p in self._priors:
+            if idx is not None and not (p.slots & idx):
+                continue
+            slots = np.array([self._slot_of[i] for i in p.kf], np.int64)
+            d0 = np.empty(len(p.g))
+            schur.states_local(slots, p.R, p.t, p.v, p.b, *st, d0)
+            if np.all(np.diff(slots) == 1):         # consecutive slots (as a marginalisation leaves them)
+                a = STATE_DIM * int(slots[0])
+                sl = slice(a, a + len(p.g))
+                H[sl, sl] += p.H
+                g[sl] += p.g + p.H @ d0
+            else:
+                r = self._rows(p.keys)
+                H[np.ix_(r, r)] += p.H
+                g[r] += p.g + p.H @ d0
+            used.append(p)
+        return used
+
+    def _visual_system(self, H, g, lm_on, obs_on):
+        L, O = len(self._P), len(self._o_state)
+        self._Hll_inv = self._buf("Hll_inv", (L, 3, 3))
+        self._gl = self._buf("gl", (L, 3))
+        self._Hpl = self._buf("Hpl", (O, 6, 3))
+        self.last_obs_used = schur.visual_normal_equations(
+            self._Rs, self._ts, self._Rbs, self._tbs, self._baseline, self._P, lm_on, self._lp_H, self._lp_g, self._lp_P,
+            self._o_state, self._o_lm, self._o_kind, self._o_z, obs_on, self._sigma, self._huber,
+            len(self._slots), H, g, self._Hll_inv, self._gl, self._Hpl)
+
+    def _buf(self, name: str, shape: tuple, zero: bool = False) -> np.ndarray:
+        """A work array of ``shape`` in memory kept between updates: a fresh ``np.zeros`` of the
+        window's system (~300 KB) was new pages every time, and their first touch (page faults)
+        cost more than the kernels that filled them (~0.2 ms per update on the 2-core machine)."""
+        size = int(np.prod(shape))
+        b = self._bufs.get(name)
+        if b is None or b.size < size:
+            b = self._bufs[name] = np.zeros(max(size, 2 * (b.size if b is not None else 0)))
+        a = b[:size].reshape(shape)
+        if zero:
+            a.fill(0.0)
+        return a
+
+    def _step(self) -> None:
+        n = STATE_DIM * len(self._slots)
+        H, g = self._buf("H", (n, n), zero=True), self._buf("g", (n,), zero=True)
+        self._inertial_system(H, g)
+        lm_on = np.ones(len(self._P), np.bool_)
+        obs_on = np.ones(len(self._o_state), np.bool_)
+        self._visual_system(H, g, lm_on, obs_on)
+        C = self._buf("chol", (n, n))
+        np.copyto(C, H)
+        c, info = _potrf(C, lower=True, overwrite_a=True, clean=False)
+        if info != 0:
+            raise IndeterminantSystem(f"the window's system is not positive definite (LAPACK potrf info {info})")
+        d, info = _potrs(c, g, lower=True)
+        d = -d
+        if info != 0 or not np.all(np.isfinite(d)):
+            raise IndeterminantSystem("the window's step is not finite")
+        self._H = (c, list(self._slots))
+        dP = np.zeros_like(self._P)
+        schur.landmark_steps(d, self._Hll_inv, self._gl, self._Hpl, self._o_state, self._o_lm, obs_on, lm_on, dP)
+        self._P += dP
+        schur.retract_states(self._Rs, self._ts, self._vs, self._bs, d)
+
+    # ------------------------------------------------------------------ marginalisation
+    def _marginalise(self) -> None:
+        limit = self._now - self._lag
+        leave = {s for s, i in enumerate(self._slots) if self._state_t.get(i, np.inf) < limit}
+        lm_leave = self._lm_t < limit
+        if not leave and not lm_leave.any():
+            return
+        if leave:
+            # a landmark leaves with the first state that observed it (VINS-Mono's marginalisation: the
+            # marginal stays on states alone); the estimator ends its track's landmark at the same time
+            seen = np.isin(self._o_state, np.fromiter(leave, np.int64))
+            lm_leave[self._o_lm[seen]] = True
+        obs_out = lm_leave[self._o_lm]          # observations that leave with their landmark
+        n = STATE_DIM * len(self._slots)
+        H, g = self._buf("H", (n, n), zero=True), self._buf("g", (n,), zero=True)
+        used = self._inertial_system(H, g, select=leave)
+        self._visual_system(H, g, lm_leave, obs_out & lm_leave[self._o_lm])
+        m_rows = np.array([STATE_DIM * s + j for s in sorted(leave) for j in range(STATE_DIM)], np.int64)
+        keep = [s for s in range(len(self._slots)) if s not in leave]
+        blk = np.abs(H).reshape(len(self._slots), STATE_DIM, len(self._slots), STATE_DIM).sum(axis=(1, 3))
+        sep = [s for s in keep if blk[s].any()]
+        k_rows = np.array([STATE_DIM * s + j for s in sep for j in range(STATE_DIM)], np.int64)
+        if len(k_rows):
+            Hkk, gk = H[np.ix_(k_rows, k_rows)], g[k_rows]
+            if len(m_rows):
+                Hmm, Hkm = H[np.ix_(m_rows, m_rows)], H[np.ix_(k_rows, m_rows)]
+                Hmm_inv = _pd_inverse(Hmm)
+                Hkk = Hkk - Hkm @ Hmm_inv @ Hkm.T
+                gk = gk - Hkm @ Hmm_inv @ g[m_rows]
+            kf = [self._slots[s] for s in sep]
+            idx = np.array(sep, np.int64)
+            prior = _Prior(kf, 0.5 * (Hkk + Hkk.T), gk, self._Rs[idx].copy(), self._ts[idx].copy(),
+                           self._vs[idx].copy(), self._bs[idx].copy())
+        else:
+            prior = None
+        # drop what was marginalised
+        used_ids = {id(u) for u in used}
+        self._priors = [p for p in self._priors if id(p) not in used_ids] + ([prior] if prior else [])
+        self.removed_landmarks = {k for k, r in self._lm_row.items() if lm_leave[r]}
+        self._drop(leave, lm_leave, obs_out)
+
+
+    def _drop(self, leave: set, lm_leave: np.ndarray, obs_out: np.ndarray) -> None:
+        keep_slots = [s for s in range(len(self._slots)) if s not in leave]
+        for s in sorted(leave):
+            self._state_t.pop(self._slots[s], None)
+        self._factors.drop_marked([self._slots[s] for s in leave])
+        remap = np.full(len(self._slots), -1, np.int64)
+        remap[keep_slots] = np.arange(len(keep_slots))
+        self._slots = [self._slots[s] for s in keep_slots]
+        self._slot_of = {i: s for s, i in enumerate(self._slots)}
+        ks = np.array(keep_slots, np.int64)
+        self._Rs, self._ts, self._vs, self._bs = self._Rs[ks], self._ts[ks], self._vs[ks], self._bs[ks]
+        self._factors.remap(remap)
+        keep_lm = ~lm_leave
+        lm_remap = np.full(len(self._P), -1, np.int64)
+        lm_remap[keep_lm] = np.arange(int(keep_lm.sum()))
+        self._lm_row = {k: int(lm_remap[r]) for k, r in self._lm_row.items() if keep_lm[r]}
+        self._P, self._lm_t = self._P[keep_lm], self._lm_t[keep_lm]
+        self._lp_H, self._lp_g, self._lp_P = self._lp_H[keep_lm], self._lp_g[keep_lm], self._lp_P[keep_lm]
+        ok = ~obs_out & keep_lm[self._o_lm]
+        if leave:
+            ok &= remap[self._o_state] >= 0
+        self._o_state, self._o_lm = remap[self._o_state[ok]], lm_remap[self._o_lm[ok]]
+        self._o_kind, self._o_z = self._o_kind[ok], self._o_z[ok]
+
+    # ------------------------------------------------------------------ outputs
+    def estimate(self) -> "SchurEstimate":
+        return SchurEstimate(self)
+
+    def calculateEstimate(self):  # noqa: N802
+        return self.estimate()
+
+    def marginalCovariance(self, key: int):  # noqa: N802
+        """Covariance of a state key (its tangent space) from the last update's system."""
+        if self._H is None:
+            raise KeyError(key)
+        c, slots = self._H
+        i = key & _IDX_MASK
+        if i not in slots:
+            raise KeyError(key)
+        off, dim = _OFFSET[key >> 56]
+        n = c.shape[0]
+        E = np.zeros((n, dim))
+        b = STATE_DIM * slots.index(i) + off
+        E[b:b + dim] = np.eye(dim)
+        return _potrs(c, E, lower=True)[0][b:b + dim]
+
+    @property
+    def num_landmarks(self) -> int:
+        return len(self._lm_row)
+
+
+class _Prior:
+    """A marginal prior on states (``kf``: their keyframe indices): information ``H`` and
+    gradient ``g`` (15 rows per state: pose, velocity, bias) at the linearisation point ``R``,
+    ``t``, ``v``, ``b`` (one row per state). At the current estimate its gradient is ``g + H d0``,
+    ``d0`` the estimate's local coordinates there (gtsam's ``LinearContainerFactor``)."""
+
+    __slots__ = ("kf", "slots", "keys", "H", "g", "R", "t", "v", "b")
+
+    def __init__(self, kf, H, g, R, t, v, b):
+        self.kf = list(kf)
+        self.slots = frozenset(kf)
+        self.keys = [c << 56 | i for i in kf for c in (_X, _V, _B)]
+        self.H, self.g, self.R, self.t, self.v, self.b = H, g, R, t, v, b
+
+
+class SchurEstimate:
+    """The estimate as the estimator reads it (``exists``, ``atPose3``, ``atVector``,
+    ``atConstantBias``, ``atPoint3``), from the smoother's arrays (gtsam objects where the
+    estimator expects them)."""
+
+    __slots__ = ("_s",)
+
+    def __init__(self, s: SchurSmoother):
+        self._s = s
+
+    def _slot(self, key: int) -> int:
+        return self._s._slot_of[key & _IDX_MASK]
+
+    def exists(self, key: int) -> bool:
+        s = self._s
+        c = key >> 56
+        return key in s._lm_row if c == _L else (c in _OFFSET and (key & _IDX_MASK) in s._slot_of)
+
+    def atPose3(self, key: int) -> "_Matrix":  # noqa: N802
+        """The pose; read as gtsam's is: ``.matrix()`` (4x4)."""
+        s, i = self._s, self._slot(key)
+        T = np.eye(4)
+        T[:3, :3], T[:3, 3] = s._Rs[i], s._ts[i]
+        return _Matrix(T)
+
+    def atVector(self, key: int) -> np.ndarray:  # noqa: N802
+        return self._s._vs[self._slot(key)].copy()
+
+    def atConstantBias(self, key: int) -> "_Vector":  # noqa: N802
+        """The bias; read as gtsam's is: ``.vector()`` ([acc, gyro])."""
+        return _Vector(self._s._bs[self._slot(key)].copy())
+
+    def atPoint3(self, key: int) -> np.ndarray:  # noqa: N802
+        s = self._s
+        return s._P[s._lm_row[key]].copy()
+
+
+class _Matrix:
+    __slots__ = ("_m",)
+
+    def __init__(self, m):
+        self._m = m
+
+    def matrix(self) -> np.ndarray:
+        return self._m
+
+
+class _Vector:
+    __slots__ = ("_v",)
+
+    def __init__(self, v):
+        self._v = v
+
+    def vector(self) -> np.ndarray:
+        return self._v
+
+
+class _FactorCache:
+    """gtsam factors on state keys (``CombinedImuFactor``, priors, zero-velocity factors), each on
+    one state slot or two consecutive ones, with its last linearisation (15 rows per slot: ``H``
+    = ``A^T A``, ``c`` = ``A^T b``) and where it was taken. Linearised by gtsam again only where a
+    variable moved more than the relinearisation threshold from that point
+    (:func:`.schur.factor_normal_equations`). The arrays hold ``n`` factors in a larger capacity."""
+
+    _ARRAYS = (("s0", (), np.int64), ("two", (), np.bool_), ("rows", (30,), np.bool_), ("H", (30, 30), float),
+               ("c", (30,), float), ("R", (2, 3, 3), float), ("t", (2, 3), float), ("v", (2, 3), float),
+               ("b", (2, 6), float), ("marked", (), np.bool_), ("fresh", (), np.bool_))
+
+    def __init__(self, gtsam):
+        self._g = gtsam
+        # the states as gtsam values, for gtsam's linearisation: brought to the estimate only where a
+        # factor is linearised (``_at``: each state's value there, as arrays)
+        self.theta = gtsam.Values()
+        self._at: dict = {}             # keyframe index -> (R, t, v, b) of its value in theta
+        self.f: list = []               # the gtsam factors
+        self.kf: list = []              # their keyframe indices, in slot order
+        self.cols: list = []            # per factor: its Jacobian's columns in the 30-row layout
+        self.n = 0
+        self._cap = {name: np.zeros((16,) + shape, dt) for name, shape, dt in self._ARRAYS}
+
+    def __getattr__(self, name):
+        cap = self.__dict__.get("_cap")
+        if cap is not None and name in cap:
+            return cap[name][:self.n]
+        raise AttributeError(name)
+
+    def add_values(self, values, new: list) -> None:
+        """New states (``values``: gtsam values of their keys; ``new``: their keyframe indices)."""
+        self.theta.insert(values)
+        for i in new:
+            T = values.atPose3(_X << 56 | i).matrix()
+            self._at[i] = (T[:3, :3].copy(), T[:3, 3].copy(), np.asarray(values.atVector(_V << 56 | i), float),
+                           np.asarray(values.atConstantBias(_B << 56 | i).vector(), float))
+
+    def add(self, f, slot_of: dict) -> None:
+        keys = list(f.keys())
+        kf = sorted({k & _IDX_MASK for k in keys}, key=lambda i: slot_of[i])
+        if len(kf) > 2 or (len(kf) == 2 and slot_of[kf[1]] != slot_of[kf[0]] + 1):
+            raise ValueError("a state factor must span one state or two consecutive ones")
+        cols = []
+        for k in keys:
+            off, dim = _OFFSET[k >> 56]
+            base = STATE_DIM * kf.index(k & _IDX_MASK) + off
+            cols.extend(range(base, base + dim))
+        if self.n == len(self._cap["s0"]):
+            self._cap = {k: np.concatenate([a, np.zeros_like(a)]) for k, a in self._cap.items()}
+        j = self.n
+        self.n += 1
+        self.f.append(f)
+        self.kf.append(kf)
+        self.cols.append(np.array(cols, np.int64))
+        c = self._cap
+        c["s0"][j], c["two"][j] = slot_of[kf[0]], len(kf) == 2
+        c["rows"][j] = False
+        c["rows"][j, cols] = True
+        c["marked"][j], c["fresh"][j] = False, True     # not linearised yet
+        c["R"][j] = np.eye(3)                           # a valid point until then
+
+    def normal_equations(self, st, slots: list, thresh: float, H, g, select: set | None) -> None:
+        """Adds the factors (those touching a slot in ``select``, or all; marked for removal then)
+        to ``H``, ``g``, linearising the stale ones at the estimate ``st`` = (Rs, ts, vs, bs)."""
+        n = self.n
+        if not n:
+            return
+        if select is None:
+            on = np.ones(n, np.bool_)
+        else:
+            sel = np.zeros(len(slots) + 1, np.bool_)
+            sel[list(select)] = True
+            on = sel[self.s0] | (self.two & sel[np.minimum(self.s0 + 1, len(slots))])
+            self.marked[:] |= on
+        for j in np.flatnonzero(self.fresh & on):
+            self._linearise(int(j), st)
+        stale = np.zeros(n, np.bool_)
+        schur.factor_normal_equations(self.s0, self.two, self.rows, self.H, self.c, self.R, self.t, self.v, self.b,
+                                      *st, thresh, on, H, g, stale)
+        for j in np.flatnonzero(stale):
+            self._linearise(int(j), st)
+            b = STATE_DIM * int(self.s0[j])
+            m = 2 * STATE_DIM if self.two[j] else STATE_DIM
+            H[b:b + m, b:b + m] += self.H[j, :m, :m]
+            g[b:b + m] -= self.c[j, :m]
+
+    def _linearise(self, j: int, st) -> None:
+        g = self._g
+        Rs, ts, vs, bs = st
+        vv = g.VectorValues()
+        d = np.empty(6)
+        cap = self._cap
+        for q in range(2 if cap["two"][j] else 1):
+            s, i = int(cap["s0"][j]) + q, self.kf[j][q]
+            R0, t0, v0, b0 = self._at[i]
+            # every step moves every state a little: bring theta's value to the estimate
+            schur.pose_local(R0, t0, Rs[s], ts[s], d)
+            vv.insert(_X << 56 | i, d.copy())
+            vv.insert(_V << 56 | i, vs[s] - v0)
+            vv.insert(_B << 56 | i, bs[s] - b0)
+            self._at[i] = (Rs[s].copy(), ts[s].copy(), vs[s].copy(), bs[s].copy())
+            cap["R"][j, q], cap["t"][j, q], cap["v"][j, q], cap["b"][j, q] = Rs[s], ts[s], vs[s], bs[s]
+        self.theta = self.theta.retract(vv)
+        A, b = self.f[j].linearize(self.theta).jacobian()
+        cap["fresh"][j] = False
+        A30 = np.zeros((A.shape[0], 30))
+        A30[:, self.cols[j]] = A
+        cap["H"][j] = A30.T @ A30
+        cap["c"][j] = A30.T @ b
+
+    def remap(self, remap: np.ndarray) -> None:
+        """Slots renumbered after a marginalisation (``remap[old] = new``)."""
+        self.s0[:] = remap[self.s0]
+
+    def drop_marked(self, gone: list) -> None:
+        """Drops the factors marked by the marginalisation and the values of the states ``gone``."""
+        for i in gone:
+            for c in (_X, _V, _B):
+                self.theta.erase(c << 56 | i)
+            self._at.pop(i, None)
+        keep = ~self.marked
+        if keep.all():
+            return
+        idx = np.flatnonzero(keep)
+        self.f = [self.f[i] for i in idx]
+        self.kf = [self.kf[i] for i in idx]
+        self.cols = [self.cols[i] for i in idx]
+        m = len(idx)
+        for a in self._cap.values():
+            a[:m] = a[idx]
+        self.n = m
+
+
+def _pd_inverse(A: np.ndarray) -> np.ndarray:
+    """Inverse of a symmetric positive (semi-)definite block: Cholesky, else the pseudo-inverse
+    (a direction without information is left out of the marginal)."""
+    try:
+        c = scipy.linalg.cho_factor(A, lower=True, check_finite=False)
+        return scipy.linalg.cho_solve(c, np.eye(len(A)), check_finite=False)
+    except (np.linalg.LinAlgError, ValueError):
+        w, V = np.linalg.eigh(0.5 * (A + A.T))
+        keep = w > 1e-9 * max(float(w.max()), 1e-300)
+        return (V[:, keep] / w[keep]) @ V[:, keep].T
