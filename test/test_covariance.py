@@ -76,7 +76,8 @@ class TestStateCovariance:
         from vilib_ros.backend.simulation import MiniSim, MiniSimConfig
 
         sim = MiniSim(MiniSimConfig(duration_s=5, static_s=1.0, seed=3))
-        est = VioEstimator(BackendConfig(), sim.cam0, sim.cam1)
+        # iSAM2's graph (the own smoother's covariance against gtsam's Marginals: test_schur_smoother.py)
+        est = VioEstimator(BackendConfig(solver="isam2", window_s=1.0), sim.cam0, sim.cam1)
         assert est.state_covariance() is None                     # before initialisation
         st, data, _, _ = sim.imu()
         i, last_kf = 0, None
@@ -119,6 +120,8 @@ def _run_minisim(duration_s: float, **cfg):
     from vilib_ros.backend.simulation import MiniSim, MiniSimConfig
 
     sim = MiniSim(MiniSimConfig(duration_s=duration_s, static_s=1.0, seed=3))
+    cfg.setdefault("solver", "isam2")       # the iSAM2 smoother's shape (stereo's default solver is 'schur')
+    cfg.setdefault("window_s", 1.0)
     est = VioEstimator(BackendConfig(**cfg), sim.cam0, sim.cam1)
     st, data, _, _ = sim.imu()
     i, states = 0, []

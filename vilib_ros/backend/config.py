@@ -9,8 +9,9 @@ import numpy as np
 @dataclass
 class BackendConfig:
     # --- sliding window ---
-    window_s: float = 1.0               # IncrementalFixedLagSmoother lag, seconds (frame-to-frame tracks drift:
-                                        # a short window keeps their observations consistent; 2.0 before)
+    window_s: float = 2.0               # the smoother's lag, seconds (solver 'schur' ends a landmark when its
+                                        # first state leaves: a longer window keeps it longer; iSAM2's
+                                        # default was 1.0, whose time grows with the window)
     mono_window_s: float = 2.5          # mono mode uses max(window_s, mono_window_s): scale needs it (6 s, then
                                         # 3 s before; with the grid below 2.5 s kept the ATE, backend_changes.md)
     marginalise_every_s: float = 1.0    # old states leave the smoother in batches, this often: the window
@@ -83,10 +84,10 @@ class BackendConfig:
     relinearize_skip: int = 1
     partial_relinearization_check: bool = False
     extra_updates: int = 0              # extra iSAM2 iterations per keyframe
-    solver: str = "isam2"               # stereo mode's smoother: 'isam2', gtsam's iSAM2 (fixed_lag.RootedFixedLag-
-                                        # Smoother); 'schur', our own Gauss-Newton with the landmarks eliminated
-                                        # (schur_smoother; a landmark leaves with the first state that saw it)
-    mono_solver: str = "isam2"          # mono mode's smoother
+    solver: str = "schur"               # stereo mode's smoother: 'schur', our own Gauss-Newton with the landmarks
+                                        # eliminated (schur_smoother; a landmark leaves with the first state that
+                                        # saw it); 'isam2', gtsam's iSAM2 (fixed_lag.RootedFixedLagSmoother)
+    mono_solver: str = "isam2"          # mono mode's smoother ('schur' cost mono accuracy: backend_changes.md)
     rooted_smoother: bool = True        # the newest state in the Bayes tree's root: its covariance without a
                                         # shortcut (fixed_lag.RootedFixedLagSmoother); false: gtsam's
                                         # IncrementalFixedLagSmoother

@@ -375,9 +375,15 @@ class SchurSmoother:
         E[b:b + dim] = np.eye(dim)
         return _potrs(c, E, lower=True)[0][b:b + dim]
 
-    @property
-    def num_landmarks(self) -> int:
-        return len(self._lm_row)
+    def timestamps(self) -> dict:
+        """{key: stamp [s]} of the states and landmarks in the window (as gtsam's smoother gives it)."""
+        out = {c << 56 | i: t for i, t in self._state_t.items() if i in self._slot_of for c in (_X, _V, _B)}
+        out.update((k, float(self._lm_t[r])) for k, r in self._lm_row.items())
+        return out
+
+    def landmarks_with_prior(self) -> int:
+        """How many landmarks in the window carry a prior (a mono landmark's weak creation prior)."""
+        return int((np.abs(self._lp_H).reshape(len(self._lp_H), -1).sum(axis=1) > 0).sum())
 
 
 class _Prior:
@@ -491,6 +497,9 @@ class _FactorCache:
 
     def add(self, f, slot_of: dict) -> None:
         keys = list(f.keys())
+        if any((k >> 56) not in _OFFSET for k in keys):
+            raise ValueError("SchurSmoother takes gtsam factors on states (x, v, b) only; landmarks and their "
+                             "observations through add_landmark / obs_adder")
         kf = sorted({k & _IDX_MASK for k in keys}, key=lambda i: slot_of[i])
         if len(kf) > 2 or (len(kf) == 2 and slot_of[kf[1]] != slot_of[kf[0]] + 1):
             raise ValueError("a state factor must span one state or two consecutive ones")

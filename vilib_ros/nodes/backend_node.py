@@ -84,7 +84,7 @@ Node parameters (all read-only):
 Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`; range,
 choices and help live once, in :data:`vilib_ros.nodes.params.BACKEND_PARAMS`. This table is the second
 part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_launch_files checks):
-  window_s (double, default 1.0, range [0.1, 600.0], read-only): IncrementalFixedLagSmoother lag, seconds
+  window_s (double, default 2.0, range [0.1, 600.0], read-only): the smoother's lag, seconds
   mono_window_s (double, default 2.5, range [0.1, 600.0], read-only): mono mode uses max(window_s,
       mono_window_s): scale needs it
   marginalise_every_s (double, default 1.0, range [0.0, 60.0], read-only): old states leave the smoother in
@@ -170,6 +170,9 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       updates
   partial_relinearization_check (bool, default False, read-only): iSAM2 partial relinearisation check
   extra_updates (integer, default 0, range [0, 100], read-only): extra iSAM2 iterations per keyframe
+  solver (string, default 'schur', one of schur|isam2, read-only): stereo mode's smoother: our own
+      Gauss-Newton with the landmarks eliminated (schur), or gtsam's iSAM2
+  mono_solver (string, default 'isam2', one of schur|isam2, read-only): mono mode's smoother
   rooted_smoother (bool, default True, read-only): iSAM2 eliminates landmarks first and the newest state last
       (its covariance from the root clique, ~0.1 ms); false: gtsam's IncrementalFixedLagSmoother
   max_speed (double, default 30.0, range [0.0, 10000.0], read-only): speed above which the estimate counts as

@@ -133,7 +133,10 @@ FRONTEND_PARAMS = {
 }
 # BackendConfig (vilib_ros.backend.config) fields.
 BACKEND_PARAMS = {
-    'window_s': Meta('IncrementalFixedLagSmoother lag, seconds', range=(0.1, 600.0)),
+    'window_s': Meta("the smoother's lag, seconds", range=(0.1, 600.0)),
+    'solver': Meta("stereo mode's smoother: our own Gauss-Newton with the landmarks eliminated (schur), or gtsam's "
+                   "iSAM2", choices=('schur', 'isam2')),
+    'mono_solver': Meta("mono mode's smoother", choices=('schur', 'isam2')),
     'mono_window_s': Meta('mono mode uses max(window_s, mono_window_s): scale needs it', range=(0.1, 600.0)),
     'mode': Meta("'stereo' | 'mono' | 'auto' (stereo if cam1 is given)", choices=('stereo', 'mono', 'auto')),
     'kf_min_interval_s': Meta('shortest time between keyframes, s', range=(0.001, 10.0)),
