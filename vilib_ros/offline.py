@@ -25,6 +25,7 @@ cannot estimate; tracks only") and is tracked only.
 from __future__ import annotations
 
 import json
+import gc
 import os
 import queue
 import sys
@@ -92,6 +93,10 @@ def _backend_worker(inbox, outbox, cam0, cam1, imu_noise, config_kwargs) -> None
         from vilib_ros.backend import BackendConfig, VioEstimator
 
         est = VioEstimator(BackendConfig(**config_kwargs), cam0, cam1, imu_noise)
+        if os.environ.get("VILIB_ROS_GC_FREEZE", "1") != "0":
+            # as in the nodes (run_node): the start-up objects out of the collector's reach
+            gc.collect()
+            gc.freeze()
         outbox.put({"ready": True})
         cpu0 = time.process_time()          # the child's CPU time from here: the work, not the imports
         frame_s, frame_kf, busy, wait = [], [], 0.0, 0.0

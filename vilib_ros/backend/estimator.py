@@ -85,7 +85,7 @@ import numpy as np
 
 from ..camera import CameraModel
 from ..types import TrackFrame
-from . import triangulation
+from . import schur, triangulation
 from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuBuffer, batch_ok, gaps_over, make_preintegration_params, normalise_imu_noise, propagate_imu
 from .imu import warm_up as imu_warm_up
@@ -201,6 +201,12 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         triangulation.warm_up()
         imu_warm_up()
         keyframes_warm_up()
+        if self.solver == "schur":
+            schur.warm_up()
+        # what the first initialisation imports, before any frame is timed (scipy.spatial: ~0.2 s
+        # at the first keyframe of the offline runner's child, 15 % of a 60 s replay)
+        import cv2  # noqa: F401
+        import scipy.spatial.transform  # noqa: F401
 
     # ------------------------------------------------------------------ inputs
     def add_imu(self, t_ns: int, gyro, acc) -> None:

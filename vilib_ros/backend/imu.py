@@ -300,7 +300,7 @@ class ImuBuffer:
         m, dt = self.pieces(t_a, t_b)
         if not len(dt):
             return 0
-        a, w = _mid_step_acc(m, dt, np.asarray(pim.biasHat().gyroscope(), np.float64))
+        a, w = _mid_step_acc(m, dt, np.array(pim.biasHat().gyroscope(), np.float64))     # writable: one signature
         step = pim.integrateMeasurement
         for ak, wk, dk in zip(a, w, dt.tolist()):
             step(ak, wk, dk)

@@ -496,6 +496,7 @@ def warm_up() -> None:
                             H, g, Hi.copy(), gl.copy(), Hpl)
     landmark_steps(g, Hi, gl, Hpl, zi, zi, on, on, np.zeros((1, 3)))
     states_local(zi, Rs, ts, ts, g[None, :6], Rs, ts, ts, g[None, :6], np.zeros(STATE_DIM))
+    pose_local(Rs[0], ts[0], Rs[0], ts[0], np.zeros(6))
     retract_states(Rs, ts, ts.copy(), np.zeros((1, 6)), np.zeros(STATE_DIM))
     z30 = np.zeros((1, 2 * STATE_DIM))
     factor_normal_equations(zi, ~on, z30 > 0, np.zeros((1, 30, 30)), z30, np.stack((Rs, Rs), axis=1),
