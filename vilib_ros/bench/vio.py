@@ -9,9 +9,12 @@ Reported per mode: whole-VIO frames/s (frames / wall time from the first frame t
 backend result), the real-time factor, frontend ms per frame,
 backend ms per frame and per keyframe, each stage's busy time, the ATE (SE3, causal and
 smoothed) against the generator's ground truth, resets; and where the backend's time went (per
-keyframe: iSAM2 update, visual factors, bookkeeping; per non-keyframe) in the run and alone on the
-same tracks afterwards (the same child process and messages, nothing beside it): the difference is
-what sharing the machine with the frontend costs the backend. Writes ``vio_bench.json`` (top level:
+keyframe: the smoother's update, visual factors, bookkeeping; per non-keyframe) in the run and alone
+on the same tracks afterwards (the same child process and messages, nothing beside it): the
+difference is what sharing the machine with the frontend costs the backend. ``--compare-previous``:
+each mode also runs with the previous backend defaults (:data:`PREVIOUS`: gtsam's iSAM2 with a 1 s
+window, before the own smoother became stereo's default), in turns with today's (today, previous,
+today, previous), so that both share the host's drift. Writes ``vio_bench.json`` (top level:
 ``frames_per_s`` of the stereo run, ``date``, ``device``) and ``vio_bench.md`` into ``--out``.
 """
 from __future__ import annotations
@@ -23,6 +26,10 @@ from pathlib import Path
 import numpy as np
 
 
+#: the backend defaults before the own smoother (2026-11-27), for ``--compare-previous``
+PREVIOUS = {"solver": "isam2", "window_s": 1.0}
+
+
 def configure_parser(p) -> None:
     p.add_argument("--out", default="bench/out", help="folder for vio_bench.json / .md")
     p.add_argument("--duration", type=float, default=60.0, help="synthetic sequence length, s")
@@ -30,6 +37,8 @@ def configure_parser(p) -> None:
     p.add_argument("--workers", type=int, default=None, help="render processes (default: CPU count)")
     p.add_argument("--cache", default=".data/bench_cache", help="the rendered sequence is kept here")
     p.add_argument("--modes", default="stereo,mono", help="comma-separated: stereo, mono")
+    p.add_argument("--compare-previous", action="store_true",
+                   help="also run each mode with the previous backend defaults (iSAM2, 1 s window), in turns")
 
 
 def _stats(x) -> dict:
@@ -57,23 +66,24 @@ def backend_summary(be: dict) -> dict:
             "outliers_rejected": int(be["stats"].get("outliers_rejected", 0))}
 
 
-def run_mode(ds, device: str, mode: str, alone: bool = True) -> dict:
-    """One mode through the offline runner; ``alone``: then the backend again, alone on the
-    tracks of that run (:func:`vilib_ros.offline.replay_backend`)."""
+def run_mode(ds, device: str, mode: str, alone: bool = True, backend: dict | None = None, label: str = "") -> dict:
+    """One mode through the offline runner (``backend``: BackendConfig overrides); ``alone``: then
+    the backend again, alone on the tracks of that run (:func:`vilib_ros.offline.replay_backend`)."""
     from vilib_ros.evaluation import ate_rmse
     from vilib_ros.offline import process, replay_backend
 
-    r = process(ds, device, stereo=(mode == "stereo"), backend_config={"mode": mode}, preload=True)
+    cfg = {"mode": mode, **(backend or {})}
+    r = process(ds, device, stereo=(mode == "stereo"), backend_config=cfg, preload=True)
     be = r["backend"]
     gt = ds.groundtruth
-    out = {"mode": mode, "frames": r["frames"], "wall_s": r["wall_s"], "frames_per_s": r["frames"] / r["wall_s"],
+    out = {"mode": mode, "label": label or mode, "backend_config": cfg, "frames": r["frames"], "wall_s": r["wall_s"], "frames_per_s": r["frames"] / r["wall_s"],
            "real_time_factor": float((ds.image_stamps(0)[-1] - ds.image_stamps(0)[0]) * 1e-9 / r["wall_s"]),
            "frontend": _stats(r["frontend_s"]), "frontend_busy_s": float(np.sum(r["frontend_s"])),
            "backend_per_frame": _stats(be["frame_s"]), "backend_busy_s": be["busy_s"],
            "backend_per_keyframe": _stats(np.asarray(be["kf_ms"]) * 1e-3), "keyframes": be["stats"]["keyframes"],
            "resets": int(be["stats"]["resets"]), "device": r["device"], "backend_in_run": backend_summary(be)}
     if alone:
-        solo = replay_backend(ds, r["tracks"], mode == "stereo", {"mode": mode})
+        solo = replay_backend(ds, r["tracks"], mode == "stereo", cfg)
         out["backend_alone"] = backend_summary(solo) | {"wall_s": solo["wall_s"]}
     for key in ("causal", "smoothed"):
         t, p, _ = be[key]
@@ -101,7 +111,14 @@ def run_command(args) -> int:
     path = rendered(SequenceConfig(duration_s=args.duration, seed=0, name=f"synthetic{args.duration:g}"), cache,
                     args.workers)
     ds = open_dataset(path)
-    runs = [run_mode(ds, device, m) for m in modes]
+    runs = []
+    for m in modes:
+        if args.compare_previous and m == "stereo":       # mono: iSAM2 before and now
+            for rep in (1, 2):
+                runs.append(run_mode(ds, device, m, label=f"{m} ({rep})"))
+                runs.append(run_mode(ds, device, m, backend=PREVIOUS, label=f"{m}, previous defaults ({rep})"))
+        else:
+            runs.append(run_mode(ds, device, m))
     main = runs[0]
     res = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -127,7 +144,7 @@ def run_command(args) -> int:
           "|---|---:|---:|---:|---|---:|---:|---|---:|---|---:|"]
     for r in runs:
         kf = r["backend_per_keyframe"]
-        md.append(f"| {r['mode']} | {r['frames']} | {r['frames_per_s']:.0f} | {r['real_time_factor']:.1f}x | "
+        md.append(f"| {r['label']} | {r['frames']} | {r['frames_per_s']:.0f} | {r['real_time_factor']:.1f}x | "
                   f"{r['frontend']['median_ms']:.2f} / {r['frontend']['p90_ms']:.2f} | {r['frontend_busy_s']:.1f} | "
                   f"{r['backend_busy_s']:.1f} | {kf.get('median_ms', float('nan')):.2f} / "
                   f"{kf.get('p90_ms', float('nan')):.2f} | {r['keyframes']} | {r['ate_causal_m']:.4f} / "
@@ -136,7 +153,7 @@ def run_command(args) -> int:
            "child process fed the same tracks and IMU after the run with nothing beside it (`replay_backend`). "
            "Medians per keyframe; non-keyframes: IMU prediction and the keyframe decision; busy / CPU: seconds the "
            "backend worked / the CPU time its process got for that work (busy above CPU: it waited for a core).", "",
-           "| mode | backend | keyframe ms (median / p90 / mean) | iSAM2 update | gtsam (update + estimate) | "
+           "| mode | backend | keyframe ms (median / p90 / mean) | smoother update | smoother (update + estimate) | "
            "visual factors (Python) | bookkeeping (Python) | factors per keyframe | non-keyframe ms (median / mean) "
            "| busy s | CPU s |",
            "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
@@ -146,15 +163,18 @@ def run_command(args) -> int:
             if not b:
                 continue
             k, p, nk = b["keyframe_ms"], b["keyframe_parts_ms"], b["non_keyframe_ms"]
-            md.append(f"| {r['mode']} | {where} | {k['median']:.2f} / {k['p90']:.2f} / {k['mean']:.2f} | "
+            md.append(f"| {r['label']} | {where} | {k['median']:.2f} / {k['p90']:.2f} / {k['mean']:.2f} | "
                       f"{p['update_s']:.2f} | {p['smoother_s']:.2f} | {p['visual_s']:.2f} | {p['bookkeeping_s']:.2f} | "
                       f"{b['factors_per_keyframe']:.0f} | {nk.get('median', float('nan')):.3f} / "
                       f"{nk.get('mean', float('nan')):.3f} | {b['busy_s']:.1f} | "
                       + (f"{b['cpu_s']:.1f}" if b.get("cpu_s") is not None else "-") + " |")
     md += ["", "The slower stage sets the throughput (busy seconds): "
-           + "; ".join(f"{r['mode']}: {'backend' if r['backend_busy_s'] > r['frontend_busy_s'] else 'frontend'}"
+           + "; ".join(f"{r['label']}: {'backend' if r['backend_busy_s'] > r['frontend_busy_s'] else 'frontend'}"
                        for r in runs) + ".",
-           f"Target >= 1,000 frames/s: {'met' if min(r['frames_per_s'] for r in runs) >= 1000 else 'missed'}."]
+           "Backend: " + "; ".join(f"{r['label']}: solver {r['backend_config'].get('solver', 'default')}"
+                                   for r in runs) + " (defaults: stereo 'schur', mono 'isam2').",
+           f"Target >= 1,000 frames/s (today's defaults): "
+           f"{'met' if min(r['frames_per_s'] for r in runs if 'previous' not in r['label']) >= 1000 else 'missed'}."]
     from vilib_ros.bench.results import write_results
 
     write_results(out, "vio_bench", res, "\n".join(md))
