@@ -783,6 +783,21 @@ class TestSmootherShape:
         assert bb.run_command(args) == 2
         assert "unknown sequence(s) ['mh05']" in capsys.readouterr().err
 
+    def test_changes_table_refuses_unknown_rows(self, capsys):
+        """--rows names rows by index or by a part of their label; one that matches nothing is a message."""
+        import argparse
+
+        from vilib_ros.bench import backend as bb
+        from vilib_ros.bench import backend_changes as bc
+
+        p = argparse.ArgumentParser()
+        bb.configure_parser(p)
+        assert bb.run_command(p.parse_args(["--changes", "v101", "--rows", "no such change"])) == 2
+        assert "no row matches 'no such change'" in capsys.readouterr().err
+        rows = bc.select_rows(f"{bc.PREVIOUS_ROW},window 1.5")
+        assert rows[0] is bc.CHANGES[bc.PREVIOUS_ROW] and rows[0][1] == bc.ISAM2_1S
+        assert [r[1] for r in rows[1:]] == [{"window_s": 1.5}]
+
     def test_changes_table_rows_run_in_their_own_process_with_their_config(self, synthetic60, tmp_path):
         """bench-backend --changes runs every row in a process of its own (RemoteEstimator): a row with
         today's defaults must give exactly the estimate of an estimator fed the same way in this

@@ -32,9 +32,11 @@ import numpy as np
 #: one run today's code.
 #: what the rows before 2026-11-24 18:00 need of today's defaults: gtsam's smoother, marginalisation on every
 #: keyframe, one relinearisation threshold
+#: the smoother and window of every row before 2026-11-27 (then the own smoother became stereo's default)
+ISAM2_1S = {"solver": "isam2", "window_s": 1.0}
 _ISAM_BEFORE = {"rooted_smoother": False, "marginalise_every_s": 0.0, "mono_marginalise_every_s": 0.0,
-                "relinearize_threshold_landmarks": 0.01}
-_EVERY_KF = {"marginalise_every_s": 0.0, "mono_marginalise_every_s": 0.0}
+                "relinearize_threshold_landmarks": 0.01, **ISAM2_1S}
+_EVERY_KF = {"marginalise_every_s": 0.0, "mono_marginalise_every_s": 0.0, **ISAM2_1S}
 _MONO_BEFORE = {"mono_window_s": 3.0, "mono_max_landmarks_per_kf": 60, "mono_landmark_grid": 0,  # before the grid
                 **_ISAM_BEFORE}
 CHANGES = [
@@ -56,17 +58,30 @@ CHANGES = [
     ("+ the measured IMU noise's statistics compiled, the elimination groups kept between marginalisations "
      "(code of 38cb166)", {}, {}, "38cb166"),
     ("+ triangulation: observations passed flat, the null vector from the 4x4 normal matrix; medians by one sort "
-     "(today's code and defaults)", {}, {}),
+     "(the iSAM2 defaults until 2026-11-27, on today's code)", dict(ISAM2_1S), {}),
+    ("+ stereo: the own smoother (solver 'schur': landmarks eliminated in closed form, dense states, VINS-Mono's "
+     "marginalisation), window 2 s (today's defaults)", {}, {}),
 ]
 
-#: Measured against today's defaults (this run's rows; what they showed: the md).
+#: index of the row with the defaults before the own smoother (``bench-backend``'s comparison row)
+PREVIOUS_ROW = len(CHANGES) - 2
+
+#: Measured and not adopted (what they showed: the md): on the own smoother (2026-11-27), and on the
+#: iSAM2 defaults of 2026-11-24 21:17 (those rows carry ISAM2_1S).
 TRIED = [
-    ("gtsam's IncrementalFixedLagSmoother (today's other defaults)", {"rooted_smoother": False}, {}),
-    ("landmarks relinearised at 0.1 m (states at 0.01)", {"relinearize_threshold_landmarks": 0.1}, {}),
-    ("landmarks relinearised at 0.05 m (states at 0.01)", {"relinearize_threshold_landmarks": 0.05}, {}),
-    ("batch marginalisation every 1.5 s in stereo too", {"marginalise_every_s": 1.5}, {}),
-    ("mono: batch marginalisation every 1 s", {"mono_marginalise_every_s": 1.0}, {}),
-    ("stereo: 50 observations per keyframe", {"max_landmarks_per_kf": 50}, {}),
+    ("own smoother, window 1 s", {"window_s": 1.0}, {}),
+    ("own smoother, window 1.5 s", {"window_s": 1.5}, {}),
+    ("own smoother, batch marginalisation every 0.5 s", {"marginalise_every_s": 0.5}, {}),
+    ("mono: the own smoother", {"mono_solver": "schur"}, {}),
+    ("mono: the own smoother, window 3.5 s", {"mono_solver": "schur", "mono_window_s": 3.5}, {}),
+    ("iSAM2: gtsam's IncrementalFixedLagSmoother", {"rooted_smoother": False, **ISAM2_1S}, {}),
+    ("iSAM2: landmarks relinearised at 0.1 m (states at 0.01)", {"relinearize_threshold_landmarks": 0.1, **ISAM2_1S},
+     {}),
+    ("iSAM2: landmarks relinearised at 0.05 m (states at 0.01)",
+     {"relinearize_threshold_landmarks": 0.05, **ISAM2_1S}, {}),
+    ("iSAM2: batch marginalisation every 1.5 s in stereo too", {"marginalise_every_s": 1.5, **ISAM2_1S}, {}),
+    ("iSAM2: mono batch marginalisation every 1 s", {"mono_marginalise_every_s": 1.0, **ISAM2_1S}, {}),
+    ("iSAM2: stereo 50 observations per keyframe", {"max_landmarks_per_kf": 50, **ISAM2_1S}, {}),
 ]
 
 #: Measured on 2026-11-24 14:57 against the defaults of 15:15 (gtsam's smoother, marginalisation every
@@ -391,17 +406,33 @@ def _inputs(name: str, cache: Path, tmp: Path):
     return data, gt_tum_of(ds, tmp), (ds.cameras[0], ds.cameras[1]), (ds.imu_stamps, ds.imu_data), ds.imu_noise, inputs
 
 
-def run(sequences, cache: Path, machine: dict, load, modes=("stereo", "mono")) -> dict:
-    """The table; ``machine`` describes the machine, ``load()`` gives its load average."""
+def select_rows(spec: str) -> list:
+    """Rows of CHANGES + TRIED by ``spec``: comma-separated 0-based indices or substrings of their
+    labels ('' = all)."""
+    rows = CHANGES + TRIED
+    if not spec:
+        return rows
+    out = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        hit = [rows[int(part)]] if part.isdigit() and int(part) < len(rows) else [r for r in rows if part in r[0]]
+        if not hit:
+            raise ValueError(f"no row matches {part!r} (0..{len(rows) - 1} or a part of a row's label)")
+        out += [r for r in hit if r not in out]
+    return out
+
+
+def run(sequences, cache: Path, machine: dict, load, modes=("stereo", "mono"), rows=None) -> dict:
+    """The table; ``machine`` describes the machine, ``load()`` gives its load average; ``rows``: a
+    subset of CHANGES + TRIED (default: all)."""
     from vilib_ros.bench.accuracy import backend_row
 
     _load = load
     logging.getLogger("vilib_ros.backend.estimator").setLevel(logging.ERROR)
-    rows = CHANGES + TRIED
+    rows = rows or (CHANGES + TRIED)
     res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine,
            "load_start": _load(), "command": "vilib-ros bench-backend --changes " + ",".join(sequences),
            "rows": [{"change": r[0], "overrides": r[1], "isam2": r[2], "code": r[3] if len(r) > 3 else None,
-                     "adopted": n < len(CHANGES)} for n, r in enumerate(rows)], "columns": [], "skipped": {}}
+                     "adopted": r in CHANGES} for n, r in enumerate(rows)], "columns": [], "skipped": {}}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         for name in sequences:
@@ -457,8 +488,8 @@ def markdown(res: dict, notes: str = "") -> str:
     head = [f"{c['sequence']} {c['input']}, {c['mode']}" for c in cols]
     L += ["| change | " + " | ".join(head) + " |", "|---|" + "---|" * len(cols)]
     for n, r in enumerate(res["rows"]):
-        if n == sum(1 for x in res["rows"] if x["adopted"]):
-            L.append("| **tried on today's defaults, not adopted:** |" + " |" * len(cols))
+        if n and not r["adopted"] and res["rows"][n - 1]["adopted"]:
+            L.append("| **tried, not adopted:** |" + " |" * len(cols))
         L.append(f"| {r['change']} | " + " | ".join(_cell(c["cells"][n]) for c in cols) + " |")
     if notes:
         L += ["", notes]
