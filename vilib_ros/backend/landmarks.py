@@ -80,6 +80,7 @@ class LandmarkMixin:
         xy = fr.xy
         xr = fr.xy_right if stereo else None
         lmd = self._lm
+        schur_lm = self.solver == "schur"
         R_cw, t_cw = self._cam_T_cw(T_pred, self._T_BS0)
         ts_now = self._ts(fr.stamp_ns)
         # --- observations of existing landmarks, gated
@@ -145,7 +146,8 @@ class LandmarkMixin:
                         xr_raw[n] if xr_raw is not None else None)
                 lm.last_t = fr.stamp_ns
                 lm.n_obs += 1
-                stamps[lm.key] = ts_now
+                if not schur_lm:            # the own smoother stamps the landmarks it gets observations of
+                    stamps[lm.key] = ts_now
                 n_added += 1
         # --- new tracks: record, then create landmarks from pending observations
         self._record_pending(fr, k)
@@ -156,13 +158,15 @@ class LandmarkMixin:
         cands = [i for i in ids_l if i in pend]
         # prefer tracks with more keyframe observations
         cands.sort(key=lambda i: -len(pend[i]))
-        valid = {i for i, f in self._kfs.items() if f.t_ns >= horizon}
-        valid.add(k)
+        # the keyframes still in the window: indices grow with time, so they are those from the oldest
+        # one at or after the horizon on (and a track's pending observations are in keyframe order:
+        # only its first can be too old)
+        first_valid = min((i for i, f in self._kfs.items() if f.t_ns >= horizon), default=k)
         live = []
         for tid in cands:
             obs = pend[tid]
-            if any(o[0] not in valid for o in obs):
-                obs = pend[tid] = [o for o in obs if o[0] in valid]
+            if obs[0][0] < first_valid:
+                obs = pend[tid] = [o for o in obs if o[0] >= first_valid]
             if len(obs) >= 2:
                 live.append(tid)
         if self.landmark_grid > 0 and len(live) > budget:
@@ -197,7 +201,8 @@ class LandmarkMixin:
                 n_added += 1
             t_first = min(fr.stamp_ns if o[0] == k else self._kfs[o[0]].t_ns for o in obs)
             lmd[tid] = _Landmark(key, P, fr.stamp_ns, len(obs), fr.stamp_ns, t_first)
-            stamps[key] = ts_now
+            if schur is None:
+                stamps[key] = ts_now
             del pend[tid]
             created += 1
         # prune pending tracks not seen in this keyframe

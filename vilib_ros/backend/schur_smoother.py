@@ -76,6 +76,7 @@ class SchurSmoother:
         self._priors: list = []             # marginal priors: _Prior
         # landmarks: key -> row of the arrays
         self._lm_row: dict[int, int] = {}
+        self._lm_keys = np.zeros(0, np.int64)  # the keys by row: increasing (rows keep their order)
         self._P = np.zeros((0, 3))
         self._lm_t = np.zeros(0)
         # each landmark's prior, a linear factor: information, gradient at the linearisation point, that point
@@ -87,7 +88,8 @@ class SchurSmoother:
         self._o_lm = np.zeros(0, np.int64)
         self._o_kind = np.zeros(0, np.int64)
         self._o_z = np.zeros((0, 3))
-        self._new_obs: list = []            # (X key, L key, kind, z0, z1, z2) since the last update
+        self._new_obs: list = []            # (keyframe index, L key) of the observations since the last update
+        self._new_z: list = []              # (kind, z0, z1, z2) of the same
         self._new_lm: list = []             # (key, point, prior sigma)
         self._now = -np.inf
         self._H = None                      # the last update's states system (marginal covariances)
@@ -112,16 +114,19 @@ class SchurSmoother:
         """``add_obs(X, L, xy, xr_rect, xr_raw)`` as the estimator's ``_obs_adder`` gives it: a stereo
         observation where the rectified right x is known, else a projection into cam0 (and one
         into cam1 where the raw right point is given)."""
-        app = self._new_obs.append
-        nan = float("nan")
+        app, appz = self._new_obs.append, self._new_z.append
+        nan, mask = float("nan"), _IDX_MASK
 
         def add_obs(X: int, L: int, xy, xr_rect, xr_raw) -> None:
             if xr_rect is not None and xr_rect == xr_rect:
-                app((X, L, 0, xy[0], xr_rect, xy[1]))
+                app((X & mask, L))
+                appz((0, xy[0], xr_rect, xy[1]))
                 return
-            app((X, L, 1, xy[0], xy[1], nan))
+            app((X & mask, L))
+            appz((1, xy[0], xy[1], nan))
             if xr_raw is not None and xr_raw[0] == xr_raw[0]:
-                app((X, L, 2, xr_raw[0], xr_raw[1], nan))
+                app((X & mask, L))
+                appz((2, xr_raw[0], xr_raw[1], nan))
 
         return add_obs
 
@@ -165,12 +170,15 @@ class SchurSmoother:
             return
         n0, new = len(self._P), self._new_lm
         self._new_lm = []
-        for j, (k, _, _) in enumerate(new):
-            if k in self._lm_row:
-                raise ValueError(f"landmark key {k} added twice")
+        keys = np.array([k for k, _, _ in new], np.int64)
+        last = self._lm_keys[-1] if len(self._lm_keys) else -1
+        if not (keys[0] > last and np.all(np.diff(keys) > 0)):
+            raise ValueError("landmark keys must be new and increasing (the estimator numbers its landmarks)")
+        for j, k in enumerate(keys.tolist()):
             self._lm_row[k] = n0 + j
         P = np.array([p for _, p, _ in new])
         info = np.array([1.0 / (s * s) if s > 0 else 0.0 for _, _, s in new])
+        self._lm_keys = np.concatenate([self._lm_keys, keys])
         self._P = np.concatenate([self._P, P])
         self._lp_P = np.concatenate([self._lp_P, P])
         self._lp_g = np.concatenate([self._lp_g, np.zeros((len(new), 3))])
@@ -195,18 +203,21 @@ class SchurSmoother:
     def _add_pending_obs(self) -> None:
         if not self._new_obs:
             return
-        new, self._new_obs = self._new_obs, []
-        so, lr = self._slot_of, self._lm_row
-        try:
-            st = [so[X & _IDX_MASK] for X, *_ in new]
-            lm = [lr[L] for _, L, *_ in new]
-        except KeyError as exc:
-            raise ValueError(f"observation of an unknown state or landmark key {exc.args[0]}") from None
-        a = np.array(new, dtype=np.float64)
-        self._o_state = np.concatenate([self._o_state, np.array(st, np.int64)])
-        self._o_lm = np.concatenate([self._o_lm, np.array(lm, np.int64)])
-        self._o_kind = np.concatenate([self._o_kind, a[:, 2].astype(np.int64)])
-        self._o_z = np.concatenate([self._o_z, a[:, 3:6]])
+        ints = np.array(self._new_obs, np.int64)
+        z = np.array(self._new_z, np.float64)
+        self._new_obs, self._new_z = [], []
+        # slots and landmark rows by binary search: both are kept in increasing order of their keys
+        slots = np.array(self._slots, np.int64)
+        st = np.searchsorted(slots, ints[:, 0])
+        lm = np.searchsorted(self._lm_keys, ints[:, 1])
+        bad = (st >= len(slots)) | (lm >= len(self._lm_keys))
+        if bad.any() or np.any(slots[st] != ints[:, 0]) or np.any(self._lm_keys[lm] != ints[:, 1]):
+            raise ValueError("observation of an unknown state or landmark")
+        self._lm_t[lm] = self._now              # an observation refreshes its landmark's stamp
+        self._o_state = np.concatenate([self._o_state, st])
+        self._o_lm = np.concatenate([self._o_lm, lm])
+        self._o_kind = np.concatenate([self._o_kind, z[:, 0].astype(np.int64)])
+        self._o_z = np.concatenate([self._o_z, z[:, 1:4]])
 
     # ------------------------------------------------------------------ linearisation
     def _rows(self, keys) -> np.ndarray:
@@ -242,15 +253,20 @@ class SchurSmoother:
             used.append(p)
         return used
 
-    def _visual_system(self, H, g, lm_on, obs_on):
-        L, O = len(self._P), len(self._o_state)
+    def _visual_system(self, H, g, lm_on, obs_on, rows=None):
+        """The visual factors' normal equations into ``H``, ``g`` (landmarks eliminated); ``rows``:
+        only these observations (the marginalisation's), else all."""
+        st, lm, kind, z = self._o_state, self._o_lm, self._o_kind, self._o_z
+        if rows is not None:
+            st, lm, kind, z, obs_on = st[rows], lm[rows], kind[rows], z[rows], obs_on[rows]
+        L, O = len(self._P), len(st)
         self._Hll_inv = self._buf("Hll_inv", (L, 3, 3))
         self._gl = self._buf("gl", (L, 3))
         self._Hpl = self._buf("Hpl", (O, 6, 3))
         self.last_obs_used = schur.visual_normal_equations(
             self._Rs, self._ts, self._Rbs, self._tbs, self._baseline, self._P, lm_on, self._lp_H, self._lp_g, self._lp_P,
-            self._o_state, self._o_lm, self._o_kind, self._o_z, obs_on, self._sigma, self._huber,
-            len(self._slots), H, g, self._Hll_inv, self._gl, self._Hpl)
+            st, lm, kind, z, obs_on, self._sigma, self._huber, len(self._slots), H, g, self._Hll_inv, self._gl,
+            self._Hpl)
 
     def _buf(self, name: str, shape: tuple, zero: bool = False) -> np.ndarray:
         """A work array of ``shape`` in memory kept between updates: a fresh ``np.zeros`` of the
@@ -303,7 +319,7 @@ class SchurSmoother:
         n = STATE_DIM * len(self._slots)
         H, g = self._buf("H", (n, n), zero=True), self._buf("g", (n,), zero=True)
         used = self._inertial_system(H, g, select=leave)
-        self._visual_system(H, g, lm_leave, obs_out & lm_leave[self._o_lm])
+        self._visual_system(H, g, lm_leave, obs_out, rows=np.flatnonzero(obs_out))
         m_rows = np.array([STATE_DIM * s + j for s in sorted(leave) for j in range(STATE_DIM)], np.int64)
         keep = [s for s in range(len(self._slots)) if s not in leave]
         blk = np.abs(H).reshape(len(self._slots), STATE_DIM, len(self._slots), STATE_DIM).sum(axis=(1, 3))
@@ -313,9 +329,9 @@ class SchurSmoother:
             Hkk, gk = H[np.ix_(k_rows, k_rows)], g[k_rows]
             if len(m_rows):
                 Hmm, Hkm = H[np.ix_(m_rows, m_rows)], H[np.ix_(k_rows, m_rows)]
-                Hmm_inv = _pd_inverse(Hmm)
-                Hkk = Hkk - Hkm @ Hmm_inv @ Hkm.T
-                gk = gk - Hkm @ Hmm_inv @ g[m_rows]
+                X = _pd_solve(Hmm, np.column_stack([Hkm.T, g[m_rows]]))     # Hmm^-1 [Hmk, g_m]
+                Hkk = Hkk - Hkm @ X[:, :-1]
+                gk = gk - Hkm @ X[:, -1]
             kf = [self._slots[s] for s in sep]
             idx = np.array(sep, np.int64)
             prior = _Prior(kf, 0.5 * (Hkk + Hkk.T), gk, self._Rs[idx].copy(), self._ts[idx].copy(),
@@ -325,7 +341,7 @@ class SchurSmoother:
         # drop what was marginalised
         used_ids = {id(u) for u in used}
         self._priors = [p for p in self._priors if id(p) not in used_ids] + ([prior] if prior else [])
-        self.removed_landmarks = {k for k, r in self._lm_row.items() if lm_leave[r]}
+        self.removed_landmarks = set(self._lm_keys[lm_leave].tolist())
         self._drop(leave, lm_leave, obs_out)
 
 
@@ -344,7 +360,8 @@ class SchurSmoother:
         keep_lm = ~lm_leave
         lm_remap = np.full(len(self._P), -1, np.int64)
         lm_remap[keep_lm] = np.arange(int(keep_lm.sum()))
-        self._lm_row = {k: int(lm_remap[r]) for k, r in self._lm_row.items() if keep_lm[r]}
+        self._lm_keys = self._lm_keys[keep_lm]
+        self._lm_row = dict(zip(self._lm_keys.tolist(), range(len(self._lm_keys))))
         self._P, self._lm_t = self._P[keep_lm], self._lm_t[keep_lm]
         self._lp_H, self._lp_g, self._lp_P = self._lp_H[keep_lm], self._lp_g[keep_lm], self._lp_P[keep_lm]
         ok = ~obs_out & keep_lm[self._o_lm]
@@ -594,13 +611,12 @@ class _FactorCache:
         self.n = m
 
 
-def _pd_inverse(A: np.ndarray) -> np.ndarray:
-    """Inverse of a symmetric positive (semi-)definite block: Cholesky, else the pseudo-inverse
+def _pd_solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``A^-1 B`` for a symmetric positive (semi-)definite ``A``: Cholesky, else the pseudo-inverse
     (a direction without information is left out of the marginal)."""
-    try:
-        c = scipy.linalg.cho_factor(A, lower=True, check_finite=False)
-        return scipy.linalg.cho_solve(c, np.eye(len(A)), check_finite=False)
-    except (np.linalg.LinAlgError, ValueError):
-        w, V = np.linalg.eigh(0.5 * (A + A.T))
-        keep = w > 1e-9 * max(float(w.max()), 1e-300)
-        return (V[:, keep] / w[keep]) @ V[:, keep].T
+    c, info = _potrf(A, lower=True, overwrite_a=False, clean=False)
+    if info == 0:
+        return _potrs(c, B, lower=True)[0]
+    w, V = np.linalg.eigh(0.5 * (A + A.T))
+    keep = w > 1e-9 * max(float(w.max()), 1e-300)
+    return (V[:, keep] / w[keep]) @ (V[:, keep].T @ B)
