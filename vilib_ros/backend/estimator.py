@@ -5,10 +5,16 @@ IMU bias B(k), linked by ``CombinedImuFactor`` (preintegrated between keyframes)
 L(n) in world coordinates with ``GenericStereoFactor3D`` (stereo, normalised calibration
 ``Cal3_S2Stereo(1, 1, 0, 0, 0, baseline)`` and sigma = pixel_sigma / fx) or
 ``GenericProjectionFactorCal3_S2`` (mono, or stereo tracks without a right match), all with
-Huber costs. A fixed-lag smoother on iSAM2 (:class:`~vilib_ros.backend.fixed_lag.RootedFixedLagSmoother`:
-landmarks eliminated first, the newest state last, in the root clique, so that its covariance is
-cheap; ``rooted_smoother`` false: gtsam's ``IncrementalFixedLagSmoother``) keeps ``window_s`` seconds (mono:
-``mono_window_s`` when larger: the metric scale needs a longer window); with
+Huber costs. A fixed-lag smoother keeps ``window_s`` seconds (mono: ``mono_window_s`` when larger: the
+metric scale needs a longer window). ``solver`` (stereo; mono: ``mono_solver``) picks it:
+``'schur'``, the default in stereo, is our own (:class:`~vilib_ros.backend.schur_smoother.SchurSmoother`:
+one Gauss-Newton step per keyframe with the landmarks eliminated in closed form, the states dense;
+the same factors, taken without gtsam objects for the visual ones; a landmark leaves the window with
+the first state that observed it, and the estimator then ends its track's landmark, the track seen
+on starting a new one); ``'isam2'``, mono's default, is gtsam's iSAM2
+(:class:`~vilib_ros.backend.fixed_lag.RootedFixedLagSmoother`: landmarks eliminated first, the newest
+state last, in the root clique, so that its covariance is cheap; ``rooted_smoother`` false: gtsam's
+``IncrementalFixedLagSmoother``). With
 ``marginalise_every_s`` (mono: ``mono_marginalise_every_s``) the states older than the window leave it in batches, so that only
 one update per batch pays for the marginalisation (the window then spans ``window_s`` to
 ``window_s + marginalise_every_s``). iSAM2 reuses the slots of marginalised factors. The IMU is
@@ -40,7 +46,8 @@ Smoother timestamps: every time is kept as integer nanoseconds; the smoother rec
 ``(t_ns - t0_ns) * 1e-9`` (seconds since the first frame), so that float rounding never
 reorders or merges keys. A landmark's timestamp is refreshed to the keyframe time on every
 observation; once it has not been observed for a window it is marginalised with the old
-poses, and a re-observed track gets a new landmark key (never a factor on a marginalised key).
+poses (the own smoother: also once the first state that observed it leaves), and a re-observed
+track gets a new landmark key (never a factor on a marginalised key).
 
 At rest (median parallax since the last keyframe below ``still_parallax_px`` and a static IMU
 window) a zero-velocity prior and a no-motion pose factor are added (``zero_velocity_updates``):
@@ -58,8 +65,8 @@ ended by age. A keyframe without any visual observation is a tracking loss: coun
 jump. Factors are never removed from the smoother (removing
 factors while it marginalises is a known gtsam failure, borglab/gtsam#2479).
 
-Failure handling: any exception from the smoother (IndeterminantLinearSystemException and
-other RuntimeErrors) or a diverged state (speed, bias bounds, NaN) resets the smoother from
+Failure handling: any exception from the smoother (gtsam's IndeterminantLinearSystemException,
+the own smoother's IndeterminantSystem, and other RuntimeErrors) or a diverged state (speed, bias bounds, NaN) resets the smoother from
 the last good state propagated with the IMU; ``stats['resets']`` counts it. Bad IMU samples
 (NaN, non-monotonic) and bad frames are skipped and counted.
 
