@@ -226,3 +226,27 @@ class TestPropagateImu:
         R2, p2, v2 = propagate_imu(R, p, v, np.zeros(3), np.zeros(3), m, np.array([0.005]), 9.81)
         assert (R == np.eye(3)).all() and (p == 0).all() and (v == 1).all()
         assert not np.allclose(R2, R) and np.allclose(p2, v * 0.005)
+
+
+class TestRotToQuat:
+    """The per-frame output's rotation -> quaternion on plain floats, against scipy, every branch of
+    Shepperd's method (trace positive, then each diagonal element largest)."""
+
+    def test_against_scipy(self):
+        from scipy.spatial.transform import Rotation
+
+        from vilib_ros.backend.estimator import _rot_to_quat_xyzw
+
+        rng = np.random.default_rng(4)
+        rots = list(Rotation.random(500, random_state=rng).as_matrix())
+        rots += [Rotation.from_rotvec(np.pi * 0.999 * np.eye(3)[i]).as_matrix() for i in range(3)]
+        branches = set()
+        for R in rots:
+            q = _rot_to_quat_xyzw(R)
+            ref = Rotation.from_matrix(R).as_quat()
+            ref = -ref if ref[3] < 0 else ref
+            assert q.shape == (4,) and q[3] >= 0 and abs(np.linalg.norm(q) - 1) < 1e-15
+            np.testing.assert_allclose(q, ref, rtol=0, atol=1e-14)
+            d = np.diag(R)
+            branches.add("trace" if d.sum() > 0 else int(np.argmax(d)))
+        assert branches == {"trace", 0, 1, 2}

@@ -293,9 +293,12 @@ class LandmarkMixin:
         flat = [o for c in cands for o in c]
         start = np.zeros(C + 1, np.int64)
         np.cumsum(np.fromiter(map(len, cands), np.int64, C), out=start[1:])
-        kfi = np.fromiter((o[0] for o in flat), np.int64, len(flat))
-        uk, view = np.unique(kfi, return_inverse=True)
-        P_tab = np.array([self._proj(ki, k, T_pred) for ki in uk.tolist()])
+        kf_l = [o[0] for o in flat]
+        uk = sorted(set(kf_l))                  # the keyframes seen (np.unique's order, without its ~20 us)
+        pos = {u: n for n, u in enumerate(uk)}
+        kfi = np.array(kf_l, np.int64)
+        view = np.array([pos[x] for x in kf_l], np.int64)
+        P_tab = np.array([self._proj(ki, k, T_pred) for ki in uk])
         xy = np.array([o[1] for o in flat], np.float64)
         if stereo:
             nan2 = (math.nan, math.nan)
@@ -307,7 +310,7 @@ class LandmarkMixin:
         keep = np.ones(len(flat), bool)
         X = np.zeros((C, 3))
         drops = np.zeros(C, np.int64)
-        ok = triangulate_candidates(P_tab, view.astype(np.int64), xy, xr, m_r, gate, start, stereo,
+        ok = triangulate_candidates(P_tab, view, xy, xr, m_r, gate, start, stereo,
                                     getattr(self, "_T_c1c0", np.eye(4)), cfg.min_depth, cfg.max_depth,
                                     cfg.mono_min_parallax_deg, X, keep, drops)
         keep_l = keep.tolist()
