@@ -24,10 +24,12 @@ densely coupled, ~200 landmarks (3 each) that touch only poses. So per update:
    accurate or more (``bench/results/backend_changes.md``).
 
 The interface is the part of :class:`.fixed_lag.RootedFixedLagSmoother` the estimator uses
-(``update``, ``estimate``, ``marginalCovariance``, ``setSmootherLag``), plus the visual input
-without gtsam objects: :meth:`SchurSmoother.add_landmark` and :meth:`SchurSmoother.obs_adder`. A
-system that is not positive definite raises :class:`IndeterminantSystem` (the estimator resets,
-as after gtsam's exception).
+(``update``, ``estimate``, ``marginalCovariance``, ``setSmootherLag``, ``timestamps``), plus the
+visual input without gtsam objects: :meth:`SchurSmoother.add_landmark` and
+:meth:`SchurSmoother.obs_adder`. A system that is not positive definite raises
+:class:`IndeterminantSystem` (the estimator resets, as after gtsam's exception). The window's
+parts (landmark table, state factors with their cached linearisations, marginal priors) are in
+:mod:`.schur_window`.
 """
 from __future__ import annotations
 
@@ -36,10 +38,11 @@ import scipy.linalg
 
 from . import schur
 from .schur import STATE_DIM
+from .schur_window import IDX_MASK as _IDX_MASK
+from .schur_window import OFFSET as _OFFSET
+from .schur_window import LandmarkTable, MarginalPrior, StateFactors
 
 _X, _V, _B, _L = (ord(c) for c in "xvbl")
-_OFFSET = {_X: (0, 6), _V: (6, 3), _B: (9, 6)}     # a state key's rows in its slot
-_IDX_MASK = (1 << 56) - 1
 # LAPACK's Cholesky directly (scipy's cho_factor / cho_solve add ~10-20 us of checks per call)
 _potrf, _potrs = scipy.linalg.get_lapack_funcs(("potrf", "potrs"), (np.zeros(1),))
 
@@ -72,25 +75,9 @@ class SchurSmoother:
         # the states' estimate, slot by slot: pose (R body -> world, t), velocity, bias [acc, gyro]
         self._Rs, self._ts = np.zeros((0, 3, 3)), np.zeros((0, 3))
         self._vs, self._bs = np.zeros((0, 3)), np.zeros((0, 6))
-        self._factors = _FactorCache(gtsam)  # gtsam's inertial and prior factors, linearised when stale
-        self._priors: list = []             # marginal priors: _Prior
-        # landmarks: key -> row of the arrays
-        self._lm_row: dict[int, int] = {}
-        self._lm_keys = np.zeros(0, np.int64)  # the keys by row: increasing (rows keep their order)
-        self._P = np.zeros((0, 3))
-        self._lm_t = np.zeros(0)
-        # each landmark's prior, a linear factor: information, gradient at the linearisation point, that point
-        self._lp_H = np.zeros((0, 3, 3))
-        self._lp_g = np.zeros((0, 3))
-        self._lp_P = np.zeros((0, 3))
-        # observations (rows: state slot, landmark row, kind, measurement)
-        self._o_state = np.zeros(0, np.int64)
-        self._o_lm = np.zeros(0, np.int64)
-        self._o_kind = np.zeros(0, np.int64)
-        self._o_z = np.zeros((0, 3))
-        self._new_obs: list = []            # (keyframe index, L key) of the observations since the last update
-        self._new_z: list = []              # (kind, z0, z1, z2) of the same
-        self._new_lm: list = []             # (key, point, prior sigma)
+        self._factors = StateFactors(gtsam)  # gtsam's inertial and prior factors, linearised when stale
+        self._priors: list = []             # MarginalPrior
+        self._lm = LandmarkTable()
         self._now = -np.inf
         self._H = None                      # the last update's states system (marginal covariances)
         self._bufs: dict = {}               # work arrays kept between updates (_buf)
@@ -108,27 +95,13 @@ class SchurSmoother:
     def add_landmark(self, key: int, p, prior_sigma: float = 0.0) -> None:
         """A new landmark at ``p`` (world), with an isotropic prior there where ``prior_sigma`` > 0;
         it joins the system at the next :meth:`update`."""
-        self._new_lm.append((int(key), np.asarray(p, np.float64), float(prior_sigma)))
+        self._lm.add(key, p, prior_sigma)
 
     def obs_adder(self):
         """``add_obs(X, L, xy, xr_rect, xr_raw)`` as the estimator's ``_obs_adder`` gives it: a stereo
         observation where the rectified right x is known, else a projection into cam0 (and one
         into cam1 where the raw right point is given)."""
-        app, appz = self._new_obs.append, self._new_z.append
-        nan, mask = float("nan"), _IDX_MASK
-
-        def add_obs(X: int, L: int, xy, xr_rect, xr_raw) -> None:
-            if xr_rect is not None and xr_rect == xr_rect:
-                app((X & mask, L))
-                appz((0, xy[0], xr_rect, xy[1]))
-                return
-            app((X & mask, L))
-            appz((1, xy[0], xy[1], nan))
-            if xr_raw is not None and xr_raw[0] == xr_raw[0]:
-                app((X & mask, L))
-                appz((2, xr_raw[0], xr_raw[1], nan))
-
-        return add_obs
+        return self._lm.adder()
 
     # ------------------------------------------------------------------ update
     def update(self, graph=None, values=None, stamps: dict | None = None, newest=()) -> None:
@@ -138,15 +111,15 @@ class SchurSmoother:
         self.removed_landmarks = set()
         if values is not None and values.size():
             self._add_states(values)
-        self._add_pending_landmarks()
         if graph is not None:
             for i in range(graph.size()):
                 f = graph.at(i)
                 if f is not None:
                     self._factors.add(f, self._slot_of)
-        if stamps:
-            self._stamp(stamps)
-        self._add_pending_obs()
+        landmark_stamps = self._stamp(stamps or {})
+        self._lm.ingest(self._slots, self._now)
+        for k, t in landmark_stamps:
+            self._lm.stamp(k, t)
         self._step()
         self._marginalise()
 
@@ -165,59 +138,17 @@ class SchurSmoother:
         self._vs = np.concatenate([self._vs, np.array([values.atVector(_V << 56 | i) for i in new])])
         self._bs = np.concatenate([self._bs, np.array([values.atConstantBias(_B << 56 | i).vector() for i in new])])
 
-    def _add_pending_landmarks(self) -> None:
-        if not self._new_lm:
-            return
-        n0, new = len(self._P), self._new_lm
-        self._new_lm = []
-        keys = np.array([k for k, _, _ in new], np.int64)
-        last = self._lm_keys[-1] if len(self._lm_keys) else -1
-        if not (keys[0] > last and np.all(np.diff(keys) > 0)):
-            raise ValueError("landmark keys must be new and increasing (the estimator numbers its landmarks)")
-        for j, k in enumerate(keys.tolist()):
-            self._lm_row[k] = n0 + j
-        P = np.array([p for _, p, _ in new])
-        info = np.array([1.0 / (s * s) if s > 0 else 0.0 for _, _, s in new])
-        self._lm_keys = np.concatenate([self._lm_keys, keys])
-        self._P = np.concatenate([self._P, P])
-        self._lp_P = np.concatenate([self._lp_P, P])
-        self._lp_g = np.concatenate([self._lp_g, np.zeros((len(new), 3))])
-        self._lp_H = np.concatenate([self._lp_H, info[:, None, None] * np.eye(3)])
-        self._lm_t = np.concatenate([self._lm_t, np.full(len(new), self._now)])
-
-    def _stamp(self, stamps: dict) -> None:
-        rows, ts = [], []
+    def _stamp(self, stamps: dict) -> list:
+        """The states' stamps [s]; returns the landmarks' (key, stamp), set once they are in."""
+        lm = []
         for k, t in stamps.items():
             c = k >> 56
             if c == _L:
-                r = self._lm_row.get(k)
-                if r is not None:
-                    rows.append(r)
-                    ts.append(t)
+                lm.append((k, t))
             elif c == _X or c == _V or c == _B:
                 self._state_t[k & _IDX_MASK] = t
             self._now = max(self._now, t)
-        if rows:
-            self._lm_t[rows] = ts
-
-    def _add_pending_obs(self) -> None:
-        if not self._new_obs:
-            return
-        ints = np.array(self._new_obs, np.int64)
-        z = np.array(self._new_z, np.float64)
-        self._new_obs, self._new_z = [], []
-        # slots and landmark rows by binary search: both are kept in increasing order of their keys
-        slots = np.array(self._slots, np.int64)
-        st = np.searchsorted(slots, ints[:, 0])
-        lm = np.searchsorted(self._lm_keys, ints[:, 1])
-        bad = (st >= len(slots)) | (lm >= len(self._lm_keys))
-        if bad.any() or np.any(slots[st] != ints[:, 0]) or np.any(self._lm_keys[lm] != ints[:, 1]):
-            raise ValueError("observation of an unknown state or landmark")
-        self._lm_t[lm] = self._now              # an observation refreshes its landmark's stamp
-        self._o_state = np.concatenate([self._o_state, st])
-        self._o_lm = np.concatenate([self._o_lm, lm])
-        self._o_kind = np.concatenate([self._o_kind, z[:, 0].astype(np.int64)])
-        self._o_z = np.concatenate([self._o_z, z[:, 1:4]])
+        return lm
 
     # ------------------------------------------------------------------ linearisation
     def _rows(self, keys) -> np.ndarray:
@@ -256,15 +187,16 @@ class SchurSmoother:
     def _visual_system(self, H, g, lm_on, obs_on, rows=None):
         """The visual factors' normal equations into ``H``, ``g`` (landmarks eliminated); ``rows``:
         only these observations (the marginalisation's), else all."""
-        st, lm, kind, z = self._o_state, self._o_lm, self._o_kind, self._o_z
+        t = self._lm
+        st, lm, kind, z = t.o_state, t.o_lm, t.o_kind, t.o_z
         if rows is not None:
             st, lm, kind, z, obs_on = st[rows], lm[rows], kind[rows], z[rows], obs_on[rows]
-        L, O = len(self._P), len(st)
+        L, O = len(t), len(st)
         self._Hll_inv = self._buf("Hll_inv", (L, 3, 3))
         self._gl = self._buf("gl", (L, 3))
         self._Hpl = self._buf("Hpl", (O, 6, 3))
         self.last_obs_used = schur.visual_normal_equations(
-            self._Rs, self._ts, self._Rbs, self._tbs, self._baseline, self._P, lm_on, self._lp_H, self._lp_g, self._lp_P,
+            self._Rs, self._ts, self._Rbs, self._tbs, self._baseline, t.P, lm_on, t.prior_H, t.prior_g, t.prior_P,
             st, lm, kind, z, obs_on, self._sigma, self._huber, len(self._slots), H, g, self._Hll_inv, self._gl,
             self._Hpl)
 
@@ -285,8 +217,9 @@ class SchurSmoother:
         n = STATE_DIM * len(self._slots)
         H, g = self._buf("H", (n, n), zero=True), self._buf("g", (n,), zero=True)
         self._inertial_system(H, g)
-        lm_on = np.ones(len(self._P), np.bool_)
-        obs_on = np.ones(len(self._o_state), np.bool_)
+        t = self._lm
+        lm_on = np.ones(len(t), np.bool_)
+        obs_on = np.ones(len(t.o_state), np.bool_)
         self._visual_system(H, g, lm_on, obs_on)
         C = self._buf("chol", (n, n))
         np.copyto(C, H)
@@ -298,24 +231,25 @@ class SchurSmoother:
         if info != 0 or not np.all(np.isfinite(d)):
             raise IndeterminantSystem("the window's step is not finite")
         self._H = (c, list(self._slots))
-        dP = np.zeros_like(self._P)
-        schur.landmark_steps(d, self._Hll_inv, self._gl, self._Hpl, self._o_state, self._o_lm, obs_on, lm_on, dP)
-        self._P += dP
+        dP = np.zeros_like(t.P)
+        schur.landmark_steps(d, self._Hll_inv, self._gl, self._Hpl, t.o_state, t.o_lm, obs_on, lm_on, dP)
+        t.P += dP
         schur.retract_states(self._Rs, self._ts, self._vs, self._bs, d)
 
     # ------------------------------------------------------------------ marginalisation
     def _marginalise(self) -> None:
         limit = self._now - self._lag
         leave = {s for s, i in enumerate(self._slots) if self._state_t.get(i, np.inf) < limit}
-        lm_leave = self._lm_t < limit
+        t = self._lm
+        lm_leave = t.t < limit
         if not leave and not lm_leave.any():
             return
         if leave:
             # a landmark leaves with the first state that observed it (VINS-Mono's marginalisation: the
             # marginal stays on states alone); the estimator ends its track's landmark at the same time
-            seen = np.isin(self._o_state, np.fromiter(leave, np.int64))
-            lm_leave[self._o_lm[seen]] = True
-        obs_out = lm_leave[self._o_lm]          # observations that leave with their landmark
+            seen = np.isin(t.o_state, np.fromiter(leave, np.int64))
+            lm_leave[t.o_lm[seen]] = True
+        obs_out = lm_leave[t.o_lm]              # observations that leave with their landmark
         n = STATE_DIM * len(self._slots)
         H, g = self._buf("H", (n, n), zero=True), self._buf("g", (n,), zero=True)
         used = self._inertial_system(H, g, select=leave)
@@ -334,14 +268,14 @@ class SchurSmoother:
                 gk = gk - Hkm @ X[:, -1]
             kf = [self._slots[s] for s in sep]
             idx = np.array(sep, np.int64)
-            prior = _Prior(kf, 0.5 * (Hkk + Hkk.T), gk, self._Rs[idx].copy(), self._ts[idx].copy(),
+            prior = MarginalPrior(kf, 0.5 * (Hkk + Hkk.T), gk, self._Rs[idx].copy(), self._ts[idx].copy(),
                            self._vs[idx].copy(), self._bs[idx].copy())
         else:
             prior = None
         # drop what was marginalised
         used_ids = {id(u) for u in used}
         self._priors = [p for p in self._priors if id(p) not in used_ids] + ([prior] if prior else [])
-        self.removed_landmarks = set(self._lm_keys[lm_leave].tolist())
+        self.removed_landmarks = set(t.keys[lm_leave].tolist())
         self._drop(leave, lm_leave, obs_out)
 
 
@@ -357,18 +291,7 @@ class SchurSmoother:
         ks = np.array(keep_slots, np.int64)
         self._Rs, self._ts, self._vs, self._bs = self._Rs[ks], self._ts[ks], self._vs[ks], self._bs[ks]
         self._factors.remap(remap)
-        keep_lm = ~lm_leave
-        lm_remap = np.full(len(self._P), -1, np.int64)
-        lm_remap[keep_lm] = np.arange(int(keep_lm.sum()))
-        self._lm_keys = self._lm_keys[keep_lm]
-        self._lm_row = dict(zip(self._lm_keys.tolist(), range(len(self._lm_keys))))
-        self._P, self._lm_t = self._P[keep_lm], self._lm_t[keep_lm]
-        self._lp_H, self._lp_g, self._lp_P = self._lp_H[keep_lm], self._lp_g[keep_lm], self._lp_P[keep_lm]
-        ok = ~obs_out & keep_lm[self._o_lm]
-        if leave:
-            ok &= remap[self._o_state] >= 0
-        self._o_state, self._o_lm = remap[self._o_state[ok]], lm_remap[self._o_lm[ok]]
-        self._o_kind, self._o_z = self._o_kind[ok], self._o_z[ok]
+        self._lm.drop(lm_leave, obs_out, remap)
 
     # ------------------------------------------------------------------ outputs
     def estimate(self) -> "SchurEstimate":
@@ -395,27 +318,12 @@ class SchurSmoother:
     def timestamps(self) -> dict:
         """{key: stamp [s]} of the states and landmarks in the window (as gtsam's smoother gives it)."""
         out = {c << 56 | i: t for i, t in self._state_t.items() if i in self._slot_of for c in (_X, _V, _B)}
-        out.update((k, float(self._lm_t[r])) for k, r in self._lm_row.items())
+        out.update(zip(self._lm.keys.tolist(), self._lm.t.tolist()))
         return out
 
     def landmarks_with_prior(self) -> int:
         """How many landmarks in the window carry a prior (a mono landmark's weak creation prior)."""
-        return int((np.abs(self._lp_H).reshape(len(self._lp_H), -1).sum(axis=1) > 0).sum())
-
-
-class _Prior:
-    """A marginal prior on states (``kf``: their keyframe indices): information ``H`` and
-    gradient ``g`` (15 rows per state: pose, velocity, bias) at the linearisation point ``R``,
-    ``t``, ``v``, ``b`` (one row per state). At the current estimate its gradient is ``g + H d0``,
-    ``d0`` the estimate's local coordinates there (gtsam's ``LinearContainerFactor``)."""
-
-    __slots__ = ("kf", "slots", "keys", "H", "g", "R", "t", "v", "b")
-
-    def __init__(self, kf, H, g, R, t, v, b):
-        self.kf = list(kf)
-        self.slots = frozenset(kf)
-        self.keys = [c << 56 | i for i in kf for c in (_X, _V, _B)]
-        self.H, self.g, self.R, self.t, self.v, self.b = H, g, R, t, v, b
+        return self._lm.with_prior()
 
 
 class SchurEstimate:
@@ -434,7 +342,7 @@ class SchurEstimate:
     def exists(self, key: int) -> bool:
         s = self._s
         c = key >> 56
-        return key in s._lm_row if c == _L else (c in _OFFSET and (key & _IDX_MASK) in s._slot_of)
+        return key in s._lm.row if c == _L else (c in _OFFSET and (key & _IDX_MASK) in s._slot_of)
 
     def atPose3(self, key: int) -> "_Matrix":  # noqa: N802
         """The pose; read as gtsam's is: ``.matrix()`` (4x4)."""
@@ -451,8 +359,8 @@ class SchurEstimate:
         return _Vector(self._s._bs[self._slot(key)].copy())
 
     def atPoint3(self, key: int) -> np.ndarray:  # noqa: N802
-        s = self._s
-        return s._P[s._lm_row[key]].copy()
+        t = self._s._lm
+        return t.P[t.row[key]].copy()
 
 
 class _Matrix:
@@ -473,142 +381,6 @@ class _Vector:
 
     def vector(self) -> np.ndarray:
         return self._v
-
-
-class _FactorCache:
-    """gtsam factors on state keys (``CombinedImuFactor``, priors, zero-velocity factors), each on
-    one state slot or two consecutive ones, with its last linearisation (15 rows per slot: ``H``
-    = ``A^T A``, ``c`` = ``A^T b``) and where it was taken. Linearised by gtsam again only where a
-    variable moved more than the relinearisation threshold from that point
-    (:func:`.schur.factor_normal_equations`). The arrays hold ``n`` factors in a larger capacity."""
-
-    _ARRAYS = (("s0", (), np.int64), ("two", (), np.bool_), ("rows", (30,), np.bool_), ("H", (30, 30), float),
-               ("c", (30,), float), ("R", (2, 3, 3), float), ("t", (2, 3), float), ("v", (2, 3), float),
-               ("b", (2, 6), float), ("marked", (), np.bool_), ("fresh", (), np.bool_))
-
-    def __init__(self, gtsam):
-        self._g = gtsam
-        # the states as gtsam values, for gtsam's linearisation: brought to the estimate only where a
-        # factor is linearised (``_at``: each state's value there, as arrays)
-        self.theta = gtsam.Values()
-        self._at: dict = {}             # keyframe index -> (R, t, v, b) of its value in theta
-        self.f: list = []               # the gtsam factors
-        self.kf: list = []              # their keyframe indices, in slot order
-        self.cols: list = []            # per factor: its Jacobian's columns in the 30-row layout
-        self.n = 0
-        self._cap = {name: np.zeros((16,) + shape, dt) for name, shape, dt in self._ARRAYS}
-
-    def __getattr__(self, name):
-        cap = self.__dict__.get("_cap")
-        if cap is not None and name in cap:
-            return cap[name][:self.n]
-        raise AttributeError(name)
-
-    def add_values(self, values, new: list) -> None:
-        """New states (``values``: gtsam values of their keys; ``new``: their keyframe indices)."""
-        self.theta.insert(values)
-        for i in new:
-            T = values.atPose3(_X << 56 | i).matrix()
-            self._at[i] = (T[:3, :3].copy(), T[:3, 3].copy(), np.asarray(values.atVector(_V << 56 | i), float),
-                           np.asarray(values.atConstantBias(_B << 56 | i).vector(), float))
-
-    def add(self, f, slot_of: dict) -> None:
-        keys = list(f.keys())
-        if any((k >> 56) not in _OFFSET for k in keys):
-            raise ValueError("SchurSmoother takes gtsam factors on states (x, v, b) only; landmarks and their "
-                             "observations through add_landmark / obs_adder")
-        kf = sorted({k & _IDX_MASK for k in keys}, key=lambda i: slot_of[i])
-        if len(kf) > 2 or (len(kf) == 2 and slot_of[kf[1]] != slot_of[kf[0]] + 1):
-            raise ValueError("a state factor must span one state or two consecutive ones")
-        cols = []
-        for k in keys:
-            off, dim = _OFFSET[k >> 56]
-            base = STATE_DIM * kf.index(k & _IDX_MASK) + off
-            cols.extend(range(base, base + dim))
-        if self.n == len(self._cap["s0"]):
-            self._cap = {k: np.concatenate([a, np.zeros_like(a)]) for k, a in self._cap.items()}
-        j = self.n
-        self.n += 1
-        self.f.append(f)
-        self.kf.append(kf)
-        self.cols.append(np.array(cols, np.int64))
-        c = self._cap
-        c["s0"][j], c["two"][j] = slot_of[kf[0]], len(kf) == 2
-        c["rows"][j] = False
-        c["rows"][j, cols] = True
-        c["marked"][j], c["fresh"][j] = False, True     # not linearised yet
-        c["R"][j] = np.eye(3)                           # a valid point until then
-
-    def normal_equations(self, st, slots: list, thresh: float, H, g, select: set | None) -> None:
-        """Adds the factors (those touching a slot in ``select``, or all; marked for removal then)
-        to ``H``, ``g``, linearising the stale ones at the estimate ``st`` = (Rs, ts, vs, bs)."""
-        n = self.n
-        if not n:
-            return
-        if select is None:
-            on = np.ones(n, np.bool_)
-        else:
-            sel = np.zeros(len(slots) + 1, np.bool_)
-            sel[list(select)] = True
-            on = sel[self.s0] | (self.two & sel[np.minimum(self.s0 + 1, len(slots))])
-            self.marked[:] |= on
-        for j in np.flatnonzero(self.fresh & on):
-            self._linearise(int(j), st)
-        stale = np.zeros(n, np.bool_)
-        schur.factor_normal_equations(self.s0, self.two, self.rows, self.H, self.c, self.R, self.t, self.v, self.b,
-                                      *st, thresh, on, H, g, stale)
-        for j in np.flatnonzero(stale):
-            self._linearise(int(j), st)
-            b = STATE_DIM * int(self.s0[j])
-            m = 2 * STATE_DIM if self.two[j] else STATE_DIM
-            H[b:b + m, b:b + m] += self.H[j, :m, :m]
-            g[b:b + m] -= self.c[j, :m]
-
-    def _linearise(self, j: int, st) -> None:
-        g = self._g
-        Rs, ts, vs, bs = st
-        vv = g.VectorValues()
-        d = np.empty(6)
-        cap = self._cap
-        for q in range(2 if cap["two"][j] else 1):
-            s, i = int(cap["s0"][j]) + q, self.kf[j][q]
-            R0, t0, v0, b0 = self._at[i]
-            # every step moves every state a little: bring theta's value to the estimate
-            schur.pose_local(R0, t0, Rs[s], ts[s], d)
-            vv.insert(_X << 56 | i, d.copy())
-            vv.insert(_V << 56 | i, vs[s] - v0)
-            vv.insert(_B << 56 | i, bs[s] - b0)
-            self._at[i] = (Rs[s].copy(), ts[s].copy(), vs[s].copy(), bs[s].copy())
-            cap["R"][j, q], cap["t"][j, q], cap["v"][j, q], cap["b"][j, q] = Rs[s], ts[s], vs[s], bs[s]
-        self.theta = self.theta.retract(vv)
-        A, b = self.f[j].linearize(self.theta).jacobian()
-        cap["fresh"][j] = False
-        A30 = np.zeros((A.shape[0], 30))
-        A30[:, self.cols[j]] = A
-        cap["H"][j] = A30.T @ A30
-        cap["c"][j] = A30.T @ b
-
-    def remap(self, remap: np.ndarray) -> None:
-        """Slots renumbered after a marginalisation (``remap[old] = new``)."""
-        self.s0[:] = remap[self.s0]
-
-    def drop_marked(self, gone: list) -> None:
-        """Drops the factors marked by the marginalisation and the values of the states ``gone``."""
-        for i in gone:
-            for c in (_X, _V, _B):
-                self.theta.erase(c << 56 | i)
-            self._at.pop(i, None)
-        keep = ~self.marked
-        if keep.all():
-            return
-        idx = np.flatnonzero(keep)
-        self.f = [self.f[i] for i in idx]
-        self.kf = [self.kf[i] for i in idx]
-        self.cols = [self.cols[i] for i in idx]
-        m = len(idx)
-        for a in self._cap.values():
-            a[:m] = a[idx]
-        self.n = m
 
 
 def _pd_solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
