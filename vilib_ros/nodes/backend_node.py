@@ -1,7 +1,8 @@
 """backend_node: visual-inertial odometry from the frontend's tracks and the IMU (separate process).
 
 Runs :class:`vilib_ros.backend.VioEstimator` (IMU preintegration + sliding-window
-bundle adjustment in gtsam) when it is importable and ``estimator`` is ``auto``; otherwise
+bundle adjustment on gtsam's factors: our own smoother in stereo, gtsam's iSAM2 in mono; see
+``solver``) when it is importable and ``estimator`` is ``auto``; otherwise
 (gtsam missing, or ``estimator: none``) it only records what it receives -- counts in
 ``diagnostics`` and the summary file -- and says so once in the log. A bad message
 (malformed tracks, non-finite IMU, stamps going backwards) or an estimator failure is
@@ -72,8 +73,9 @@ Node parameters (all read-only):
   publish_tf (bool, default true): publish /tf and /tf_static
   publish_odometry_imu (bool, default true): publish ``odometry_imu``
   odometry_covariance (bool, default true): the smoother's marginals into the odometry's
-      covariances, once per keyframe (the newest state is the Bayes tree's root clique: ~0.1 ms
-      per keyframe on the 2-core machine, 6-9 ms before; off: zeros)
+      covariances, once per keyframe (the own smoother: from its last Cholesky factor; iSAM2: the
+      newest state is the Bayes tree's root clique; ~0.1 ms per keyframe on the 2-core machine
+      either way, 6-9 ms before the root clique; off: zeros)
   path_max_length (integer, default 20000, range [1, 10000000]): poses kept in ``path`` (oldest dropped)
   path_publish_period_s (double, default 0.5, range [0, 60]): ``path`` republishing period (0 = every frame)
   diagnostics_period_s (double, default 1.0, range [0.1, 60])
@@ -162,8 +164,8 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       alignment
   mono_init_window_s (double, default 2.0, range [0.0, 600.0], read-only): mono: window for the moving-start
       alignment
-  relinearize_threshold (double, default 0.01, range [0.0, 10.0], read-only): iSAM2 relinearisation threshold
-      of poses, velocities and biases
+  relinearize_threshold (double, default 0.01, range [0.0, 10.0], read-only): relinearisation threshold of
+      poses, velocities and biases (iSAM2; the own smoother: of its inertial factors)
   relinearize_threshold_landmarks (double, default 0.01, range [0.0, 10.0], read-only): iSAM2 relinearisation
       threshold of landmarks, m
   relinearize_skip (integer, default 1, range [1, 1000], read-only): iSAM2 relinearises every this many

@@ -175,7 +175,8 @@ BACKEND_PARAMS = {
     'static_gyro_mean': Meta('rad/s (|mean gyro| at rest = the bias)', range=(0.0, 100.0)),
     'dynamic_init_frames': Meta('stereo: frames for the moving-start alignment', range=(2, 1000)),
     'mono_init_window_s': Meta('mono: window for the moving-start alignment', range=(0.0, 600.0)),
-    'relinearize_threshold': Meta('iSAM2 relinearisation threshold of poses, velocities and biases', range=(0.0, 10.0)),
+    'relinearize_threshold': Meta('relinearisation threshold of poses, velocities and biases (iSAM2; the own smoother: '
+                                  'of its inertial factors)', range=(0.0, 10.0)),
     'relinearize_threshold_landmarks': Meta('iSAM2 relinearisation threshold of landmarks, m', range=(0.0, 10.0)),
     'relinearize_skip': Meta('iSAM2 relinearises every this many updates', range=(1, 1000)),
     'partial_relinearization_check': Meta('iSAM2 partial relinearisation check'),
