@@ -3,9 +3,12 @@
 #   1. the GPU tests (pytest -m gpu), launches checked, outputs poisoned;
 #   2. the detector benchmark (95 real EuRoC frames, OpenCV FAST in the same run);
 #   3. the tracker / frontend benchmark (OpenCV LK in the same run);
-#   4. the whole-VIO benchmark (offline runner: GPU frontend + gtsam backend overlapping) and the
-#      trajectory-accuracy benchmark (bench-accuracy), where gtsam imports
-#      (a machine without internet can be given the gtsam wheel: pip install --target DIR, PYTHONPATH);
+#   4. the whole-VIO benchmark (offline runner: GPU frontend + backend overlapping; the previous
+#      backend defaults in turns with today's, --compare-previous) and the trajectory-accuracy
+#      benchmark (bench-accuracy), where gtsam imports (a machine without internet can be given the
+#      backend wheels: ../shared/tools/gpu-machine-wheels.sh .whl backend, ~40 MB, then
+#      pip install --target DIR, PYTHONPATH; they and the EuRoC frames (~38 MB) do not fit one
+#      64 MB transfer together: run `tests` with the frames and `bench` with the wheels);
 #   5. node: decode threads and the GIL (bench/decode_gil_probe.py), the frontend node's tracker outside ROS (vilib-ros bench-node-process) and the node over
 #      real DDS (vilib-ros bench-node --device cuda). The GPU machine
 #      has no ROS: carry the wheels in .whl (../shared/tools/gpu-machine-wheels.sh .whl ros); they
@@ -37,7 +40,7 @@ if [[ $what == bench || $what == all ]]; then
     python3 -m vilib_ros bench-tracker --out "$OUT" 2>&1 | tee "$LOGDIR/bench_tracker.log" || rc=1
   fi
   if python3 -c "import gtsam" 2>/dev/null; then
-    python3 -m vilib_ros bench-vio --device cuda --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$LOGDIR/bench_vio.log" || rc=1
+    python3 -m vilib_ros bench-vio --device cuda --compare-previous --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$LOGDIR/bench_vio.log" || rc=1
     # trajectory accuracy (real V1_01 ground truth + IMU rendered in stereo; needs the EuRoC folder's
     # V101_groundtruth_tum.txt and imu0); cuVSLAM rows are skipped there unless dim_odom imports
     python3 -m vilib_ros bench-accuracy --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_accuracy.log" || rc=1
