@@ -264,18 +264,24 @@ def _feed(sm, pb, graph, vals, stamps_of_state):
     sm.update(graph, vals, stamps)
 
 
+def _whole(pb, graph, vals):
+    """gtsam's graph of everything the smoother was fed (inertial + visual factors) and its values
+    (states and landmarks), and gtsam's Gauss-Newton step from them: (graph, values, stepped values)."""
+    vis, _ = _gtsam_graph(pb)
+    full = gtsam.NonlinearFactorGraph(graph)
+    full.push_back(vis)
+    full_vals = gtsam.Values(vals)
+    for li, p in enumerate(pb["P"]):
+        full_vals.insert(L(li), p)
+    return full, full_vals, full_vals.retract(full.linearize(full_vals).optimize())
+
+
 class TestSchurSmootherStep:
     def test_one_update_is_gtsams_gauss_newton_step(self):
         """One update with nothing leaving = one Gauss-Newton step of gtsam on the same factors."""
         pb = _problem(seed=4, behind=False, all_priors=True)
         graph, vals = _window(pb)
-        vis, _ = _gtsam_graph(pb)
-        full = gtsam.NonlinearFactorGraph(graph)
-        full.push_back(vis)
-        full_vals = gtsam.Values(vals)
-        for li, p in enumerate(pb["P"]):
-            full_vals.insert(L(li), p)
-        expected = full_vals.retract(full.linearize(full_vals).optimize())
+        _, _, expected = _whole(pb, graph, vals)
         sm = _smoother(pb)
         _feed(sm, pb, graph, vals, [0.25 * s for s in range(len(pb["poses"]))])
         est = sm.estimate()
@@ -293,12 +299,7 @@ class TestSchurSmootherStep:
         graph, vals = _window(pb)
         sm = _smoother(pb)
         _feed(sm, pb, graph, vals, [0.25 * s for s in range(len(pb["poses"]))])
-        vis, _ = _gtsam_graph(pb)
-        full = gtsam.NonlinearFactorGraph(graph)
-        full.push_back(vis)
-        full_vals = gtsam.Values(vals)
-        for li, p in enumerate(pb["P"]):
-            full_vals.insert(L(li), p)
+        full, full_vals, _ = _whole(pb, graph, vals)
         # gtsam's marginals at the linearisation point the update used (before its step)
         m = gtsam.Marginals(full, full_vals)
         last = len(pb["poses"]) - 1
@@ -328,12 +329,7 @@ class TestSchurSmootherMarginalisation:
         # the smoother marginalised at its post-step estimate: gtsam's Gauss-Newton step of the same
         # problem (TestSchurSmootherStep shows they agree)
         vis, _ = _gtsam_graph(pb)
-        full = gtsam.NonlinearFactorGraph(graph)
-        full.push_back(vis)
-        v0 = gtsam.Values(vals)
-        for li, p in enumerate(pb["P"]):
-            v0.insert(L(li), p)
-        full_vals = v0.retract(full.linearize(v0).optimize())
+        _, _, full_vals = _whole(pb, graph, vals)
         for n, i in enumerate(prior.kf):          # its linearisation point
             T = full_vals.atPose3(X(i)).matrix()
             assert np.allclose(prior.R[n], T[:3, :3], atol=1e-9) and np.allclose(prior.t[n], T[:3, 3], atol=1e-9)
