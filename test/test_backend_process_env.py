@@ -54,6 +54,50 @@ class TestBackendNodeBlas:
         assert out.stdout.split()[2] == "3"
 
 
+_CLI_ORDER = r"""
+import sys
+order = []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        order.append(name)
+        return None
+sys.meta_path.insert(0, Spy())
+import os
+from vilib_ros import cli
+try:
+    cli.main([sys.argv[1], "--help"])
+except SystemExit:
+    pass
+blas = order.index("vilib_ros.nodes._single_blas") if "vilib_ros.nodes._single_blas" in order else -1
+print("ORDER", blas, order.index("numpy"), os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+def _order(out: str) -> list[str]:
+    return [ln for ln in out.splitlines() if ln.startswith("ORDER ")][-1].split()[1:]
+
+
+class TestBenchBackendBlas:
+    """Regression guard: ``bench-backend`` timed the estimator in its own process with NumPy's default thread
+    pool (two threads on the 2-core machine: 5.8-6.3 ms per stereo keyframe against 2.8-3.4 ms with one,
+    2026-11-28), a pool the backend's processes never run with."""
+
+    @pytest.mark.parametrize("command", ["bench-backend", "bench-accuracy"])
+    def test_set_before_numpy_loads(self, command):
+        out = subprocess.run([sys.executable, "-c", _CLI_ORDER, command], env=_env(), capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        blas, numpy, value = _order(out.stdout)
+        assert 0 <= int(blas) < int(numpy) and value == "1"
+
+    def test_other_commands_untouched(self):
+        out = subprocess.run([sys.executable, "-c", _CLI_ORDER, "eval"], env=_env(), capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        blas, _, value = _order(out.stdout)
+        assert blas == "-1" and value == "None"
+
+
 class TestOfflineBackendChild:
     def test_child_environment(self):
         pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")

@@ -37,6 +37,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),
 }
 
+#: Commands that time the backend in their own process: one OpenBLAS thread, as the backend's processes
+#: run (:mod:`vilib_ros.nodes._single_blas`, set before NumPy loads; the user's value wins). With a pool
+#: of two threads on the 2-core machine a stereo keyframe took 5.8-6.3 ms against 2.8-3.4 ms with one
+#: (2026-11-28): the benchmark measured a thread pool the backend never runs with.
+SINGLE_BLAS = ("bench-backend", "bench-accuracy")
+
 #: Exceptions that mean "the user asked for something that cannot be done", not a bug.
 USER_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
                ValueError)
@@ -80,6 +86,8 @@ def configure_logging(verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if command_of(argv) in SINGLE_BLAS:
+        import vilib_ros.nodes._single_blas  # noqa: F401 - before the command's module loads NumPy
     parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
