@@ -22,7 +22,9 @@ preintegrated between keyframes with gtsam's noise model from the dataset's imu0
 values (``imu_noise``), each accelerometer sample rotated to the middle of its integration step;
 the white-noise densities are scaled per keyframe interval by what the last
 ``imu_noise_window_s`` of samples show (``imu_noise_measured``: a vibrating multicopter IMU is
-20-60x noisier than its datasheet) and the bias random walks by ``imu_walk_scale``.
+20-60x noisier than its datasheet) and the bias random walks by ``imu_walk_scale``. Every frame's
+prediction comes from a compiled copy of gtsam's preintegration mean (:func:`.imu.preintegrate`, equal to
+rounding); gtsam integrates the same steps only when a keyframe needs its factor.
 
 Keyframes: a frame becomes a keyframe when ``kf_max_interval_s`` has passed, when fewer than
 ``kf_min_tracks`` tracks or fewer than ``kf_track_fraction`` of the last keyframe's tracks
@@ -164,6 +166,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self.marginalise_every_s = cfg.mono_marginalise_every_s if mode == "mono" else cfg.marginalise_every_s
         self.solver = cfg.mono_solver if mode == "mono" else cfg.solver
         self.imu_noise = normalise_imu_noise(imu_noise)
+        self._gravity = float(cfg.gravity)      # the preintegration's (make_preintegration_params)
         self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
                                                   cfg.imu_walk_scale)
         self.imu_noise_scales = (cfg.imu_noise_scale,) * 2     # (gyro, acc) in use, see _pim_params
@@ -332,9 +335,8 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
             self._imu_gap_reset(fr)
             return None
         if t > self._pim_t:
-            self._imu.integrate(self._pim, self._pim_t, t)
-            self._pim_t = t
-        T_pred, v_pred = self._predict()
+            self._integrate_to(t)
+        T_pred, v_pred = self._predict_frame()
         kf = self._last_kf
         if t == kf.t_ns:      # first frame after (re)initialisation is the keyframe itself
             kf.obs = (fr.ids.copy(), fr.xy.copy())
@@ -343,6 +345,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
             self._emit(t, kf.idx, np.eye(4), kf.T, state)
             return state
         if self._is_keyframe(fr, T_pred):
+            T_pred, v_pred = self._predict()       # gtsam's: its preintegration makes the keyframe's factor
             state = self._add_keyframe(fr, T_pred, v_pred)
         else:
             bias = self._last_kf.bias

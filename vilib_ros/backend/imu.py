@@ -162,6 +162,92 @@ def _mid_step_acc(m, dt, bg):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def _steps(t, d, t_a, t_b, bg):
+    """:meth:`ImuBuffer.steps`: :func:`_pieces` then :func:`_mid_step_acc` in one compiled call."""
+    m, dt = _pieces(t, d, t_a, t_b)
+    a, w = _mid_step_acc(m, dt, bg)
+    return a, w, dt
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _exp_so3(x, y, z, R):
+    """``R[:] =`` Exp([x, y, z]) (Rodrigues; second-order series near zero, as gtsam's ``Rot3::Expmap``)."""
+    t2 = x * x + y * y + z * z
+    if t2 < 1e-10:
+        s, c = 1.0, 0.5
+    else:
+        t = np.sqrt(t2)
+        s, c = np.sin(t) / t, (1.0 - np.cos(t)) / t2
+    # I + s K + c K^2, K = [x]x, K^2 = x x^T - t2 I
+    R[0, 0], R[0, 1], R[0, 2] = 1.0 + c * (x * x - t2), -s * z + c * x * y, s * y + c * x * z
+    R[1, 0], R[1, 1], R[1, 2] = s * z + c * x * y, 1.0 + c * (y * y - t2), -s * x + c * y * z
+    R[2, 0], R[2, 1], R[2, 2] = -s * y + c * x * z, s * x + c * y * z, 1.0 + c * (z * z - t2)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def preintegrate(delta, a, w, dt, bias):
+    """gtsam's tangent-space preintegration (``TangentPreintegration::update``: the mean only, no
+    Jacobians or covariance) of the steps ``a`` (K, 3) specific force, ``w`` (K, 3) angular rate, ``dt``
+    (K,) s, corrected by ``bias`` (6: accelerometer, gyroscope, as ``ConstantBias.vector()``), into
+    ``delta`` (10: theta, position, velocity, elapsed time) in place:
+    ``theta += Jr^-1(theta) w dt``, ``p += v dt + R(theta) a dt^2 / 2``, ``v += R(theta) a dt``.
+    What a non-keyframe's prediction needs, without ~10 calls into gtsam per frame; equal to gtsam's
+    ``deltaRij / deltaPij / deltaVij`` to rounding (test_backend_compiled)."""
+    R = np.empty((3, 3))
+    for k in range(dt.shape[0]):
+        h = dt[k]
+        a0, a1, a2 = a[k, 0] - bias[0], a[k, 1] - bias[1], a[k, 2] - bias[2]
+        w0, w1, w2 = w[k, 0] - bias[3], w[k, 1] - bias[4], w[k, 2] - bias[5]
+        x, y, z = delta[0], delta[1], delta[2]
+        _exp_so3(x, y, z, R)
+        n0 = R[0, 0] * a0 + R[0, 1] * a1 + R[0, 2] * a2
+        n1 = R[1, 0] * a0 + R[1, 1] * a1 + R[1, 2] * a2
+        n2 = R[2, 0] * a0 + R[2, 1] * a1 + R[2, 2] * a2
+        # Jr^-1(theta) w = w + K w / 2 + C K (K w), C = 1/t^2 - (1 + cos t) / (2 t sin t)
+        t2 = x * x + y * y + z * z
+        if t2 < 1e-6:
+            C = 1.0 / 12.0 + t2 / 720.0
+        else:
+            t = np.sqrt(t2)
+            C = 1.0 / t2 - (1.0 + np.cos(t)) / (2.0 * t * np.sin(t))
+        k0, k1, k2 = y * w2 - z * w1, z * w0 - x * w2, x * w1 - y * w0
+        kk0, kk1, kk2 = y * k2 - z * k1, z * k0 - x * k2, x * k1 - y * k0
+        hh = 0.5 * h * h
+        for i, n in ((0, n0), (1, n1), (2, n2)):
+            delta[3 + i] += delta[6 + i] * h + n * hh
+            delta[6 + i] += n * h
+        delta[0] += (w0 + 0.5 * k0 + C * kk0) * h
+        delta[1] += (w1 + 0.5 * k1 + C * kk1) * h
+        delta[2] += (w2 + 0.5 * k2 + C * kk2) * h
+        delta[9] += h
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def predict_nav(delta, T_i, v_i, gravity, T, v):
+    """gtsam's ``PreintegrationBase::predict`` from the state (pose ``T_i`` (4, 4) body -> world, ``v_i``)
+    with the bias the preintegration ``delta`` (:func:`preintegrate`) was made with (no bias
+    correction): ``correctPIM`` (initial velocity, gravity ``gravity`` m/s^2 along -z) then
+    ``NavState::retract``. Writes the pose ``T`` (4, 4) and the velocity ``v`` (3,)."""
+    R_i, p_i = T_i[:3, :3], T_i[:3, 3]
+    dT = delta[9]
+    E = np.empty((3, 3))
+    _exp_so3(delta[0], delta[1], delta[2], E)
+    dp, dv = np.empty(3), np.empty(3)
+    for i in range(3):
+        # R_i^T v_i dt + R_i^T g dt^2 / 2, R_i^T g dt with g = (0, 0, -gravity)
+        rv = R_i[0, i] * v_i[0] + R_i[1, i] * v_i[1] + R_i[2, i] * v_i[2]
+        rg = -R_i[2, i] * gravity
+        dp[i] = delta[3 + i] + dT * rv + 0.5 * dT * dT * rg
+        dv[i] = delta[6 + i] + dT * rg
+    for i in range(3):
+        for j in range(3):
+            T[i, j] = R_i[i, 0] * E[0, j] + R_i[i, 1] * E[1, j] + R_i[i, 2] * E[2, j]
+        T[i, 3] = p_i[i] + R_i[i, 0] * dp[0] + R_i[i, 1] * dp[1] + R_i[i, 2] * dp[2]
+        v[i] = v_i[i] + R_i[i, 0] * dv[0] + R_i[i, 1] * dv[1] + R_i[i, 2] * dv[2]
+    T[3, 0], T[3, 1], T[3, 2], T[3, 3] = 0.0, 0.0, 0.0, 1.0
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _max_gap(t, t_a, t_b):
     """:meth:`ImuBuffer.max_gap` compiled (every frame)."""
     n = t.shape[0]
@@ -291,6 +377,13 @@ class ImuBuffer:
             return np.zeros((0, 6)), np.zeros(0)
         return _pieces(self.t, self.d, int(t_a), int(t_b))
 
+    def steps(self, t_a: int, t_b: int, bg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(specific force (K, 3) rotated to the middle of each step by the rate less ``bg``, angular rate
+        (K, 3), dt_s (K,)) covering [t_a, t_b]: what :meth:`integrate` feeds gtsam, in one compiled call."""
+        if self._b == self._a or t_b <= t_a:
+            return np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0)
+        return _steps(self.t, self.d, int(t_a), int(t_b), bg)
+
     def integrate(self, pim, t_a: int, t_b: int) -> int:
         """Integrate [t_a, t_b] into ``pim``. gtsam applies the rotation at the start of each
         step to the whole step's specific force (first order: a systematic error of about
@@ -349,6 +442,10 @@ def warm_up() -> None:
     measured_noise_scales(t, d, 1.0, 1.0)
     m, dt = _pieces(t, d, 0, 2)
     _mid_step_acc(m, dt, np.zeros(3))
+    a, w, dt = _steps(t, d, 0, 2, np.zeros(3))
+    delta = np.zeros(10)
+    preintegrate(delta, a, w, dt, np.zeros(6))
+    predict_nav(delta, np.eye(4), np.zeros(3), 9.81, np.empty((4, 4)), np.empty(3))
     _max_gap(t, 0, 2)
     batch_ok(t, d, -1, 1.0, 1.0)
     gaps_over(t, -1, 10)

@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 from .config import VioState
+from .imu import predict_nav
 from .initialisation import is_static
 from .landmarks import _B0, _V0, _X0
 
@@ -99,12 +100,28 @@ class KeyframeMixin:
     """Keyframes (a part of VioEstimator; uses its state)."""
 
     def _predict(self):
-        """NavState at the end of the current preintegration from the last keyframe estimate."""
+        """(pose 4x4, velocity) at the end of the current preintegration from the last keyframe estimate, by
+        gtsam: the steps kept since the last keyframe are integrated into its preintegration first (what the
+        keyframe's ``CombinedImuFactor`` takes)."""
         gtsam = self._g
+        if self._pim_steps:
+            step = self._pim.integrateMeasurement
+            for a, w, dt in self._pim_steps:
+                for ak, wk, dk in zip(a, w, dt.tolist()):
+                    step(ak, wk, dk)
+            self._pim_steps = []
         nav, bias = self._last_kf.nav(gtsam)
         ns = self._pim.predict(nav, bias)
         T = ns.pose().matrix()
         return T, np.asarray(ns.velocity())
+
+    def _predict_frame(self):
+        """:meth:`_predict`'s pose and velocity from the compiled preintegration (:func:`.imu.predict_nav`:
+        gtsam's arithmetic, equal to rounding), without gtsam: every frame's prediction."""
+        kf = self._last_kf
+        T, v = np.empty((4, 4)), np.empty(3)
+        predict_nav(self._pim_delta, kf.T, kf.v, self._gravity, T, v)
+        return T, v
 
     def _is_keyframe(self, fr, T_pred) -> bool:
         cfg = self.config
@@ -243,9 +260,7 @@ class KeyframeMixin:
                 del self._lm[tid]
             elif lm.last_t == fr.stamp_ns:
                 lm.p = np.asarray(est.atPoint3(lm.key))
-        self._pim = gtsam.PreintegratedCombinedMeasurements(
-            self._pim_params(fr.stamp_ns), gtsam.imuBias.ConstantBias(b_new[:3], b_new[3:]))
-        self._pim_t = fr.stamp_ns
+        self._new_pim(fr.stamp_ns, gtsam.imuBias.ConstantBias(b_new[:3], b_new[3:]))
         self.stats["keyframes"] += 1
         self.stats["landmarks_active"] = len(self._lm)
         state = self._state_of(kf, True)
