@@ -255,10 +255,17 @@ class KeyframeMixin:
                 f.T = est.atPose3(xi).matrix()
             self._kf_final[i] = f.T
         gone = getattr(self._smoother, "removed_landmarks", ())
+        seen = []
         for tid, lm in list(self._lm.items()):
             if lm.last_t < horizon or lm.key in gone:
                 del self._lm[tid]
             elif lm.last_t == fr.stamp_ns:
+                seen.append(lm)
+        if hasattr(est, "points"):          # the own smoother: every point in one read
+            for lm, p in zip(seen, est.points([lm.key for lm in seen])):
+                lm.p = p
+        else:
+            for lm in seen:
                 lm.p = np.asarray(est.atPoint3(lm.key))
         self._new_pim(fr.stamp_ns, gtsam.imuBias.ConstantBias(b_new[:3], b_new[3:]))
         self.stats["keyframes"] += 1

@@ -199,7 +199,8 @@ class LandmarkMixin:
             for (ki, o_xy, o_xr, o_xrr, _) in obs:
                 add_obs(_X0 | ki, key, o_xy, o_xrr[0] if o_xrr is not None else None, o_xr if use_raw else None)
                 n_added += 1
-            t_first = min(fr.stamp_ns if o[0] == k else self._kfs[o[0]].t_ns for o in obs)
+            k0 = obs[0][0]                  # the pending observations are in keyframe order: the first is the earliest
+            t_first = fr.stamp_ns if k0 == k else self._kfs[k0].t_ns
             lmd[tid] = _Landmark(key, P, fr.stamp_ns, len(obs), fr.stamp_ns, t_first)
             if schur is None:
                 stamps[key] = ts_now

@@ -362,6 +362,12 @@ class SchurEstimate:
         t = self._s._lm
         return t.P[t.row[key]].copy()
 
+    def points(self, keys: list) -> np.ndarray:
+        """(len(keys), 3): :meth:`atPoint3` of each key, in one read (a new array)."""
+        t = self._s._lm
+        row = t.row
+        return t.P[np.fromiter((row[k] for k in keys), np.int64, len(keys))]
+
 
 class _Matrix:
     __slots__ = ("_m",)
