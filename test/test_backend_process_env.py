@@ -17,7 +17,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-_ORDER = r"""
+#: records the order in which modules are imported (``order``)
+_SPY = r"""
 import sys
 order = []
 class Spy:
@@ -25,6 +26,9 @@ class Spy:
         order.append(name)
         return None
 sys.meta_path.insert(0, Spy())
+"""
+
+_ORDER = _SPY + r"""
 import vilib_ros.nodes.backend_node
 import os
 print(order.index("vilib_ros.nodes._single_blas"), order.index("numpy"), os.environ.get("OPENBLAS_NUM_THREADS"))
@@ -54,14 +58,7 @@ class TestBackendNodeBlas:
         assert out.stdout.split()[2] == "3"
 
 
-_CLI_ORDER = r"""
-import sys
-order = []
-class Spy:
-    def find_spec(self, name, path=None, target=None):
-        order.append(name)
-        return None
-sys.meta_path.insert(0, Spy())
+_CLI_ORDER = _SPY + r"""
 import os
 from vilib_ros import cli
 try:

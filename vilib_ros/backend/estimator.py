@@ -166,7 +166,6 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self.marginalise_every_s = cfg.mono_marginalise_every_s if mode == "mono" else cfg.marginalise_every_s
         self.solver = cfg.mono_solver if mode == "mono" else cfg.solver
         self.imu_noise = normalise_imu_noise(imu_noise)
-        self._gravity = float(cfg.gravity)      # the preintegration's (make_preintegration_params)
         self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
                                                   cfg.imu_walk_scale)
         self.imu_noise_scales = (cfg.imu_noise_scale,) * 2     # (gyro, acc) in use, see _pim_params

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 
 from .config import VioState
-from .imu import predict_nav
+from .imu import integrate_steps, predict_nav
 from .initialisation import is_static
 from .landmarks import _B0, _V0, _X0
 
@@ -104,12 +104,9 @@ class KeyframeMixin:
         gtsam: the steps kept since the last keyframe are integrated into its preintegration first (what the
         keyframe's ``CombinedImuFactor`` takes)."""
         gtsam = self._g
-        if self._pim_steps:
-            step = self._pim.integrateMeasurement
-            for a, w, dt in self._pim_steps:
-                for ak, wk, dk in zip(a, w, dt.tolist()):
-                    step(ak, wk, dk)
-            self._pim_steps = []
+        for a, w, dt in self._pim_steps:
+            integrate_steps(self._pim, a, w, dt)
+        self._pim_steps = []
         nav, bias = self._last_kf.nav(gtsam)
         ns = self._pim.predict(nav, bias)
         T = ns.pose().matrix()
@@ -120,7 +117,7 @@ class KeyframeMixin:
         gtsam's arithmetic, equal to rounding), without gtsam: every frame's prediction."""
         kf = self._last_kf
         T, v = np.empty((4, 4)), np.empty(3)
-        predict_nav(self._pim_delta, kf.T, kf.v, self._gravity, T, v)
+        predict_nav(self._pim_delta, kf.T, kf.v, float(self.config.gravity), T, v)
         return T, v
 
     def _is_keyframe(self, fr, T_pred) -> bool:

@@ -338,29 +338,39 @@ def states_local(slots, R0, t0, v0, b0, Rs, ts, vs, bs, out) -> None:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def so3_exp(w0, w1, w2, E) -> None:
+    """``E[:] =`` Exp([w0, w1, w2]) (Rodrigues: ``I + a [w]x + b [w]x^2``; first order below 1e-10 rad), as
+    gtsam's ``Rot3::Expmap`` to rounding. The one rotation exponential of the backend's compiled code."""
+    th2 = w0 * w0 + w1 * w1 + w2 * w2
+    if th2 < 1e-20:
+        E[0, 0], E[0, 1], E[0, 2] = 1.0, -w2, w1
+        E[1, 0], E[1, 1], E[1, 2] = w2, 1.0, -w0
+        E[2, 0], E[2, 1], E[2, 2] = -w1, w0, 1.0
+        return
+    th = np.sqrt(th2)
+    a, b = np.sin(th) / th, (1.0 - np.cos(th)) / th2
+    E[0, 0] = 1.0 - b * (w1 * w1 + w2 * w2)
+    E[1, 1] = 1.0 - b * (w0 * w0 + w2 * w2)
+    E[2, 2] = 1.0 - b * (w0 * w0 + w1 * w1)
+    E[0, 1], E[1, 0] = -a * w2 + b * w0 * w1, a * w2 + b * w0 * w1
+    E[0, 2], E[2, 0] = a * w1 + b * w0 * w2, -a * w1 + b * w0 * w2
+    E[1, 2], E[2, 1] = -a * w0 + b * w1 * w2, a * w0 + b * w1 * w2
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _expmap_retract(R, t, xi):
     """``Pose3(R, t).retract(xi)`` (gtsam's chart: ``T Expmap(xi)``), in place."""
     w0, w1, w2 = xi[0], xi[1], xi[2]
     v0, v1, v2 = xi[3], xi[4], xi[5]
     th2 = w0 * w0 + w1 * w1 + w2 * w2
     E = np.empty((3, 3))
+    so3_exp(w0, w1, w2, E)
     if th2 < 1e-20:
-        E[0, 0], E[0, 1], E[0, 2] = 1.0, -w2, w1
-        E[1, 0], E[1, 1], E[1, 2] = w2, 1.0, -w0
-        E[2, 0], E[2, 1], E[2, 2] = -w1, w0, 1.0
         # t = v + w x v / 2
         u0 = v0 + 0.5 * (w1 * v2 - w2 * v1)
         u1 = v1 + 0.5 * (w2 * v0 - w0 * v2)
         u2 = v2 + 0.5 * (w0 * v1 - w1 * v0)
     else:
-        th = np.sqrt(th2)
-        a, b = np.sin(th) / th, (1.0 - np.cos(th)) / th2
-        E[0, 0] = 1.0 - b * (w1 * w1 + w2 * w2)
-        E[1, 1] = 1.0 - b * (w0 * w0 + w2 * w2)
-        E[2, 2] = 1.0 - b * (w0 * w0 + w1 * w1)
-        E[0, 1], E[1, 0] = -a * w2 + b * w0 * w1, a * w2 + b * w0 * w1
-        E[0, 2], E[2, 0] = a * w1 + b * w0 * w2, -a * w1 + b * w0 * w2
-        E[1, 2], E[2, 1] = -a * w0 + b * w1 * w2, a * w0 + b * w1 * w2
         # t = (w x v - E (w x v) + w (w . v)) / th^2
         c0, c1, c2 = w1 * v2 - w2 * v1, w2 * v0 - w0 * v2, w0 * v1 - w1 * v0
         d = w0 * v0 + w1 * v1 + w2 * v2

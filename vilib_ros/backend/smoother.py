@@ -143,14 +143,13 @@ class SmootherMixin:
         self._pim = self._g.PreintegratedCombinedMeasurements(self._pim_params(t_ns), bias)
         self._pim_t = int(t_ns)
         self._pim_bias = np.asarray(bias.vector(), np.float64)       # accelerometer, gyroscope
-        self._pim_bg = self._pim_bias[3:].copy()
         self._pim_delta = np.zeros(10)
         self._pim_steps = []
 
     def _integrate_to(self, t_ns: int) -> None:
         """The IMU steps from the end of the preintegration to ``t_ns`` into its compiled mean (and kept for
         gtsam's)."""
-        a, w, dt = self._imu.steps(self._pim_t, t_ns, self._pim_bg)
+        a, w, dt = self._imu.steps(self._pim_t, t_ns, self._pim_bias[3:])
         if len(dt):
             preintegrate(self._pim_delta, a, w, dt, self._pim_bias)
             self._pim_steps.append((a, w, dt))
