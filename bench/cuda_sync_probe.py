@@ -1,8 +1,7 @@
 """Does the frontend's spinning CUDA synchronisation slow the backend beside it in the whole VIO?
 
-On the H100 host of 2026-11-28 01:29-01:36 UTC the backend alone on a run's tracks took 0.9 s every
-time, and beside the frontend 0.9-1.4 s at the same CPU time (it ran slower, it did not wait for a
-core). A guess: the frontend's context spins a vCPU while the GPU works (CUDA's default scheduling
+On the H100 host of 2026-11-28 01:29-01:36 UTC the same backend work took 0.88-1.4 s from run to run
+at the same CPU time (it ran slower, it did not wait for a core). A guess: the frontend's context spins a vCPU while the GPU works (CUDA's default scheduling
 with few contexts), and that vCPU shares a physical core with the backend's. This script runs one
 whole-VIO stereo run (``vilib_ros.bench.vio.run_mode``: the offline runner, then the backend alone on
 its tracks) with the frontend's primary context left at the default (``spin``) or set to block on
