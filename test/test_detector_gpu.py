@@ -146,7 +146,7 @@ class TestCellsEqualCpu:
         assert g.graph_error is None, g.graph_error
         assert len(g.graphs) > 0, "no CUDA graph was captured"
 
-    @pytest.mark.parametrize("upload", ["mapped", "copy", "pageable"])
+    @pytest.mark.parametrize("upload", ["streamed", "mapped", "copy", "pageable"])
     def test_uploads(self, euroc_frames, upload):
         """Every way of getting the frame to the device gives the reference cells, graph or not,
         from pageable, strided and page-locked frames."""

@@ -609,9 +609,9 @@ class TestGpuPipeline:
 
         frames = euroc_frames[:6]
         runs = {}
-        for name in ("mapped", "pinned", "cupy", "copy", "pageable"):
+        for name in ("streamed", "mapped", "pinned", "cupy", "copy", "pageable"):
             ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda")
-            if name in ("copy", "pageable"):
+            if name in ("mapped", "copy", "pageable"):
                 ft.pipeline.upload = name
             pinned = ft.pinned_frames(len(frames))
             for p, f in zip(pinned, frames):
@@ -619,8 +619,31 @@ class TestGpuPipeline:
             src = {"pinned": pinned, "cupy": [cp.asarray(f) for f in frames]}.get(name, frames)
             runs[name] = [ft.process(f, STAMP0 + i * DT).copy() for i, f in enumerate(src)]
         for name, r in runs.items():
-            for a, b in zip(runs["mapped"], r):
+            for a, b in zip(runs["streamed"], r):
                 assert np.array_equal(a.ids, b.ids) and np.array_equal(a.uv, b.uv), name
+
+    def test_streamed_upload_streams(self, euroc_frames):
+        """The default upload launches a pageable frame before copying it: each process() moves
+        the tile flags on by one (no silent fall-back to copying first), frames in flight
+        (submit-ahead) and page-locked frames do not stream, and no frame timed out."""
+        ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda")
+        p = ft.pipeline
+        assert p.upload == "streamed"
+
+        for i, f in enumerate(euroc_frames[:5]):
+            before = p._streamer._next
+            ft.process(f, STAMP0 + i * DT)
+            assert p._streamer._next == before + 1, i
+        before = p._streamer._next
+        for i, f in enumerate(euroc_frames[5:9]):
+            ft.submit(f, STAMP0 + (5 + i) * DT)
+        for _ in range(4):
+            ft.result()
+        pinned = ft.pinned_frames(1)
+        pinned[0][...] = euroc_frames[9]
+        ft.process(pinned[0], STAMP0 + 9 * DT)
+        assert p._streamer._next == before + 1      # only the first submit had nothing in flight
+        assert ft.stats["upload_timeouts"] == 0 and ft.graph_error is None
 
     def test_poisoned_results(self, euroc_frames):
         """Every field of every returned track is written by the kernels (result slots and the

@@ -20,11 +20,12 @@ from vilib_ros.frontend.detector import (SCORE_CODES, DetectorConfig, check_geom
                                          grid_shape_for)
 from vilib_ros.frontend.fast_lut import build_lut
 from vilib_ros.frontend.pyramid import GpuPyramid, level_shapes
+from vilib_ros.frontend.streamed_upload import StreamedUpload
 from vilib_ros.types import CellFeatures
 
 log = logging.getLogger("vilib_ros.frontend.detector")
 
-UPLOADS = ("mapped", "copy", "pageable")     # as vilib_ros.frontend.gpu_pipeline.UPLOADS
+UPLOADS = ("streamed", "mapped", "copy", "pageable")     # as vilib_ros.frontend.gpu_pipeline.UPLOADS
 
 
 def _score_pitch(w: int) -> int:
@@ -44,9 +45,11 @@ class GpuFastDetector:
     Everything is allocated at construction: score maps (pitched float32), the 8 KB LUT, the
     cell outputs on the device, and for :meth:`detect` a device pyramid plus page-locked host
     buffers (frame, occupancy, cell results). :meth:`detect` reads the frame where it lies:
-    with ``upload='mapped'`` (default) the pyramid kernel reads page-locked host memory
-    directly (a pageable frame is copied into the staging buffer first; frames from
-    :meth:`pinned_frames` are read in place); with ``'copy'`` a copy into the device pyramid
+    with ``upload='streamed'`` (default) the graph is launched first and a pageable frame is
+    then copied into the staging buffer in bands that the pyramid kernel waits for
+    (:mod:`vilib_ros.frontend.streamed_upload`); with ``'mapped'`` the pyramid kernel reads
+    page-locked host memory directly (a pageable frame is copied into the staging buffer first;
+    frames from :meth:`pinned_frames` are read in place); with ``'copy'`` a copy into the device pyramid
     comes first; with ``'pageable'`` that copy is made straight from the caller's array (the
     driver stages it). The NMS-C kernel writes the cells straight into page-locked host
     memory. With ``use_graph`` the sequence is one CUDA graph launch.
@@ -57,7 +60,7 @@ class GpuFastDetector:
 
     def __init__(self, width: int, height: int, config: DetectorConfig | None = None,
                  warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "auto",
-                 static_geometry: bool = True, upload: str = "mapped"):
+                 static_geometry: bool = True, upload: str = "streamed"):
         self.config = (config or DetectorConfig()).validate()
         check_geometry(width, height, self.config)
         if not cuda_available():
@@ -129,6 +132,8 @@ class GpuFastDetector:
         self._cells_host = pinned_buffer(16 * n, self._pinned_keep).view(np.float32)
         self._occ_host = pinned_buffer(max(n, 16), self._pinned_keep)[:n]
         self._prm_host = pinned_buffer(128, self._pinned_keep).view(np.uint64)
+        self._streamer = StreamedUpload(self.width, self.height, self._pinned_keep)
+        self._deferred = None               # (staging, frame): the streamed copy still to make
         self._prm_dev = cp.zeros(128, cp.uint8)
         self._dptr = {"cells": host_device_pointer(self._cells_host.ctypes.data),
                       "occ": host_device_pointer(self._occ_host.ctypes.data),
@@ -224,25 +229,35 @@ class GpuFastDetector:
         """``count`` page-locked frame buffers; :meth:`detect` reads them without a host copy."""
         return pinned_frames(count, self.height, self.width, self._pinned_keep, self._pinned_ptrs)
 
-    def prepare(self, image, occupancy=None) -> tuple[int, bool]:
+    def prepare(self, image, occupancy=None, stream_ok: bool = False) -> tuple[int, bool]:
         """Check the frame, stage it in page-locked memory unless it is there already (or the
-        upload is 'pageable'), set the frame parameters; returns (host address of the frame,
+        upload is 'pageable'; or 'streamed' with ``stream_ok``: then :attr:`_deferred` holds the
+        copy still to make), set the frame parameters; returns (host address of the frame,
         whether occupancy is used)."""
         check_image(image, self.width, self.height)
         occ = check_occupancy(occupancy, self.grid_shape)
         dptr = self._pinned_ptrs.get(image.ctypes.data) if image.flags.c_contiguous else None
+        self._deferred = None
         if dptr is None and self.upload == "pageable" and image.flags.c_contiguous:
             src, dptr = image.ctypes.data, 0
         elif dptr is None:
-            np.copyto(self._frame_host, image)
+            if self.upload == "streamed" and stream_ok:
+                self._deferred = (self._frame_host, image)
+            else:
+                np.copyto(self._frame_host, image)
             src, dptr = self._frame_host.ctypes.data, self._pinned_ptrs[self._frame_host.ctypes.data]
         else:
             src = image.ctypes.data
+        prm = self._prm_host.view(np.uint8)
+        if self._deferred is None:
+            StreamedUpload.disarm(prm)
+        else:
+            self._streamer.arm(prm)
         if occ is not None:
             self._occ_host[:] = occ.reshape(-1)
         # the pyramid kernel reads the frame at src[0]: the page-locked frame itself ('mapped'),
         # or its copy in level 0
-        self._prm_host[0] = dptr if self.upload == "mapped" else self.pyramid.levels[0].data.ptr
+        self._prm_host[0] = dptr if self.upload in ("mapped", "streamed") else self.pyramid.levels[0].data.ptr
         self._prm_host[1] = 0
         return src, occ is not None
 
@@ -285,16 +300,26 @@ class GpuFastDetector:
                             level=h[3 * n:].view(np.int32).copy(), grid_shape=self.grid_shape)
 
     def _run(self, image, occupancy, baseline):
-        src, use_occ = self.prepare(image, occupancy)
+        streams = self.upload == "streamed" and self.graphs.enabled and self.graphs.error is None
+        src, use_occ = self.prepare(image, occupancy, stream_ok=streams)
         if self.upload == "pageable":
             self.upload_frame(src)
         key = (use_occ, baseline, self.upload, src if self.upload == "copy" else 0)
         g = self.graphs.get(key, lambda: self.enqueue_frame(src, use_occ, False, baseline))
+        deferred = self._deferred
         if g is not None:
-            g.launch(self.stream)
+            try:
+                g.launch(self.stream)
+            finally:                        # the streamed copy, the graph already running
+                if deferred is not None:
+                    self._streamer.fill(*deferred)
         else:
+            if deferred is not None:
+                self._streamer.fill(*deferred)
             self.enqueue_frame(src, use_occ, True, baseline)
         self.stream.synchronize()           # a fault of the graph's kernels shows here
+        if self._streamer.take_timeouts():
+            log.warning("the pyramid stopped waiting for the frame's streamed copy: its cells are not valid")
         return self.cells_host()
 
     def detect(self, image: np.ndarray, occupancy=None) -> CellFeatures:

@@ -87,7 +87,7 @@ LIVE_FIELDS = frozenset({
     "fb_threshold", "ransac_threshold", "ransac_confidence", "min_track_fraction", "imu_prediction",
     "imu_max_gap_ms", "stereo_epipolar_threshold", "tracker.template_refresh_residual", "tracker.template_max_age"})
 HOST_COUNTERS = ("frames", "skipped_empty", "skipped_nonmonotonic", "imu_predicted", "imu_nan", "imu_gaps", "resets",
-                 "graph_launches")
+                 "graph_launches", "upload_timeouts")
 
 
 def _flat_fields(config: FrontendConfig) -> dict:
@@ -202,7 +202,8 @@ class FeatureTracker:
     @property
     def stats(self) -> FrameStats:
         """Counters since start, as of the last collected frame."""
-        host = dict(self.stats_host, graph_launches=getattr(self._pipe, "graph_launches", 0))
+        host = dict(self.stats_host, graph_launches=getattr(self._pipe, "graph_launches", 0),
+                    upload_timeouts=getattr(self._pipe, "upload_timeouts", 0))
         return FrameStats(COUNTER_INDEX, self._pipe.counters().copy(), host)
 
     def pinned_frames(self, count: int) -> list[np.ndarray]:

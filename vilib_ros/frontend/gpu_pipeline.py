@@ -15,7 +15,10 @@ packing: the right frame's host copy and transfer are off the frame's critical p
 
 How the frame gets to the device (``upload``):
 
-* ``'mapped'`` (default): a pageable frame is copied into a page-locked slot and the pyramid
+* ``'streamed'`` (default): as ``'mapped'``, but a frame with nothing in flight is launched
+  before its host copy, which then goes in bands that the pyramid kernel waits for
+  (:mod:`vilib_ros.frontend.streamed_upload`): the copy and the device's read overlap;
+* ``'mapped'``: a pageable frame is copied into a page-locked slot and the pyramid
   kernel reads it there (zero-copy); frames from :meth:`GpuPipeline.pinned_frames` are read in
   place;
 * ``'copy'``: the frame is copied into a page-locked slot, then a DMA copy to the device;
@@ -40,11 +43,12 @@ import numpy as np
 
 from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
 from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
+from vilib_ros.frontend.streamed_upload import StreamedUpload
 from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS
 from vilib_ros.types import FrameStats, TrackFrame
 
 RESULT_SLOTS = 8
-UPLOADS = ("mapped", "copy", "pageable")
+UPLOADS = ("streamed", "mapped", "copy", "pageable")
 #: what the host does between the marks of ``GpuPipeline.steps`` (benchmark), one name per interval
 STEPS = ("checks", "source", "launch", "between", "wait", "frame", "return")
 # FrameParams (kernels/frame.cuh): word offsets of its fields
@@ -68,7 +72,7 @@ class GpuPipeline:
     device = "cuda"
 
     def __init__(self, camera, config, detector, tracker, capacity: int, levels: int, first_id: int = 0,
-                 camera_right=None, T_right_left=None, upload: str = "mapped"):
+                 camera_right=None, T_right_left=None, upload: str = "streamed"):
         import cupy as cp
 
         S = int(capacity)
@@ -94,6 +98,9 @@ class GpuPipeline:
         self._prm_u64 = prm.view(np.uint64).reshape(RING, -1)
         self._prm_f32 = prm.view(np.float32).reshape(RING, -1)
         self._prm_i32 = prm.view(np.int32).reshape(RING, -1)
+        self._prm_u8 = prm.reshape(RING, -1)
+        self._streamer = StreamedUpload(self.W, self.H, keep)
+        self._deferred = None               # (staging, frame): the streamed copy still to make
         self._rl = result_layout(S)
         nb = self._rl.nbytes
         res = pinned_buffer(RESULT_SLOTS * nb, keep)
@@ -161,6 +168,11 @@ class GpuPipeline:
         return self._counters
 
     @property
+    def upload_timeouts(self) -> int:
+        """Streamed frames whose pyramid stopped waiting for the host's copy (1 s)."""
+        return self._streamer.timeouts
+
+    @property
     def graph_error(self) -> str | None:
         return self.graphs.error or self.graphs_up.error
 
@@ -218,10 +230,15 @@ class GpuPipeline:
             # slot s is the previous frame of frame k - (RING - 1): the upload waits for it
             up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
         u = self._prm_u64[s]
-        u[_U64_SRC] = self._source(image, 0, s, st, up)
+        self._deferred = None
+        u[_U64_SRC] = self._source(image, 0, s, st, up, stream_ok=alone)
+        if self._deferred is None:
+            StreamedUpload.disarm(self._prm_u8[s])
+        else:
+            self._streamer.arm(self._prm_u8[s])
         # process() on a stereo pair of pageable frames: the right frame is copied while the left
         # camera's part of the frame already runs (module docstring)
-        split = alone and stereo and self.upload == "mapped" and type(image_right) is np.ndarray \
+        split = alone and stereo and self.upload in ("mapped", "streamed") and type(image_right) is np.ndarray \
             and not (self._pinned and image_right.ctypes.data in self._pinned)
         if split:
             u[_U64_SRC + 1] = self._img_dev[1][st]
@@ -243,7 +260,8 @@ class GpuPipeline:
         if split:
             self._launch_split(s, st, image_right)
         elif alone:
-            self._launch(self.graphs, ("frame", s, stereo), up, lambda checked: self._enqueue_frame(s, stereo, checked))
+            self._launch(self.graphs, ("frame", s, stereo), up, lambda checked: self._enqueue_frame(s, stereo, checked),
+                         self._deferred)
         else:
             self._launch(self.graphs_up, ("up", s, stereo), up, lambda checked: self.k.enqueue_upload(
                 s, stereo, self._prm_dev[s], up, checked, probe=self.probe))
@@ -258,6 +276,7 @@ class GpuPipeline:
         if self._checked:                   # the graphs' kernels: a fault shows here
             self.stream.synchronize()
         host_stats["graph_launches"] = self.graph_launches
+        host_stats["upload_timeouts"] = self._streamer.timeouts
         pending[o] = tk
         return tk
 
@@ -269,7 +288,7 @@ class GpuPipeline:
         k, main, side = self.k, self.stream, self.up_stream
         self._launch(self.graphs, ("left", s), main, lambda checked: (
             k.enqueue_upload(s, True, self._prm_dev[s], main, checked, cams=(0,)),
-            k.enqueue_compute(s, True, main, checked, self._out_offsets, with_stereo=False)))
+            k.enqueue_compute(s, True, main, checked, self._out_offsets, with_stereo=False)), self._deferred)
         np.copyto(self._img[1][st], image_right)    # the right frame's one host copy, the left part running
         self._launch(self.graphs_up, ("right", s), side, lambda checked: k.enqueue_upload(
             s, True, self._prm_dev[s], side, checked, cams=(1,)))
@@ -283,9 +302,10 @@ class GpuPipeline:
         self.k.enqueue_upload(s, stereo, self._prm_dev[s], self.stream, checked)
         self.k.enqueue_compute(s, stereo, self.stream, checked, self._out_offsets)
 
-    def _source(self, image, cam, s, st, up) -> int:
+    def _source(self, image, cam, s, st, up, stream_ok: bool = False) -> int:
         """Device-accessible address of one camera's frame for the pyramid kernel of frame slot ``s``
-        (see ``upload``); a host copy goes into staging buffer ``st``."""
+        (see ``upload``); a host copy goes into staging buffer ``st``, or with ``stream_ok`` (the
+        left camera, nothing in flight, graphs on) is left in :attr:`_deferred` for after the launch."""
         if not isinstance(image, np.ndarray):       # a CuPy array: read on the device, after the caller's work
             self._ev_input.record(self._cp.cuda.get_current_stream())
             up.wait_event(self._ev_input)
@@ -295,10 +315,13 @@ class GpuPipeline:
         if self._pinned:                            # frames of pinned_frames() are read in place
             d = self._pinned.get(image.ctypes.data, 0) if image.flags.c_contiguous else 0
         upload = self.upload
-        if upload == "mapped":
+        if upload in ("mapped", "streamed"):
             if d:
                 return d
-            np.copyto(staging, image)               # the one host copy, into the page-locked slot
+            if upload == "streamed" and stream_ok and cam == 0 and self.graphs.enabled and self.graphs.error is None:
+                self._deferred = (staging, image)   # copied by _launch, after the launch
+            else:
+                np.copyto(staging, image)           # the one host copy, into the page-locked slot
             return self._img_dev[cam][st]
         level0 = (self.k.pyrs_r[s] if cam else self.k.pyrs[s]).levels[0].data.ptr
         host = image.ctypes.data
@@ -309,14 +332,22 @@ class GpuPipeline:
                                           up.ptr)
         return level0
 
-    def _launch(self, cache, key, stream, enqueue) -> None:
-        """The graph for ``key`` (captured from ``enqueue`` the first time), else the kernels."""
+    def _launch(self, cache, key, stream, enqueue, deferred=None) -> None:
+        """The graph for ``key`` (captured from ``enqueue`` the first time), else the kernels.
+        ``deferred``: (staging, frame) of a streamed upload, copied after the graph's launch (before
+        the kernels when they are launched one by one: a checked launch waits for its kernel)."""
         g = None if self.probe else cache.get(key, lambda: enqueue(False))
-        if g is not None:
+        if g is None:
+            if deferred is not None:
+                self._streamer.fill(*deferred)
+            enqueue(True)
+            return
+        try:
             g.launch(stream)
             self.graph_launches += 1
-        else:
-            enqueue(True)
+        finally:
+            if deferred is not None:
+                self._streamer.fill(*deferred)
 
     # ------------------------------------------------------------------ results
     def collect(self, tk: _Ticket) -> TrackFrame:
@@ -339,6 +370,8 @@ class GpuPipeline:
             steps.append(_ns())             # the wait for the GPU
         hdr, cnt, ids, uv, xy, vel, score, level, age, uv_r, xy_r = self._out_cols[o]
         n = int(hdr[_H_COUNT])
+        if self._streamer.take_timeouts():
+            tk.host["upload_timeouts"] = self._streamer.timeouts
         self._counters[:] = cnt
         self._next_id = int(hdr[_H_NEXT_ID])
         self._count = n

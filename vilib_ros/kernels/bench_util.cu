@@ -16,3 +16,16 @@ extern "C" __global__ void read_words(const uint4* __restrict__ src, uint4* __re
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
 }
+
+// Benchmark helper (bench/streamed_upload_probe.py): thread 0 of each block makes one strong
+// load at system scope of flags[stride_words * (blockIdx.x / share)], as the pyramid's blocks
+// poll their flags in a streamed upload (share blocks read one word; stride 32 words = one
+// 128-byte line apart). Thread mapping: one block of 32 threads per pyramid tile.
+extern "C" __global__ void poll_flags(const unsigned int* flags, int stride_words, int share, unsigned int* out)
+{
+    if (threadIdx.x != 0) return;
+    unsigned int v;
+    const unsigned int* p = flags + (long long)stride_words * (blockIdx.x / share);
+    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    out[blockIdx.x] = v;
+}

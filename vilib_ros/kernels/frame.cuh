@@ -10,5 +10,13 @@ struct FrameParams {
     float M[12];                 // rotation prediction: M[0..8] row-major, applied when M[9] != 0
     float dt;                    // seconds since the previous accepted frame (0: none)
     int stereo;                  // 1: the right frame is given (stereo matching runs)
-    int pad[12];                 // 128 bytes in all
+    // A streamed upload (vilib_ros.frontend.streamed_upload): the host copies the left frame into
+    // its page-locked slot in bands of rows AFTER launching the frame, and after each band stores
+    // ready_base + 1 into the flag of every pyramid tile (32 x 128 pixels) of the band: word 0 of
+    // the tile's 128-byte line at `ready`, tiles row-major. ready == 0: the frame is complete
+    // before the launch.
+    unsigned long long ready;    // device-accessible address of the tile flags (0 = none)
+    unsigned int ready_base;     // the flags' value before this frame
+    int timeout_tile;            // the line after the last tile's: set to 1 by a block that gave up waiting
+    int pad[8];                  // 128 bytes in all
 };

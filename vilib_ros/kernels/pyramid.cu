@@ -27,7 +27,51 @@ extern "C" __global__ void pyramid_halve(const unsigned char* __restrict__ src, 
 // only depends on level-0 pixels inside the image, so tiles need no apron.
 // Block (0, 0, 0) of the left camera also copies the frame parameters to the device for the
 // kernels after it.
+// A streamed upload (FrameParams.ready != 0, left camera): thread 0 of each block first waits
+// until the host has released the block's tile (the host stores ready_base + 1 into the tile's
+// flag after copying the band of rows holding it), then the block reads the tile. A host that
+// never finishes the copy (a crashed process) cannot hang the device: after PF_STREAM_TIMEOUT_NS
+// the block goes on and stores 1 into the flag line after the last tile's, which the host counts
+// as a timed-out frame.
 #include "frame.cuh"
+
+#define PF_STREAM_TIMEOUT_NS 1000000000ull
+#define PF_FLAG_WORDS 32                // one 128-byte line per tile flag
+
+__device__ __forceinline__ unsigned int pf_load_relaxed_sys(const unsigned int* p)
+{
+    unsigned int v;
+    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ unsigned long long pf_globaltimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Thread 0 waits until the host has released this block's tile (its flag, word 0 of the block's
+// own 128-byte line: strong loads of one address from many blocks are served one after the other,
+// ~0.9 us each over PCIe on the H100, where loads of distinct lines overlap); the block then goes
+// on. The flag follows the host's band copy, so the tile's bytes are in page-locked memory before.
+__device__ __forceinline__ void pf_wait_tile(const FrameParams* __restrict__ hp)
+{
+    if (threadIdx.x == 0) {
+        unsigned int* flags = reinterpret_cast<unsigned int*>(hp->ready);
+        const unsigned int tile = blockIdx.y * gridDim.x + blockIdx.x;
+        const unsigned int target = hp->ready_base + 1u;
+        const unsigned long long t0 = pf_globaltimer();
+        while ((int)(pf_load_relaxed_sys(flags + PF_FLAG_WORDS * tile) - target) < 0) {
+            if (pf_globaltimer() - t0 > PF_STREAM_TIMEOUT_NS) {
+                *reinterpret_cast<volatile unsigned int*>(flags + PF_FLAG_WORDS * hp->timeout_tile) = 1u;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+}
 
 #define PF_TW 128
 #define PF_TH 32
@@ -68,6 +112,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     unsigned char* L0 = reinterpret_cast<unsigned char*>(levels[cam * max_levels]);
     const bool copy0 = src != L0;
     const int x0 = blockIdx.x * PF_TW, y0 = blockIdx.y * PF_TH;
+    if (cam == 0 && hp->ready != 0ull) pf_wait_tile(hp);
     {
         const int r = tid >> 3, c = (tid & 7) * 16;
         const int y = y0 + r, x = x0 + c;
