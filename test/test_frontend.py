@@ -568,7 +568,8 @@ class TestGpuPipeline:
 
     def test_stereo_split_equals_one_graph(self):
         """process() on a pageable stereo pair runs in three graphs (the right frame copied while
-        the left part runs, its pyramid on the upload stream): the same tracks and stereo matches,
+        the left part runs, its pyramid on the upload stream; the left frame streamed): the same
+        tracks and stereo matches,
         bit for bit, as page-locked pairs (one graph) and as submit-ahead (upload and compute
         graphs). Guards the ordering of the right pyramid before the stereo match."""
         seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=1.0, stereo=True, seed=6))
@@ -583,6 +584,8 @@ class TestGpuPipeline:
         a = tracker()
         split = [a.process(l, int(t), image_right=r).copy() for l, r, t in zip(left, right, st)]
         assert a.graph_error is None, a.graph_error
+        su = a.pipeline._streamer            # the left camera streamed (the default upload)
+        assert su._value == n and su._flags[0] == n and su.timeouts == 0
         b = tracker()
         pl, pr = b.pinned_frames(n), b.pinned_frames(n)
         for x, y, l, r in zip(pl, pr, left, right):
@@ -631,10 +634,10 @@ class TestGpuPipeline:
         assert p.upload == "streamed"
 
         for i, f in enumerate(euroc_frames[:5]):
-            before = p._streamer._next
+            before = p._streamer._value
             ft.process(f, STAMP0 + i * DT)
-            assert p._streamer._next == before + 1, i
-        before = p._streamer._next
+            assert p._streamer._value == before + 1, i
+        before = p._streamer._value
         for i, f in enumerate(euroc_frames[5:9]):
             ft.submit(f, STAMP0 + (5 + i) * DT)
         for _ in range(4):
@@ -642,7 +645,7 @@ class TestGpuPipeline:
         pinned = ft.pinned_frames(1)
         pinned[0][...] = euroc_frames[9]
         ft.process(pinned[0], STAMP0 + 9 * DT)
-        assert p._streamer._next == before + 1      # only the first submit had nothing in flight
+        assert p._streamer._value == before + 1      # only the first submit had nothing in flight
         assert ft.stats["upload_timeouts"] == 0 and ft.graph_error is None
 
     def test_poisoned_results(self, euroc_frames):

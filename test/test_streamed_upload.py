@@ -43,9 +43,10 @@ class TestStreamedDetector:
         b = GpuFastDetector(self.W, self.H, cfg, upload="mapped")
         for img in euroc_frames[:12:3]:
             a._frame_host[...] = 0xEE
-            before = a._streamer._next
+            before = a._streamer._value
             ca, cb = a.detect(img), b.detect(img)
-            assert a._streamer._next == before + 1, "the frame did not stream"
+            assert a._streamer._value == before + 1, "the frame did not stream"
+            assert a._streamer._flags[0] == a._streamer._value, "the frame was not released"
             for f in ("x", "y", "score", "level"):
                 np.testing.assert_array_equal(getattr(ca, f), getattr(cb, f))
         assert a._streamer.timeouts == 0

@@ -16,8 +16,8 @@ tile; ``bench/streamed_upload_probe.py``).
 
 Only a frame with nothing else in flight streams (``process()``, ``detect()``), launched from a
 captured CUDA graph: a direct launch in checked mode synchronises right after the kernel, before
-the host could copy. The flags only grow (modulo 2**32): a frame waits for values above the last
-frame's. A block that waits longer than 1 s (a host that died mid-copy) goes on and sets the
+the host could copy. Only the left camera streams (``GpuPipeline._launch_split`` says why).
+The flags only grow (modulo 2**32): a frame waits for values above the last frame's. A block that waits longer than 1 s (a host that died mid-copy) goes on and sets the
 timeout line: :meth:`StreamedUpload.take_timeouts` reads and clears it.
 """
 from __future__ import annotations
@@ -55,16 +55,18 @@ class StreamedUpload:
         self._band_flags = [self._flags[b * per_band:min((b + 1) * per_band, self.tiles)]
                             for b in range(len(self.bounds))]
         self._dev = host_device_pointer(lines.ctypes.data)
-        self._next = 0
+        self._value = 0                     # the flags' value once the armed frame is copied
         self.timeouts = 0
 
     def arm(self, prm: np.ndarray) -> None:
         """Fill the streamed-upload fields of one FrameParams (``prm``: its 128 page-locked bytes
-        as uint8) for the next :meth:`fill`."""
+        as uint8) for the next :meth:`fill`. A frame armed and never filled leaves the flags below
+        the next frame's value: its blocks time out, and the next frame is not confused by it."""
         prm.view(np.uint64)[U64_READY] = self._dev
         u32 = prm.view(np.uint32)
-        u32[U32_BASE] = self._next
+        u32[U32_BASE] = self._value
         u32[I32_TIMEOUT] = self.tiles
+        self._value = (self._value + 1) & 0xFFFFFFFF
 
     @staticmethod
     def disarm(prm: np.ndarray) -> None:
@@ -74,7 +76,7 @@ class StreamedUpload:
     def fill(self, staging: np.ndarray, image: np.ndarray) -> None:
         """Copy ``image`` into ``staging`` band by band, each band's tiles released to the device
         when copied. Every tile is released even if a copy fails, so no block waits for the timeout."""
-        value = (self._next + 1) & 0xFFFFFFFF
+        value = self._value
         done = 0
         try:
             for (y0, y1), flags in zip(self.bounds, self._band_flags):
@@ -84,7 +86,6 @@ class StreamedUpload:
         finally:
             if done < len(self.bounds):
                 self._flags[:self.tiles] = value
-            self._next = value
 
     def take_timeouts(self) -> int:
         """Frames whose pyramid gave up waiting since the last call (counted in :attr:`timeouts`)."""
