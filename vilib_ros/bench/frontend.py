@@ -145,10 +145,14 @@ def interleaved(runs: dict, rounds: int) -> dict:
 
 def run_host_split(ft, frames, n, warm=50) -> dict:
     """Host time per frame: submit() + result() without the wait for the GPU (the stream is
-    synchronised between them, so result() finds the frame done)."""
+    synchronised between them, so result() finds the frame done); ``without_copy``: the same less
+    the streamed upload's host copy of the frame (a memcpy timed inside submit(); 0 when the
+    upload does not stream, whose copy then stays in ``host``)."""
     nf = len(frames)
-    host, sub = [], []
+    host, sub, bare = [], [], []
+    su = ft.pipeline._streamer
     for k in range(n + warm):
+        su.last_fill_ns = 0
         t0 = time.perf_counter()
         ft.submit(frames[k % nf], _stamp())
         t1 = time.perf_counter()
@@ -159,7 +163,8 @@ def run_host_split(ft, frames, n, warm=50) -> dict:
         if k >= warm:
             host.append((t1 - t0) + (t3 - t2))
             sub.append(t1 - t0)
-    return {"host": _stats(host), "submit": _stats(sub)}
+            bare.append(host[-1] - su.last_fill_ns * 1e-9)
+    return {"host": _stats(host), "submit": _stats(sub), "without_copy": _stats(bare)}
 
 
 def run_gpu_exec(ft, frames, n, warm=20) -> dict:
@@ -196,21 +201,29 @@ def run_submit_ahead(ft, frames, n, warm=50) -> dict:
     return {"frames": n, "fps": n / wall}
 
 
+#: host_steps: the streamed upload's host copy, timed inside the "launch" step (0 when not streamed)
+STREAMED_COPY = "of launch: streamed copy"
+
+
 def host_steps(ft, frames, n, warm=50, fresh=False) -> dict:
     """Where the host time of a synchronous process() goes, step by step (perf_counter_ns marks
     of ``GpuPipeline.steps``; names in ``gpu_pipeline.STEPS``): the interface's checks, the frame
-    source (the host copy), events + graph launch, submit's return to the wait, the wait for the
-    GPU, the TrackFrame, the return. ``fresh``: as in :func:`process_times`."""
+    source (the host copy), events + graph launch (streamed: and the host copy after it, also
+    given alone as :data:`STREAMED_COPY`), submit's return to the wait, the wait for the GPU, the
+    TrackFrame, the return. ``fresh``: as in :func:`process_times`."""
     from vilib_ros.frontend.gpu_pipeline import STEPS
 
     p = ft.pipeline
     nf = len(frames)
     out = {k: [] for k in STEPS}
+    out[STREAMED_COPY] = []
     p.steps = marks = []
+    su = p._streamer
     try:
         for k in range(n + warm):
             img = frames[k % nf].copy() if fresh else frames[k % nf]
             marks.clear()
+            su.last_fill_ns = 0
             t0 = time.perf_counter_ns()
             ft.process(img, _stamp())
             t1 = time.perf_counter_ns()
@@ -218,6 +231,7 @@ def host_steps(ft, frames, n, warm=50, fresh=False) -> dict:
                 ts = [t0, *marks, t1]
                 for name, a, b in zip(STEPS, ts, ts[1:]):
                     out[name].append((b - a) * 1e-9)
+                out[STREAMED_COPY].append(su.last_fill_ns * 1e-9)
     finally:
         p.steps = None
     return {k: _stats(v) for k, v in out.items()}
@@ -483,6 +497,7 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
         "process_fresh_p99_us": res["mono_fresh_input"]["p99_us"],
         "stereo_process_fresh_p50_us": res["stereo_fresh_input"]["p50_us"],
         "host_python_us_per_frame": res["host_split"]["host"]["p50_us"],
+        "host_python_us_per_frame_without_copy": res["host_split"]["without_copy"]["p50_us"],
         "host_python_us_per_frame_cprofile": res["profile"]["host_us_per_frame"],
         "gpu_us_per_frame": res["gpu"]["exec"]["p50_us"],
         "detect_pageable_p50_us": res["detect_pageable"][default]["p50_us"],
@@ -570,6 +585,9 @@ def verdicts(res) -> list[str]:
              t["stereo_process_p50_us"])
     line("submit-ahead", res["submit_ahead_fps"], t["submit_ahead_fps"], le=False, unit="frames/s")
     line("host Python per frame (instrumented p50)", res["host_python_us_per_frame"], t["host_python_us_per_frame"])
+    if "host_python_us_per_frame_without_copy" in res:   # runs from 2026-11-28 on
+        line("host per frame less the streamed upload's memcpy of the frame (instrumented p50)",
+             res["host_python_us_per_frame_without_copy"], t["host_python_us_per_frame"])
     line(f"detection end to end from a pageable frame (upload='{res.get('upload_default')}')",
          res["detect_pageable_p50_us"], t["detect_pageable_us"])
     if "detect_fresh_p50_us" in res:
@@ -608,6 +626,7 @@ def markdown(res) -> str:
                       *((f"stereo process(), upload='{u}'", f"stereo_{u}_upload") for u in ups),
                       ("host time per frame (submit + result, no wait)", ("host_split", "host")),
                       ("  of which submit()", ("host_split", "submit")),
+                      ("  less the streamed upload's memcpy of the frame", ("host_split", "without_copy")),
                       ("GPU time per frame (graph queued behind a spin kernel)", ("gpu", "exec")),
                       ("GPU time per frame as process() sees it", ("gpu", "as_seen_by_process")),
                       *((f"detection alone, pageable frame, upload='{u}'", ("detect_pageable", u))

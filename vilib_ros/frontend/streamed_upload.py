@@ -22,6 +22,8 @@ timeout line: :meth:`StreamedUpload.take_timeouts` reads and clears it.
 """
 from __future__ import annotations
 
+from time import perf_counter_ns as _ns
+
 import numpy as np
 
 from vilib_ros._cuda import host_device_pointer, pinned_buffer
@@ -57,6 +59,7 @@ class StreamedUpload:
         self._dev = host_device_pointer(lines.ctypes.data)
         self._value = 0                     # the flags' value once the armed frame is copied
         self.timeouts = 0
+        self.last_fill_ns = 0               # the last fill's duration (benchmarks: the host copy inside the launch step)
 
     def arm(self, prm: np.ndarray) -> None:
         """Fill the streamed-upload fields of one FrameParams (``prm``: its 128 page-locked bytes
@@ -76,6 +79,7 @@ class StreamedUpload:
     def fill(self, staging: np.ndarray, image: np.ndarray) -> None:
         """Copy ``image`` into ``staging`` band by band, each band's tiles released to the device
         when copied. Every tile is released even if a copy fails, so no block waits for the timeout."""
+        t0 = _ns()
         value = self._value
         done = 0
         try:
@@ -86,6 +90,7 @@ class StreamedUpload:
         finally:
             if done < len(self.bounds):
                 self._flags[:self.tiles] = value
+            self.last_fill_ns = _ns() - t0
 
     def take_timeouts(self) -> int:
         """Frames whose pyramid gave up waiting since the last call (counted in :attr:`timeouts`)."""
