@@ -16,7 +16,8 @@ class TestMarkdown:
     @pytest.mark.parametrize("name", ["frontend_per_frame.json", "frontend_per_frame_run_1925.json", "frontend_per_frame_run_2058.json",
                                       "frontend_per_frame_run_2122.json", "frontend_per_frame_run_2200.json",
                                       "frontend_per_frame_run_0618.json", "frontend_per_frame_run_0645.json",
-                                      "frontend_per_frame_run_1304.json", "frontend_per_frame_run_0354.json"])
+                                      "frontend_per_frame_run_1304.json", "frontend_per_frame_run_0354.json",
+                                      "frontend_per_frame_run_0408.json"])
     def test_committed_results_render(self, name):
         res = json.loads((RESULTS / name).read_text())
         md = markdown(res)
