@@ -10,15 +10,17 @@ flag, and each block (``pf_wait_tile``) waits for its flag. The host copy and th
 of the frame overlap; only the last band's read is left after the copy.
 
 Every tile has its own flag in its own 128-byte line: on the H100, strong loads of ONE address
-from the 90 blocks of a 752x480 frame were served one after the other (the pyramid kernel took
-127 us instead of 45 us with one shared counter, 68 us with one per band, 49 us with one per
-tile; ``bench/streamed_upload_probe.py``).
+from the 90 blocks of a 752x480 frame were served one after the other (90 loads: 101-107 us on
+one word, 40-44 us on one line per band, 13 us on one line per tile, ``bench/streamed_upload_probe.py``;
+the pyramid kernel itself took 127 us instead of 45 us with one shared counter, in a probe of
+kernel variants on 2026-11-28).
 
 Only a frame with nothing else in flight streams (``process()``, ``detect()``), launched from a
 captured CUDA graph: a direct launch in checked mode synchronises right after the kernel, before
 the host could copy. Only the left camera streams (``GpuPipeline._launch_split`` says why).
-The flags only grow (modulo 2**32): a frame waits for values above the last frame's. A block that waits longer than 1 s (a host that died mid-copy) goes on and sets the
-timeout line: :meth:`StreamedUpload.take_timeouts` reads and clears it.
+The flags only grow (modulo 2**32): a frame waits for values above the last frame's. A block
+that waits longer than 1 s (a host that died mid-copy) goes on and sets the timeout line:
+:meth:`StreamedUpload.take_timeouts` reads and clears it.
 """
 from __future__ import annotations
 
