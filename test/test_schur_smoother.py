@@ -368,6 +368,44 @@ class TestSchurSmootherMarginalisation:
         other = np.setdiff1d(np.arange(len(gp)), rows)
         assert np.abs(Hp[other]).sum() <= 1e-9 * scale and np.abs(gp[other]).sum() <= 1e-9 * np.abs(gp).max()
 
+    def test_kept_landmarks_go_on_with_their_remaining_observations(self):
+        """``keep_landmarks`` (BackendConfig.schur_keep_landmarks): the marginal is the same as
+        without it (every landmark state 0 saw is eliminated into it); afterwards a landmark with at
+        least that many observations by the remaining states stays, at its estimate, with exactly
+        those observations, and only the others are reported removed."""
+        stamps = [0.0, 0.7, 0.95, 1.2]
+        runs = {}
+        for keep in (0, 2):
+            pb = _problem(seed=6, n_states=4, n_lm=16, behind=False, all_priors=True, n_only0=3)
+            graph, vals = _window(pb)
+            sm = SchurSmoother(0.6, SIGMA, HUBER, pb["T_bs0"], BASE, pb["T_bs1"], 0.0, keep_landmarks=keep)
+            _feed(sm, pb, graph, vals, stamps)
+            runs[keep] = (sm, pb)
+        (sm0, pb), (sm2, _) = runs[0], runs[2]
+        p0, p2 = sm0._priors[0], sm2._priors[0]
+        assert p0.keys == p2.keys and np.allclose(p0.H, p2.H, rtol=0, atol=0) and np.allclose(p0.g, p2.g, rtol=0, atol=0)
+        obs = pb["obs"]
+        seen0 = {li for s, li, *_ in obs if s == 0}
+        remaining = {li: sum(1 for s, lj, *_ in obs if lj == li and s > 0) for li in seen0}
+        stays = {li for li, n in remaining.items() if n >= 2}
+        assert stays and seen0 - stays                      # both cases occur
+        assert sm2.removed_landmarks == {L(li) for li in seen0 - stays}
+        t = sm2._lm
+        assert set(t.keys.tolist()) == {L(li) for li in range(16) if li not in seen0 - stays}
+        est0 = sm0.estimate()
+        for li in stays:
+            r = t.row[L(li)]
+            assert np.sum(t.o_lm == r) == remaining[li]     # the state-0 observations are gone
+            assert np.all(t.o_state[t.o_lm == r] >= 0)
+        # the same step, so the states and the kept landmarks sit where they sat without the option
+        est2 = sm2.estimate()
+        for s in (1, 2, 3):
+            assert np.allclose(est2.atPose3(X(s)).matrix(), est0.atPose3(X(s)).matrix(), rtol=0, atol=0)
+        pb_again = _problem(seed=6, n_states=4, n_lm=16, behind=False, all_priors=True, n_only0=3)
+        stepped = _whole(pb_again, *_window(pb_again))[2]     # gtsam's Gauss-Newton step of the same problem
+        for li in stays:
+            assert np.allclose(est2.atPoint3(L(li)), stepped.atPoint3(L(li)), rtol=0, atol=1e-8)
+
     def test_singular_window_raises(self):
         """No prior and no inertial factor: the gauge is free, the system singular."""
         pb = _problem(seed=7, n_states=2, behind=False)

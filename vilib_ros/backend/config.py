@@ -88,6 +88,10 @@ class BackendConfig:
                                         # eliminated (schur_smoother; a landmark leaves with the first state that
                                         # saw it); 'isam2', gtsam's iSAM2 (fixed_lag.RootedFixedLagSmoother)
     mono_solver: str = "isam2"          # mono mode's smoother ('schur' cost mono accuracy: backend_changes.md)
+    schur_keep_landmarks: int = 0       # solver 'schur' marginalisation: > 0: a landmark a leaving state saw stays
+                                        # in the window where at least this many of its observations are by
+                                        # remaining states (the leaving states' observations of it are dropped);
+                                        # 0: it leaves with the first state that saw it (VINS-Mono's)
     rooted_smoother: bool = True        # the newest state in the Bayes tree's root: its covariance without a
                                         # shortcut (fixed_lag.RootedFixedLagSmoother); false: gtsam's
                                         # IncrementalFixedLagSmoother
@@ -108,6 +112,8 @@ class BackendConfig:
             raise ValueError("need 0 < kf_min_interval_s <= kf_max_interval_s")
         if self.relinearize_threshold < 0 or self.relinearize_threshold_landmarks < 0:
             raise ValueError("relinearize_threshold and relinearize_threshold_landmarks must be >= 0")
+        if self.schur_keep_landmarks < 0:
+            raise ValueError(f"schur_keep_landmarks must be >= 0, got {self.schur_keep_landmarks}")
         if self.marginalise_every_s < 0 or self.mono_marginalise_every_s < 0:
             raise ValueError(f"marginalise_every_s and mono_marginalise_every_s must be >= 0, got "
                              f"{self.marginalise_every_s} and {self.mono_marginalise_every_s}")

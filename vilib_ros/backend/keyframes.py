@@ -201,7 +201,8 @@ class KeyframeMixin:
         t_vis = time.perf_counter()
         self._proj_cache = {}
         horizon = fr.stamp_ns - int(0.85 * self.window_s * 1e9)
-        if self.solver == "schur" and (self.marginalise_every_s <= 0 or ts - self._marg_ts >= self.marginalise_every_s):
+        if self.solver == "schur" and cfg.schur_keep_landmarks == 0 and (
+                self.marginalise_every_s <= 0 or ts - self._marg_ts >= self.marginalise_every_s):
             # this update marginalises: a landmark first seen by a state that leaves leaves with it
             # (SchurSmoother); its track, seen on, starts a new landmark from this keyframe
             lim = fr.stamp_ns - int(self.window_s * 1e9)

@@ -58,7 +58,7 @@ class SchurSmoother:
     of a pair that is not rectified)."""
 
     def __init__(self, lag: float, sigma: float, huber_k: float, T_bs0: np.ndarray, baseline: float = 0.0,
-                 T_bs1: np.ndarray | None = None, relinearize_threshold: float = 0.01):
+                 T_bs1: np.ndarray | None = None, relinearize_threshold: float = 0.01, keep_landmarks: int = 0):
         import gtsam
 
         self._g = gtsam
@@ -69,6 +69,7 @@ class SchurSmoother:
         self._Rbs = np.ascontiguousarray(np.stack([T_bs0[:3, :3], T1[:3, :3]]), np.float64)
         self._tbs = np.ascontiguousarray(np.stack([T_bs0[:3, 3], T1[:3, 3]]), np.float64)
         self._relin = float(relinearize_threshold)
+        self._keep_lm = int(keep_landmarks)  # BackendConfig.schur_keep_landmarks
         self._slots: list[int] = []         # keyframe index of each state slot, oldest first
         self._slot_of: dict[int, int] = {}
         self._state_t: dict[int, float] = {}    # keyframe index -> stamp [s]
@@ -246,9 +247,14 @@ class SchurSmoother:
             return
         if leave:
             # a landmark leaves with the first state that observed it (VINS-Mono's marginalisation: the
-            # marginal stays on states alone); the estimator ends its track's landmark at the same time
+            # marginal stays on states alone); the estimator ends its track's landmark at the same time.
+            # keep_landmarks > 0: one with that many observations by remaining states is marginalised all
+            # the same, and then goes on in the window from its estimate with those observations
+            # (VINS-Mono's depth shift: they are in the marginal too)
             seen = np.isin(t.o_state, np.fromiter(leave, np.int64))
             lm_leave[t.o_lm[seen]] = True
+            if self._keep_lm > 0:
+                stays = np.bincount(t.o_lm[~seen], minlength=len(t)) >= self._keep_lm
         obs_out = lm_leave[t.o_lm]              # observations that leave with their landmark
         n = STATE_DIM * len(self._slots)
         H, g = self._buf("H", (n, n), zero=True), self._buf("g", (n,), zero=True)
@@ -275,6 +281,9 @@ class SchurSmoother:
         # drop what was marginalised
         used_ids = {id(u) for u in used}
         self._priors = [p for p in self._priors if id(p) not in used_ids] + ([prior] if prior else [])
+        if leave and self._keep_lm > 0:
+            lm_leave &= ~stays
+            obs_out = lm_leave[t.o_lm]
         self.removed_landmarks = set(t.keys[lm_leave].tolist())
         self._drop(leave, lm_leave, obs_out)
 

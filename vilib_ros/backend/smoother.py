@@ -100,7 +100,8 @@ class SmootherMixin:
             self._smoother = SchurSmoother(self.window_s, self._sigma_n, self.config.huber_k, self._T_BS0,
                                            getattr(self, "_baseline", 0.0),
                                            self.cam1.T_BS if self.cam1 is not None else None,
-                                           relinearize_threshold=self.config.relinearize_threshold)
+                                           relinearize_threshold=self.config.relinearize_threshold,
+                                           keep_landmarks=self.config.schur_keep_landmarks)
         elif self.config.rooted_smoother:
             self._smoother = RootedFixedLagSmoother(self.window_s, self._isam2_params())
         else:

@@ -175,6 +175,9 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
   solver (string, default 'schur', one of schur|isam2, read-only): stereo mode's smoother: our own
       Gauss-Newton with the landmarks eliminated (schur), or gtsam's iSAM2
   mono_solver (string, default 'isam2', one of schur|isam2, read-only): mono mode's smoother
+  schur_keep_landmarks (integer, default 0, range [0, 1000], read-only): own smoother's marginalisation: > 0,
+      a landmark a leaving state saw goes on in the window from its estimate where at least this many of its
+      observations are by remaining states (VINS-Mono's depth shift); 0, it leaves with that state
   rooted_smoother (bool, default True, read-only): iSAM2 eliminates landmarks first and the newest state last
       (its covariance from the root clique, ~0.1 ms); false: gtsam's IncrementalFixedLagSmoother
   max_speed (double, default 30.0, range [0.0, 10000.0], read-only): speed above which the estimate counts as

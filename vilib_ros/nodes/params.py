@@ -137,6 +137,10 @@ BACKEND_PARAMS = {
     'solver': Meta("stereo mode's smoother: our own Gauss-Newton with the landmarks eliminated (schur), or gtsam's "
                    "iSAM2", choices=('schur', 'isam2')),
     'mono_solver': Meta("mono mode's smoother", choices=('schur', 'isam2')),
+    'schur_keep_landmarks': Meta("own smoother's marginalisation: > 0, a landmark a leaving state saw goes on in the "
+                                 "window from its estimate where at least this many of its observations are by "
+                                 "remaining states (VINS-Mono's depth shift); 0, it leaves with that state",
+                                 range=(0, 1000)),
     'mono_window_s': Meta('mono mode uses max(window_s, mono_window_s): scale needs it', range=(0.1, 600.0)),
     'mode': Meta("'stereo' | 'mono' | 'auto' (stereo if cam1 is given)", choices=('stereo', 'mono', 'auto')),
     'kf_min_interval_s': Meta('shortest time between keyframes, s', range=(0.001, 10.0)),
