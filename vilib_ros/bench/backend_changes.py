@@ -66,8 +66,8 @@ CHANGES = [
 #: index of the row with the defaults before the own smoother (``bench-backend``'s comparison row)
 PREVIOUS_ROW = len(CHANGES) - 2
 
-#: Measured and not adopted (what they showed: the md): on the own smoother (2026-11-27), and on the
-#: iSAM2 defaults of 2026-11-24 21:17 (those rows carry ISAM2_1S).
+#: Measured and not adopted (what they showed: the md): on the own smoother (2026-11-27; the depth-shift
+#: rows 2026-11-28: backend_changes_2026-11-28.md), and on the iSAM2 defaults of 2026-11-24 21:17 (those rows carry ISAM2_1S).
 TRIED = [
     ("own smoother, window 1 s", {"window_s": 1.0}, {}),
     ("own smoother, window 1.5 s", {"window_s": 1.5}, {}),
