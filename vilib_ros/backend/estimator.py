@@ -11,7 +11,8 @@ metric scale needs a longer window). ``solver`` (stereo; mono: ``mono_solver``) 
 one Gauss-Newton step per keyframe with the landmarks eliminated in closed form, the states dense;
 the same factors, taken without gtsam objects for the visual ones; a landmark leaves the window with
 the first state that observed it, and the estimator then ends its track's landmark, the track seen
-on starting a new one); ``'isam2'``, mono's default, is gtsam's iSAM2
+on starting a new one; ``schur_keep_landmarks``, off: VINS-Mono's depth shift instead, tried and not
+adopted, ``bench/results/backend_changes_2026-11-28.md``); ``'isam2'``, mono's default, is gtsam's iSAM2
 (:class:`~vilib_ros.backend.fixed_lag.RootedFixedLagSmoother`: landmarks eliminated first, the newest
 state last, in the root clique, so that its covariance is cheap; ``rooted_smoother`` false: gtsam's
 ``IncrementalFixedLagSmoother``). With
