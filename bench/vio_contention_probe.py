@@ -53,10 +53,11 @@ def blocking_events(on: bool):
     import cupy as cp
 
     orig = cp.cuda.Event
-    if on:
-        def ev(block=False, disable_timing=False, interprocess=False):
-            return orig(block=True, disable_timing=disable_timing, interprocess=interprocess)
-        cp.cuda.Event = ev
+
+    def ev(block=False, disable_timing=False, interprocess=False):
+        return orig(block=True, disable_timing=disable_timing, interprocess=interprocess)
+
+    cp.cuda.Event = ev
     try:
         yield
     finally:

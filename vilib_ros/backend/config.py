@@ -88,10 +88,11 @@ class BackendConfig:
                                         # eliminated (schur_smoother; a landmark leaves with the first state that
                                         # saw it); 'isam2', gtsam's iSAM2 (fixed_lag.RootedFixedLagSmoother)
     mono_solver: str = "isam2"          # mono mode's smoother ('schur' cost mono accuracy: backend_changes.md)
-    schur_keep_landmarks: int = 0       # solver 'schur' marginalisation: > 0: a landmark a leaving state saw stays
-                                        # in the window where at least this many of its observations are by
-                                        # remaining states (the leaving states' observations of it are dropped);
-                                        # 0: it leaves with the first state that saw it (VINS-Mono's)
+    schur_keep_landmarks: int = 0       # solver 'schur' marginalisation: > 0: a landmark a leaving state saw is
+                                        # marginalised all the same and then goes on in the window from its
+                                        # estimate where at least this many of its observations are by remaining
+                                        # states (VINS-Mono's depth shift; less accurate: backend_changes_2026-11-28.md);
+                                        # 0: it leaves with the first state that saw it
     rooted_smoother: bool = True        # the newest state in the Bayes tree's root: its covariance without a
                                         # shortcut (fixed_lag.RootedFixedLagSmoother); false: gtsam's
                                         # IncrementalFixedLagSmoother
