@@ -173,6 +173,47 @@ class TestNumbaLKTracker:
             NumbaLKTracker(752, 480, TrackerConfig()).track(**args)
 
 
+class TestFinestLevels:
+    """``track(..., levels=k)``: the forward-backward check's backward track on the k finest levels
+    (FrontendConfig.fb_levels), compiled against the NumPy reference run with ``levels=k``."""
+
+    @pytest.mark.parametrize("levels", [1, 2, 3])
+    def test_matches_reference_on_fewer_levels(self, pairs, levels):
+        import dataclasses
+
+        cfg = TrackerConfig()
+        trk = NumbaLKTracker(752, 480, cfg)
+        for k, (tp, ip, pts, pred) in enumerate(pairs):
+            ref = track_cpu(tp, ip, pts, pred, dataclasses.replace(cfg, levels=levels))
+            got = trk.track(tp, ip, pts, pred, levels=levels)
+            assert_matches_reference(got, ref, f"levels {levels} pair {k}")
+
+    def test_fewer_levels_search_less(self, euroc_frames):
+        """The level count reaches the kernel: a 24 px shift is found from the shifted start on one
+        level and on five, but from the unshifted start only with the coarse levels (one level's
+        16x16 patch cannot see 24 px away)."""
+        a = euroc_frames[10]
+        b = np.zeros_like(a)
+        b[:, 24:] = a[:, :-24]
+        pts = _detect(a)
+        pts = pts[(pts[:, 0] > 60) & (pts[:, 0] < 680) & (pts[:, 1] > 40) & (pts[:, 1] < 440)][:80]
+        trk = NumbaLKTracker(752, 480, TrackerConfig())
+        true = pts + np.array([24, 0], np.float32)
+
+        def found(r):
+            return (r.status == TrackStatus.TRACKED) & (np.abs(r.pos - true).max(1) < 0.5)
+
+        for lv in (1, 5):
+            assert found(trk.track(a, b, pts, true, levels=lv)).mean() > 0.9
+        assert found(trk.track(a, b, pts, pts, levels=5)).mean() > 0.8
+        assert found(trk.track(a, b, pts, pts, levels=1)).mean() < 0.2
+
+    def test_levels_out_of_range_read_as_messages(self, euroc_frames):
+        a = euroc_frames[0]
+        with pytest.raises(ValueError, match="levels must be in 1..5"):
+            NumbaLKTracker(752, 480, TrackerConfig()).track(a, a, np.full((2, 2), 100, np.float32), levels=6)
+
+
 def _bank(pairs_entry, cfg, rng, capacity=400):
     """A template bank holding the templates of a pair's features in shuffled rows."""
     from vilib_ros.frontend.templates import TemplateBank

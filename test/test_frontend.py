@@ -47,6 +47,7 @@ def _cfg(**kw):
 
 class TestFrontendConfig:
     @pytest.mark.parametrize("kw", [dict(max_features=-1), dict(min_track_fraction=1.5), dict(fb_threshold=0),
+                                    dict(fb_levels=-1), dict(fb_levels=6), dict(fb_levels=1.5),
                                     dict(ransac_confidence=1.0), dict(imu_max_gap_ms=0)])
     def test_invalid(self, kw):
         with pytest.raises(ValueError):
@@ -514,6 +515,17 @@ class TestGpuMatchesCpu:
         stamps = STAMP0 + DT * np.arange(len(euroc_frames))
         tc = TrackerConfig(template=template, warp=warp)
         self._compare(euroc_frames, stamps, cam, _cfg(tracker=tc, fb_check=True, ransac=True))
+
+    @pytest.mark.parametrize("fb_levels", [1, 2])
+    @pytest.mark.parametrize("template, warp", [("reference", "affine"), ("previous", "translation")])
+    def test_backward_track_on_fewer_levels(self, euroc_frames, fb_levels, template, warp):
+        """FrontendConfig.fb_levels: the backward track on the finest levels, in the fused
+        lk_template_fb kernel (stored templates) and in lk_frontend's backward use (frame to
+        frame), against the CPU pipeline's backward track on as many levels."""
+        cam = euroc_cam0()
+        stamps = STAMP0 + DT * np.arange(len(euroc_frames))
+        tc = TrackerConfig(template=template, warp=warp)
+        self._compare(euroc_frames, stamps, cam, _cfg(tracker=tc, fb_check=True, fb_levels=fb_levels))
 
     def test_templates_taken_again(self, euroc_frames):
         """Refreshes by age and by residual: the same tracks as the CPU, the same counter."""

@@ -265,7 +265,8 @@ class TestOneSourceOfTruth:
                                           "tracker.warp": "translation"},
                     "window_s": {"kf_max_interval_s": 0.05, "kf_min_interval_s": 0.01},
                     "detector.cell_height": {"detector.levels": 1}, "detector.levels": {"detector.cell_height": 64},
-                    "tracker.levels": {"tracker.patch_sizes": [8] * 8}}
+                    "tracker.levels": {"tracker.patch_sizes": [8] * 8},
+                    "fb_levels": {"tracker.levels": 8, "tracker.patch_sizes": [8] * 8}}
         bad = []
         for name, meta in table.items():
             values = list(meta.choices or ())

@@ -38,6 +38,13 @@ VARIANTS = {
     "ref-affine+fb+ransac": ("reference template, affine warp + forward-backward check + RANSAC",
                              {"fb_check": True, "ransac": True,
                               "tracker": {"template": "reference", "warp": "affine"}}),
+    "ref-affine+fb+ransac+fblevels2": ("the same, the backward track on the 2 finest levels (fb_levels 2): it "
+                                             "starts at the old position",
+                                             {"fb_check": True, "fb_levels": 2, "ransac": True,
+                                              "tracker": {"template": "reference", "warp": "affine"}}),
+    "ref-affine+fb+ransac+fblevels1": ("the same, the backward track on the finest level only (fb_levels 1)",
+                                            {"fb_check": True, "fb_levels": 1, "ransac": True,
+                                             "tracker": {"template": "reference", "warp": "affine"}}),
     "ref-affine+fb1+ransac": ("the same, forward-backward threshold 1 px instead of 0.5",
                               {"fb_check": True, "fb_threshold": 1.0, "ransac": True,
                                "tracker": {"template": "reference", "warp": "affine"}}),

@@ -790,10 +790,14 @@ class NumbaLKTracker(CpuLKTracker):
                 raise ValueError(f"{what} pyramid level {k} is {lv.dtype} {lv.shape}, expected uint8 {want}")
         return tuple(_readonly(lv) for lv in levels) + (_DUMMY_LEVEL,) * (MAX_LEVELS - L)
 
-    def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
-        """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists; translation)."""
+    def track(self, tmpl, img, tmpl_pos, pred=None, active=None, levels: int | None = None) -> TrackResult:
+        """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists; translation);
+        ``levels``: on the finest levels only (the forward-backward check's backward track)."""
         if self.config.cpu_backend == "opencv":
-            return super().track(tmpl, img, tmpl_pos, pred, active)
+            return super().track(tmpl, img, tmpl_pos, pred, active, levels)
+        L = int(self.config.levels if levels is None else levels)
+        if not 1 <= L <= self.config.levels:
+            raise ValueError(f"levels must be in 1..{self.config.levels}, got {levels!r}")
         self._check(tmpl)
         self._check(img)
         tmpl_pos = np.ascontiguousarray(np.asarray(tmpl_pos, np.float32).reshape(-1, 2))
@@ -811,7 +815,7 @@ class NumbaLKTracker(CpuLKTracker):
         iters = np.empty(n, np.int32)
         if n:
             numba.set_num_threads(self.threads)    # thread-local in numba: set for whichever thread calls
-            lk_track(tp, ip, int(self.config.levels), self._patch, tmpl_pos, pred, np.ascontiguousarray(act),
+            lk_track(tp, ip, L, self._patch, tmpl_pos, pred, np.ascontiguousarray(act),
                      *self._no_bank, False, False, self._no_affine, *self._params(False), pos, status, residual, gain,
                      offset, iters, self._no_affine, self.threads)
         return TrackResult(pos, status, residual, gain, offset, iters)

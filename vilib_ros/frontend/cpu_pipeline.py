@@ -93,7 +93,7 @@ class CpuPipeline:
                 fb_pos = np.full((n, 2), np.nan, np.float32)
                 fb_status = np.full(n, TrackStatus.INACTIVE, np.int8)
                 if ok.any():
-                    back = self.tracker.track(pyr, self._prev_pyr, res.pos[ok], uv0[ok])
+                    back = self.tracker.track(pyr, self._prev_pyr, res.pos[ok], uv0[ok], levels=c.fb_levels_used)
                     fb_pos[ok], fb_status[ok] = back.pos, back.status
                 fb_ok = fb_passed(fb_pos, fb_status, uv0, c.fb_threshold)
             reject = None

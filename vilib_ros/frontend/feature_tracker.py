@@ -52,6 +52,7 @@ class FrontendConfig:
     min_track_fraction: float = 0.3    # redetect when live tracks < fraction * target
     fb_check: bool = True              # forward-backward check (on: bench/results/tracks_quality.md)
     fb_threshold: float = 0.5          # px
+    fb_levels: int = 0                 # pyramid levels of the backward track, finest first; 0 = the tracker's levels
     ransac: bool = True                # fundamental-matrix RANSAC on undistorted points (on: bench/results/tracks_quality.md)
     ransac_threshold: float = 1.0      # px (converted with fx)
     ransac_confidence: float = 0.99
@@ -73,18 +74,26 @@ class FrontendConfig:
         for f in ("fb_threshold", "ransac_threshold", "imu_max_gap_ms"):
             if not getattr(self, f) > 0:
                 raise ValueError(f"FrontendConfig.{f} must be > 0, got {getattr(self, f)!r}")
+        if int(self.fb_levels) != self.fb_levels or not 0 <= self.fb_levels <= self.tracker.levels:
+            raise ValueError(f"FrontendConfig.fb_levels must be an integer in 0..tracker.levels "
+                             f"({self.tracker.levels}; 0 = all of them), got {self.fb_levels!r}")
         if not 0.5 < self.ransac_confidence < 1.0:
             raise ValueError(f"FrontendConfig.ransac_confidence must be in (0.5, 1), got {self.ransac_confidence!r}")
         if not self.stereo_epipolar_threshold >= 0:
             raise ValueError("FrontendConfig.stereo_epipolar_threshold must be >= 0")
         return self
 
+    @property
+    def fb_levels_used(self) -> int:
+        """The backward track's levels: ``fb_levels``, or all of the tracker's where it is 0."""
+        return int(self.fb_levels) or int(self.tracker.levels)
+
 
 # Fields that FeatureTracker.apply_config changes on a running tracker (kernel scalars and host-side
 # thresholds); a change of any other field is structural: the caller builds a new tracker.
 LIVE_FIELDS = frozenset({
     "detector.threshold", "tracker.max_iterations", "tracker.eps", "tracker.min_eigen", "tracker.max_residual",
-    "fb_threshold", "ransac_threshold", "ransac_confidence", "min_track_fraction", "imu_prediction",
+    "fb_threshold", "fb_levels", "ransac_threshold", "ransac_confidence", "min_track_fraction", "imu_prediction",
     "imu_max_gap_ms", "stereo_epipolar_threshold", "tracker.template_refresh_residual", "tracker.template_max_age"})
 HOST_COUNTERS = ("frames", "skipped_empty", "skipped_nonmonotonic", "imu_predicted", "imu_nan", "imu_gaps", "resets",
                  "graph_launches", "upload_timeouts")

@@ -177,7 +177,7 @@ class FrameKernels:
             probe("pyramid")
 
     def _lk(self, tmpl, img, count, tmpl_pos, guess, outs, xy=None, M=None, cam_pred=None, cam_out=None, gate=None,
-            epi=None, epi_threshold=0.0, counters=(None, None)):
+            epi=None, epi_threshold=0.0, counters=(None, None), levels=None):
         tc = self.config.tracker
         null = np.uint64(0)
 
@@ -185,7 +185,8 @@ class FrameKernels:
             return null if a is None else a
 
         warps = self.tracker.warps
-        args = (tmpl, img, np.int32(self.W), np.int32(self.H), np.int32(tc.levels), np.int32(tc.patch16_mask),
+        args = (tmpl, img, np.int32(self.W), np.int32(self.H), np.int32(tc.levels if levels is None else levels),
+                np.int32(tc.patch16_mask),
                 count, tmpl_pos, guess, p(xy), p(M), p(cam_pred), p(cam_out), p(gate), np.int32(tc.max_iterations),
                 np.float32(tc.eps), np.float32(tc.min_eigen), np.float32(tc.max_residual), p(epi),
                 np.float32(epi_threshold), p(counters[0]), p(counters[1]), *(p(a) for a in outs))
@@ -222,7 +223,7 @@ class FrameKernels:
                 np.float32(tc.min_eigen), np.float32(tc.max_residual), t["lk_pos"], t["lk_status"], t["lk_xy"],
                 t["lk_iters"], t["lk_residual"], t["lk_gain"], t["lk_offset"], t["lk_affine"] if aff else null)
         if fb:
-            args += (self._lk_tab[(s - 1) % RING], t["fb_pos"], t["fb_status"])
+            args += (self._lk_tab[(s - 1) % RING], np.int32(self.config.fb_levels_used), t["fb_pos"], t["fb_status"])
         return (self._k_tpl_fb if fb else self._k_tpl, *self.tracker.template_launch(self.S), args)
 
     def _extract(self, s, count):
@@ -259,7 +260,8 @@ class FrameKernels:
                          cam_pred=t["cam"], cam_out=t["cam"]), name="lk")
         if c.fb_check and not fused_fb:
             go(*self._lk(self._lk_tab[s], self._lk_tab[sp], count, t["lk_pos"], t["uv"],
-                         (t["fb_pos"], t["fb_status"], None, None), gate=t["lk_status"]), name="fb")
+                         (t["fb_pos"], t["fb_status"], None, None), gate=t["lk_status"], levels=c.fb_levels_used),
+               name="fb")
         if c.ransac:
             self.ransac.enqueue(stream, checked, t["hdr"], t["lk_status"], t["uv"], t["xy"], t["lk_xy"], t["fb_pos"],
                                 t["fb_status"] if c.fb_check else None, c.fb_threshold, c.ransac_threshold / self.fx,

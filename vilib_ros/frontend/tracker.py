@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -425,8 +426,11 @@ class CpuLKTracker:
         if img.dtype != np.uint8 or img.shape != (self.height, self.width):
             raise ValueError(f"tracker built for uint8 {self.height}x{self.width} images, got {img.dtype} {img.shape}")
 
-    def track(self, tmpl, img, tmpl_pos, pred=None, active=None) -> TrackResult:
-        """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists)."""
+    def track(self, tmpl, img, tmpl_pos, pred=None, active=None, levels: int | None = None) -> TrackResult:
+        """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists); ``levels``:
+        on the finest levels only (the forward-backward check's backward track), else the config's."""
+        cfg = self.config if levels is None or levels == self.config.levels else \
+            dataclasses.replace(self.config, levels=int(levels))
         self._check(tmpl)
         self._check(img)
         tmpl_pos = np.asarray(tmpl_pos, np.float32).reshape(-1, 2)
@@ -435,13 +439,13 @@ class CpuLKTracker:
         if self.config.cpu_backend == "opencv":
             t0 = tmpl[0] if isinstance(tmpl, (list, tuple)) else tmpl
             i0 = img[0] if isinstance(img, (list, tuple)) else img
-            res = track_opencv(t0, i0, tmpl_pos, pred, window=int(self.config.patch_sizes[0]) + 1,
-                               levels=self.config.levels, max_iterations=self.config.max_iterations)
+            res = track_opencv(t0, i0, tmpl_pos, pred, window=int(cfg.patch_sizes[0]) + 1,
+                               levels=cfg.levels, max_iterations=cfg.max_iterations)
             if active is not None:
                 a = np.asarray(active, bool)
                 res.status[~a] = TrackStatus.INACTIVE
             return res
-        return track_cpu(tmpl, img, tmpl_pos, pred, self.config, active)
+        return track_cpu(tmpl, img, tmpl_pos, pred, cfg, active)
 
     def extract_templates(self, pyr, pos, patch, valid, slots) -> None:
         """Store the templates of the features at ``pos`` (N, 2) in pyramid ``pyr`` in rows

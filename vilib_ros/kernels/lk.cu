@@ -1019,8 +1019,8 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
                                  float2* __restrict__ out_xy, int* __restrict__ out_iters,
                                  float* __restrict__ out_residual, float* __restrict__ out_gain,
                                  float* __restrict__ out_offset, float4* __restrict__ out_affine,
-                                 const unsigned long long* __restrict__ prev_levels, float2* __restrict__ fb_pos,
-                                 signed char* __restrict__ fb_status)
+                                 const unsigned long long* __restrict__ prev_levels, int fb_levels,
+                                 float2* __restrict__ fb_pos, signed char* __restrict__ fb_status)
 {
     constexpr int G = LK_FEATURE_WARPS;
 #if LK_FEATURE_WARPS > 1
@@ -1061,7 +1061,7 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
         if (status == LK_TRACKED) {           // warp-uniform
             float bx, by, ba, bb, br;
             int bi;
-            bst = lk_point<MODE, G>(img_levels, prev_levels, w0, h0, n_levels, patch16_mask, make_float2(x, y),
+            bst = lk_point<MODE, G>(img_levels, prev_levels, w0, h0, fb_levels, patch16_mask, make_float2(x, y),
                                           back, max_iterations, eps2, min_eigen, max_residual, bx, by, ba, bb, br, bi,
                                           gr);
             back = make_float2(bx, by);
@@ -1097,9 +1097,9 @@ __device__ void lk_template_impl(const float* __restrict__ bank, const uchar* __
     out_xy, out_iters, out_residual, out_gain, out_offset, out_affine
 
 template <int MODE> __device__ __forceinline__ void lk_template_translation_impl(LKT_ARGS)
-{ lk_template_impl<MODE, false>(LKT_PASS, nullptr, nullptr, nullptr); }
+{ lk_template_impl<MODE, false>(LKT_PASS, nullptr, 0, nullptr, nullptr); }
 template <int MODE> __device__ __forceinline__ void lk_template_affine_impl(LKT_ARGS)
-{ lk_template_impl<MODE, true>(LKT_PASS, nullptr, nullptr, nullptr); }
+{ lk_template_impl<MODE, true>(LKT_PASS, nullptr, 0, nullptr, nullptr); }
 
 LK_KERNELS(lk_template_translation, lk_template_translation_impl, LKT_ARGS, LKT_PASS)
 LK_KERNELS(lk_template_affine, lk_template_affine_impl, LKT_ARGS, LKT_PASS)
@@ -1107,10 +1107,12 @@ LK_KERNELS(lk_template_affine, lk_template_affine_impl, LKT_ARGS, LKT_PASS)
 // lk_template_fb_<warp>_<mode>: lk_template_<warp>_<mode> with the forward-backward check in the
 // same warp (one launch fewer, and each warp's backward track follows its forward one at once):
 // `prev_levels` the previous frame's pyramid, outputs fb_pos / fb_status as lk_frontend's
-// backward use (gate = the forward status) writes them.
-#define LKTF_ARGS LKT_ARGS, const unsigned long long* __restrict__ prev_levels, float2* __restrict__ fb_pos, \
-    signed char* __restrict__ fb_status
-#define LKTF_PASS LKT_PASS, prev_levels, fb_pos, fb_status
+// backward use (gate = the forward status) writes them; the backward track runs on the
+// `fb_levels` finest levels (1..n_levels, FrontendConfig.fb_levels): it starts at the slot's old
+// position, where a good track ends, so the coarse levels only re-find it.
+#define LKTF_ARGS LKT_ARGS, const unsigned long long* __restrict__ prev_levels, int fb_levels, \
+    float2* __restrict__ fb_pos, signed char* __restrict__ fb_status
+#define LKTF_PASS LKT_PASS, prev_levels, fb_levels, fb_pos, fb_status
 template <int MODE> __device__ __forceinline__ void lk_template_fb_translation_impl(LKTF_ARGS)
 { lk_template_impl<MODE, false>(LKTF_PASS); }
 template <int MODE> __device__ __forceinline__ void lk_template_fb_affine_impl(LKTF_ARGS)

@@ -167,6 +167,8 @@ handed out (ids are never reused within a run). This table is the second part of
       fraction of the target
   fb_check (bool, default True): forward-backward consistency check of every track
   fb_threshold (double, default 0.5, range [1e-06, 1000.0]): forward-backward error limit (pixels)
+  fb_levels (integer, default 0, range [0, 8]): pyramid levels of the forward-backward check's backward track,
+      finest first; it starts at the track's old position (0 = all of tracker.levels; at most tracker.levels)
   ransac (bool, default True): fundamental-matrix RANSAC outlier rejection
   ransac_threshold (double, default 1.0, range [1e-06, 1000.0]): RANSAC inlier threshold (pixels)
   ransac_confidence (double, default 0.99, range [0.501, 0.999999]): RANSAC confidence

@@ -122,6 +122,7 @@ FRONTEND_PARAMS = {
     'min_track_fraction': Meta('redetect when live tracks drop below this fraction of the target', range=(0.0, 1.0)),
     'fb_check': Meta('forward-backward consistency check of every track'),
     'fb_threshold': Meta('forward-backward error limit (pixels)', range=(1e-06, 1000.0)),
+    'fb_levels': Meta("pyramid levels of the forward-backward check's backward track, finest first; it starts at the track's old position (0 = all of tracker.levels; at most tracker.levels)", range=(0, 8)),
     'ransac': Meta('fundamental-matrix RANSAC outlier rejection'),
     'ransac_threshold': Meta('RANSAC inlier threshold (pixels)', range=(1e-06, 1000.0)),
     'ransac_confidence': Meta('RANSAC confidence', range=(0.501, 0.999999)),
