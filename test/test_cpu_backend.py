@@ -104,15 +104,57 @@ class TestFactories:
 
 
 class TestBuildPyramidHost:
-    @pytest.mark.parametrize("impl", ["numba", "numpy"])
-    def test_same_levels_either_way(self, euroc_frames, monkeypatch, impl):
-        from vilib_ros.frontend.pyramid import build_pyramid_cpu
+    """build_pyramid_host: the compiled twin (cpu_pyramid.build_pyramid_compiled) where numba is
+    selected, against the NumPy reference (pyramid.build_pyramid_cpu). Regression guard: this test
+    compared build_pyramid_cpu with itself (the NumPy branch of build_pyramid_host is the
+    reference), so a wrong compiled halving (rounding, odd last row / column, a level missing)
+    passed; and ``zip`` stopped at the shorter list, so a level missing passed as well."""
 
-        if impl == "numba":
-            _numba()
-        monkeypatch.setenv(ENV, impl)
-        for a, b in zip(build_pyramid_host(euroc_frames[7], 5), build_pyramid_cpu(euroc_frames[7], 5)):
-            np.testing.assert_array_equal(a, b)
+    # the full frame, an odd width and height at several levels (the last row / column dropped),
+    # a non-contiguous view (the compiled halve takes C arrays) and the most levels the frame allows
+    @pytest.mark.parametrize("crop, levels", [((480, 752), 5), ((479, 751), 5), ((301, 433), 4),
+                                              ((480, 752), 8), ("strided", 4)])
+    def test_compiled_equals_the_numpy_reference(self, euroc_frames, monkeypatch, crop, levels):
+        _numba()
+        from vilib_ros.frontend import cpu_pyramid
+        from vilib_ros.frontend.cpu_pyramid import build_pyramid_compiled
+        from vilib_ros.frontend.pyramid import build_pyramid_cpu, level_shapes
+
+        frame = euroc_frames[7]
+        img = frame[::2, 1::2] if crop == "strided" else frame[:crop[0], :crop[1]]
+        ref = build_pyramid_cpu(img, levels)
+        assert [r.shape for r in ref] == level_shapes(img.shape[1], img.shape[0], levels)
+        monkeypatch.setenv(ENV, "numba")
+        calls = []
+
+        def counted(*a):          # the real compiled function, its calls counted: build_pyramid_host used it
+            calls.append(1)
+            return build_pyramid_compiled(*a)
+
+        monkeypatch.setattr(cpu_pyramid, "build_pyramid_compiled", counted)
+        host = build_pyramid_host(img, levels)
+        assert calls == [1], "build_pyramid_host did not take the compiled path with numba selected"
+        for name, got in (("build_pyramid_compiled", build_pyramid_compiled(img, levels)),
+                          ("build_pyramid_host", host)):
+            assert len(got) == len(ref) == levels, name
+            for k, (a, b) in enumerate(zip(got, ref)):
+                assert a.dtype == np.uint8 and a.shape == b.shape, (name, k, a.dtype, a.shape, b.shape)
+                np.testing.assert_array_equal(a, b, err_msg=f"{name} level {k}")   # bit-identical: integer mean
+        # levels past 0 are not trivial (the frame is not flat): a wrong halving would show
+        assert ref[-1].std() > 5
+
+    def test_numpy_selected_is_the_reference(self, euroc_frames, monkeypatch):
+        """VILIB_ROS_CPU_IMPL=numpy: the NumPy path's levels are the rounded 2x2 means."""
+        monkeypatch.setenv(ENV, "numpy")
+        got = build_pyramid_host(euroc_frames[7], 5)
+        assert len(got) == 5
+        np.testing.assert_array_equal(got[0], euroc_frames[7])
+        for k in range(1, 5):
+            # the rounded 2x2 mean written out here, independently of halve_cpu's slicing
+            prev = got[k - 1].astype(np.int32)
+            h, w = prev.shape[0] // 2, prev.shape[1] // 2
+            blocks = prev[:2 * h, :2 * w].reshape(h, 2, w, 2).sum(axis=(1, 3))
+            np.testing.assert_array_equal(got[k], ((blocks + 2) >> 2).astype(np.uint8), err_msg=f"level {k}")
 
 
 _NO_NUMBA = """

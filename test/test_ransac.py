@@ -131,11 +131,16 @@ class TestRansacOutliers:
 
     @pytest.mark.parametrize("impl", _impls())
     def test_pure_rotation(self, impl):
-        """No translation: F is not defined (a homography fits); a clear result either way: None
-        or a bool mask that keeps most points (every point is consistent with the motion)."""
+        """No translation: F is not defined (a homography fits, and so does every F = [e]x R); a
+        clear result either way: None or a bool mask that keeps the points as a general motion
+        would (every point is consistent with the motion): fewer than 20 % flagged, the 10-20 %
+        noisiest that a minimal-sample model at 0.3 px noise and a 1 px threshold drops
+        (test_planted_outliers; both CPU implementations flag 11 % here, at most 15.5 % over
+        seeds 0-39). It read < 50 %, which a model fitted to half the points passed."""
         x1, x2, _, _ = scene(3, outliers=0.0, translation=0.0, rotation=0.05)
         out = impl(x1, x2, THR, CONF)
-        assert out is None or (out.dtype == bool and out.shape == (len(x1),) and out.mean() < 0.5)
+        assert out is None or (out.dtype == bool and out.shape == (len(x1),) and out.mean() < 0.2), \
+            None if out is None else out.mean()
 
     @pytest.mark.parametrize("impl", _impls())
     def test_nan_rows(self, impl):
@@ -223,19 +228,30 @@ class TestSampleIndices:
 
 
     def test_draw_in_32_bits(self):
-        """kernels/ransac.cu draws the sample as uint32 u mod n and moves on by v + 1 == n ? 0 :
-        v + 1 (no 64-bit division); the same indices as sample_indices' int64 arithmetic for
-        every row of the table and candidate counts up to the capacity."""
+        """kernels/ransac.cu (rs_sample) draws the sample as uint32 u mod n and moves on by
+        v + 1 == n ? 0 : v + 1 (no 64-bit division): written out here in uint32 arithmetic, it
+        gives the indices of the numba twin's sampler (cpu_ransac._sample, int64 arithmetic: what
+        the device must match bit for bit) for every row of the table and candidate counts up to
+        the capacity. Regression guard: the test re-derived the draw in Python and compared it with
+        sample_indices only, so the sampler the CPU pipeline runs was never checked."""
+        pytest.importorskip("numba", reason="numba (the compiled CPU path, cpu_ransac) is not installed")
+        from vilib_ros.frontend import cpu_ransac
+
+        assert (TABLE[:HYPOTHESES] >= np.uint32(2 ** 31)).any()     # draws an int32 reading would get wrong
+        idx = np.empty(8, np.int64)
         for n in (8, 9, 31, 200, 4095, 4096):
             un = np.uint32(n)
-            for row in TABLE[:HYPOTHESES]:
-                idx = []
+            for h, row in enumerate(TABLE[:HYPOTHESES]):
+                draw = []
                 for u in row:
-                    v = int(np.uint32(u) % un)
-                    while v in idx:
-                        v = 0 if v + 1 == n else v + 1
-                    idx.append(v)
-                assert idx == sample_indices(row, n).tolist(), n
+                    v = np.uint32(u) % un
+                    while v in draw:
+                        v = np.uint32(0) if v + np.uint32(1) == un else v + np.uint32(1)
+                    draw.append(v)
+                idx.fill(-1)
+                cpu_ransac._sample(TABLE, h, n, idx)
+                assert [int(v) for v in draw] == idx.tolist(), (n, h)
+                assert idx.tolist() == sample_indices(row, n).tolist(), (n, h)
 
 
 @pytest.mark.gpu
@@ -320,27 +336,68 @@ class TestGpuRansac:
         assert not g.v["reject"].get().any()
 
 
+def planted_frames(frames, n):
+    """The first ``n`` frames with a block (rows 100-300, columns 420-650) whose content jumps 3 px
+    down and back up from frame to frame, against the camera's motion: its tracks are planted
+    outliers of every frame pair (no fundamental matrix of the camera's motion fits them)."""
+    out = []
+    for k in range(n):
+        f = frames[k].copy()
+        dy = 3 * (k % 2)
+        f[100:300, 420:650] = frames[k][100 - dy:300 - dy, 420:650]
+        out.append(f)
+    return out
+
+
 @pytest.mark.gpu
 class TestGpuPipelineRansac:
     def test_one_compute_graph_per_frame(self, euroc_frames):
         """Regression: with RANSAC on, the GPU frame's compute graph was split in two around a host
         RANSAC (a stream synchronisation mid-frame, three graph launches per frame). Now: with
         process() one graph per frame (upload and compute), RANSAC's rejects counted on the
-        device; submitted ahead, the upload graph and one compute graph per frame."""
+        device; submitted ahead, the upload graph and one compute graph per frame.
+
+        The count on the device is the CPU pipeline's on the same frames, which carry planted
+        outliers (``planted_frames``; the real frames alone: 1 reject in 41 frames on the CPU;
+        with the block 44 after 30 frames, 45 after 41). Tolerance: the two LK implementations
+        agree within 0.02 px, so a track whose epipolar error sits at the 1 px threshold may go
+        either way (TestGpuMatchesCpu: 0.07 % of the decisions on the H100); with ~5,800 tracked
+        track-frames in 30 frames that is ~4 decisions, each moving the count by one: 5 or 15 %
+        of the count, whichever is more (measured on the H200, 2026-11-28: GPU 44 / 45, CPU
+        44 / 45). Regression guard: the assertion read ``ransac_rejected >= 0``, which a counter
+        never written (or one counting nothing) passed."""
         from vilib_ros.camera import euroc_cam0
         from vilib_ros.frontend import FeatureTracker, FrontendConfig
 
         cfg = FrontendConfig()
         assert cfg.ransac
-        ft = FeatureTracker(euroc_cam0(), cfg, device="cuda")
         n = 30
+        frames = planted_frames(euroc_frames, n + 11)
+        stamp = [1_000_000_000 + 50_000_000 * k for k in range(n + 11)]
+        ft = FeatureTracker(euroc_cam0(), cfg, device="cuda")
+        cpu = FeatureTracker(euroc_cam0(), cfg, device="cpu")
         for k in range(n):
-            ft.process(euroc_frames[k], 1_000_000_000 + 50_000_000 * k)
+            ft.process(frames[k], stamp[k])
+            cpu.process(frames[k], stamp[k])
         assert ft.stats["graph_launches"] == n      # process(): upload + compute as one graph
-        assert ft.stats["tracked_total"] > 0 and ft.stats["ransac_rejected"] >= 0
-        ft.submit(euroc_frames[n], 1_000_000_000 + 50_000_000 * n)
+        assert ft.stats["tracked_total"] > 0
+
+        def near(gpu, ref):
+            return gpu > 0 and abs(gpu - ref) <= max(5, 0.15 * ref)
+
+        g30, c30 = ft.stats["ransac_rejected"], cpu.stats["ransac_rejected"]
+        print(f"\nransac_rejected after {n} frames: GPU {g30}, CPU {c30} "
+              f"(tracked {ft.stats['tracked_total']} / {cpu.stats['tracked_total']})")
+        assert c30 >= 20                            # the planted block's tracks
+        assert near(g30, c30), (g30, c30)
+        ft.submit(frames[n], stamp[n])
+        cpu.process(frames[n], stamp[n])
         for k in range(n + 1, n + 11):              # one frame always in flight
-            ft.submit(euroc_frames[k], 1_000_000_000 + 50_000_000 * k)
+            ft.submit(frames[k], stamp[k])
             ft.result()
+            cpu.process(frames[k], stamp[k])
         ft.result()
         assert ft.stats["graph_launches"] == n + 1 + 2 * 10
+        g, c = ft.stats["ransac_rejected"], cpu.stats["ransac_rejected"]
+        print(f"ransac_rejected after {n + 11} frames: GPU {g}, CPU {c}")
+        assert g >= g30 and near(g, c), (g, c)

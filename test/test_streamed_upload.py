@@ -33,22 +33,30 @@ class TestStreamedDetector:
         return [(rng.random((self.H, self.W)) * 255).astype(np.uint8) for _ in range(3)]
 
     def test_equals_copy_first(self, euroc_frames):
-        """A streamed frame gives the cells of the same frame copied before the launch, with the
-        staging buffer poisoned in between (a block that read before its band would see 0xEE)."""
-        from vilib_ros.frontend.detector import DetectorConfig
+        """A streamed frame gives the cells of the CPU detector (CpuFastDetector, the NumPy
+        reference of the FAST + NMS + cell selection the device runs; bit-identical), with the
+        staging buffer poisoned before every frame (a block that read before its band would see
+        0xEE); so does the same frame copied before the launch (upload='mapped'). Regression
+        guard: the reference was the mapped GPU upload alone, the same pyramid and detector
+        kernels, so a fault common to both (a band released before its copy read the same way
+        by both, a wrong kernel) passed."""
+        from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig
         from vilib_ros.frontend.detector_gpu import GpuFastDetector
 
         cfg = DetectorConfig()
         a = GpuFastDetector(self.W, self.H, cfg, upload="streamed")
         b = GpuFastDetector(self.W, self.H, cfg, upload="mapped")
+        ref = CpuFastDetector(self.W, self.H, cfg)
         for img in euroc_frames[:12:3]:
             a._frame_host[...] = 0xEE
             before = a._streamer._value
-            ca, cb = a.detect(img), b.detect(img)
+            ca, cb, cr = a.detect(img), b.detect(img), ref.detect(img)
             assert a._streamer._value == before + 1, "the frame did not stream"
             assert a._streamer._flags[0] == a._streamer._value, "the frame was not released"
+            assert cr.count > 100 and np.ptp(cr.y[cr.valid]) > 3 * a._streamer.rows   # cells in every band
             for f in ("x", "y", "score", "level"):
-                np.testing.assert_array_equal(getattr(ca, f), getattr(cb, f))
+                np.testing.assert_array_equal(getattr(ca, f), getattr(cr, f), err_msg=f"streamed {f}")
+                np.testing.assert_array_equal(getattr(cb, f), getattr(cr, f), err_msg=f"mapped {f}")
         assert a._streamer.timeouts == 0
 
     def test_host_that_never_copies_cannot_hang_the_device(self, euroc_frames):
