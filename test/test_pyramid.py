@@ -54,6 +54,15 @@ def _poisoned_pyramid(w, h, levels):
     return pyr
 
 
+
+def assert_levels_equal(got, ref, what=""):
+    """As many levels, each equal (regression: the loops zipped the two lists, so a pyramid that
+    lost its last levels passed)."""
+    got, ref = list(got), list(ref)
+    assert len(got) == len(ref), f"{what}: {len(got)} levels, expected {len(ref)}"
+    for k, (g, r) in enumerate(zip(got, ref)):
+        np.testing.assert_array_equal(g, r, err_msg=f"{what} level {k}")
+
 @pytest.mark.gpu
 class TestGpuPyramid:
     @pytest.mark.parametrize("shape", [(480, 752), (101, 77)])
@@ -63,16 +72,14 @@ class TestGpuPyramid:
         pyr = _poisoned_pyramid(shape[1], shape[0], 5)
         pyr.upload(img)
         pyr.build()
-        for g, r in zip(pyr.to_host(), build_pyramid_cpu(img, 5)):
-            np.testing.assert_array_equal(g, r)
+        assert_levels_equal(pyr.to_host(), build_pyramid_cpu(img, 5))
 
     def test_euroc_equals_cpu(self, euroc_frames):
         pyr = _poisoned_pyramid(752, 480, 5)
         for img in (euroc_frames[0], euroc_frames[50]):
             pyr.upload(img)
             pyr.build()
-            for g, r in zip(pyr.to_host(), build_pyramid_cpu(img, 5)):
-                np.testing.assert_array_equal(g, r)
+            assert_levels_equal(pyr.to_host(), build_pyramid_cpu(img, 5))
 
 
 def _pyramid_frame(img, levels, source):
@@ -119,8 +126,7 @@ class TestPyramidFrameKernel:
         for widths with and without 16-byte rows and partial tiles, from every kind of source."""
         rng = np.random.default_rng(levels)
         img = rng.integers(0, 256, shape, dtype=np.uint8)
-        for k, (g, r) in enumerate(zip(_pyramid_frame(img, levels, source), build_pyramid_cpu(img, levels))):
-            np.testing.assert_array_equal(g, r, err_msg=f"level {k}")
+        assert_levels_equal(_pyramid_frame(img, levels, source), build_pyramid_cpu(img, levels))
 
     def test_right_camera_alone(self):
         """``cam_base`` 1, one camera in the grid (the split stereo upload of process()): the right
@@ -149,8 +155,6 @@ class TestPyramidFrameKernel:
           (np.uint64(host_device_pointer(prm.ctypes.data)), dprm, lvl, np.int32(levels), np.int32(w), np.int32(h),
            np.int32(min(levels - 1, 5)), np.int32(1)))
         cp.cuda.Device().synchronize()
-        for k_, (g, r) in enumerate(zip(right.to_host()[:6], build_pyramid_cpu(img, 6))):
-            np.testing.assert_array_equal(g, r, err_msg=f"right level {k_}")
-        for g, b in zip(left.to_host(), before):
-            np.testing.assert_array_equal(g, b)
+        assert_levels_equal(right.to_host(), build_pyramid_cpu(img, levels), "right")
+        assert_levels_equal(left.to_host(), before, "left (untouched)")
         assert not dprm.get().any()
