@@ -325,7 +325,7 @@ def write_markdown(res: dict, path: Path) -> None:
         L.append(f"| {c['levels']} | {c['score']} | {c['nms_radius']} | {c.get('nms_kernel', '')} | {_fmt(g)} | {_fmt(m)} | {_fmt(b)} | "
                  + (f"{b / g:.2f}x" if g else "-") + " | " + (f"{b / m:.2f}x" if m else "-") + " |")
     L.append("")
-    L.append("## Targets (H100)")
+    L.append(f"## Targets (set for the H100 machine; this run: {res.get('device', '?')})")
     L.append("")
     L.append("| target | measured | met |")
     L.append("|---|---|---|")

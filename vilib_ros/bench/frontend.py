@@ -671,5 +671,6 @@ def markdown(res) -> str:
     for r in res["profile"]["top"][:15]:
         L.append(f"| `{r['function']}` | {r['calls_per_frame']:.2f} | {r['self_us_per_frame']:.1f} | {r['cum_us_per_frame']:.1f} |")
     L += _previous_lines(res)
-    L += ["", "Targets (H100):", ""] + [f"- {x}" for x in res["verdicts"]]
+    L += ["", f"Targets (the issue's, set for the H100 machine; this run: {res.get('device', '?')}):", ""] \
+        + [f"- {x}" for x in res["verdicts"]]
     return "\n".join(L) + "\n"
