@@ -384,6 +384,30 @@ class TestApplyConfig:
         cells = ref.pipeline.detector.detect(euroc_frames[1], occupancy=_occupancy(f1.uv[f1.age > 0], ref))
         assert sorted(map(tuple, np.round(f1.uv[f1.age == 0]))) == sorted(map(tuple, cells.points()))
 
+    def test_fb_levels_applied_live(self, euroc_frames, device):
+        """fb_levels is live (a kernel argument; the GPU graphs are captured again): changed after
+        the first frame, the tracker goes on exactly as one built with it, and not as the default
+        one (on these frames the backward track on 2 levels ends a few other tracks)."""
+        n = len(euroc_frames)
+        stamps = STAMP0 + DT * np.arange(n)
+
+        def run(ft, live=None):
+            out = []
+            for k, f in enumerate(euroc_frames):
+                if k == 1 and live is not None:
+                    assert ft.apply_config(dataclasses.replace(ft.config, fb_levels=live)) is True
+                fr = ft.process(f, int(stamps[k]))
+                out.append((fr.ids.copy(), fr.uv.copy()))
+            return out
+
+        live = run(FeatureTracker(euroc_cam0(), _cfg(fb_check=True), device=device), live=2)
+        built = run(FeatureTracker(euroc_cam0(), _cfg(fb_check=True, fb_levels=2), device=device))
+        default = run(FeatureTracker(euroc_cam0(), _cfg(fb_check=True), device=device))
+        for (ia, ua), (ib, ub) in zip(live, built):
+            np.testing.assert_array_equal(ia, ib)
+            np.testing.assert_array_equal(ua, ub)
+        assert any(not np.array_equal(ia, ic) for (ia, _), (ic, _) in zip(live, default))
+
     @pytest.mark.parametrize("change", [dict(max_features=100), dict(stereo=False), dict(use_graph=False),
                                         dict(detector=DetectorConfig(cell_width=64)),
                                         dict(tracker=TrackerConfig(levels=4)),
