@@ -18,9 +18,9 @@ Conventions: level-0 pixel centres at integer coordinates; level l coordinate
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -429,6 +429,8 @@ class CpuLKTracker:
     def track(self, tmpl, img, tmpl_pos, pred=None, active=None, levels: int | None = None) -> TrackResult:
         """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists); ``levels``:
         on the finest levels only (the forward-backward check's backward track), else the config's."""
+        if levels is not None and not 1 <= levels <= self.config.levels:
+            raise ValueError(f"levels must be in 1..{self.config.levels}, got {levels!r}")
         cfg = self.config if levels is None or levels == self.config.levels else \
             dataclasses.replace(self.config, levels=int(levels))
         self._check(tmpl)
