@@ -63,52 +63,13 @@ def compare(ref, other) -> dict:
 
 
 def ransac_kernels(repeats=300) -> dict:
-    """The three RANSAC launches one by one, events between, queued behind a spin kernel: 160
-    points, 10 % outliers (a typical frame)."""
-    import cupy as cp
+    """The three RANSAC launches one by one (``ransac_kernel_probe.kernel_times``: 160 points, 10 %
+    outliers, today's scoring warps)."""
+    from ransac_kernel_probe import kernel_times        # beside this script
 
-    from vilib_ros._cuda import get_module
-    from vilib_ros.bench.frontend import SPIN_CYCLES
-    from vilib_ros.frontend.ransac_gpu import GpuRansac
+    from vilib_ros.frontend.ransac_gpu import SCORE_WARPS
 
-    rng = np.random.default_rng(0)
-    n = 160
-    x1 = rng.uniform(-0.6, 0.6, (n, 2)).astype(np.float32)
-    x2 = (x1 + np.array([0.01, 0.002], np.float32)).astype(np.float32)
-    x2[: n // 10] += rng.uniform(-0.05, 0.05, (n // 10, 2)).astype(np.float32)
-    r = GpuRansac(512)
-    S = r.S
-    pad1, pad2 = np.zeros((S, 2), np.float32), np.zeros((S, 2), np.float32)
-    pad1[:n], pad2[:n] = x1, x2
-    hdr = cp.asarray(np.array([n, 0, 0, 0, 0, 0, 0, 0], np.int64))
-    st, d1, d2 = cp.zeros(S, cp.int8), cp.asarray(pad1), cp.asarray(pad2)
-    stream = cp.cuda.Stream(non_blocking=True)
-    spin = get_module("bench_util").get_function("gpu_spin")
-    names = ("candidates", "models", "select")
-    ev = [cp.cuda.Event() for _ in range(4)]
-    orig = r._k
-    times = {k: [] for k in names}
-    for rep in range(repeats + 20):
-        calls = []
-
-        class Rec:                               # records an event after each of the three launches
-            def __init__(self, name):
-                self.name = name
-
-            def __call__(self, *a, **kw):
-                orig[self.name](*a, **kw)
-                ev[len(calls) + 1].record(stream)
-                calls.append(self.name)
-
-        r._k = {k: Rec(k) for k in names}
-        spin((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=stream)
-        ev[0].record(stream)
-        r.enqueue(stream, False, hdr, st, d1, d1, d2, None, None, 0.0, 1.0 / 458.0, 0.99)
-        ev[3].synchronize()
-        if rep >= 20:
-            for j, k in enumerate(names):
-                times[k].append(cp.cuda.get_elapsed_time(ev[j], ev[j + 1]) * 1e3)
-    r._k = orig
+    times, _ = kernel_times(SCORE_WARPS, 160, repeats)
     return {k: {"p50_us": float(np.median(v)), "p90_us": float(np.percentile(v, 90))} for k, v in times.items()}
 
 

@@ -795,9 +795,7 @@ class NumbaLKTracker(CpuLKTracker):
         ``levels``: on the finest levels only (the forward-backward check's backward track)."""
         if self.config.cpu_backend == "opencv":
             return super().track(tmpl, img, tmpl_pos, pred, active, levels)
-        L = int(self.config.levels if levels is None else levels)
-        if not 1 <= L <= self.config.levels:
-            raise ValueError(f"levels must be in 1..{self.config.levels}, got {levels!r}")
+        L = self._levels_used(levels)
         self._check(tmpl)
         self._check(img)
         tmpl_pos = np.ascontiguousarray(np.asarray(tmpl_pos, np.float32).reshape(-1, 2))

@@ -426,13 +426,19 @@ class CpuLKTracker:
         if img.dtype != np.uint8 or img.shape != (self.height, self.width):
             raise ValueError(f"tracker built for uint8 {self.height}x{self.width} images, got {img.dtype} {img.shape}")
 
+    def _levels_used(self, levels: int | None) -> int:
+        """The levels a track uses: ``levels`` (the finest ones), else the config's."""
+        if levels is None:
+            return int(self.config.levels)
+        if not 1 <= levels <= self.config.levels:
+            raise ValueError(f"levels must be in 1..{self.config.levels}, got {levels!r}")
+        return int(levels)
+
     def track(self, tmpl, img, tmpl_pos, pred=None, active=None, levels: int | None = None) -> TrackResult:
         """Track ``tmpl_pos`` from ``tmpl`` into ``img`` (uint8 images or pyramid lists); ``levels``:
         on the finest levels only (the forward-backward check's backward track), else the config's."""
-        if levels is not None and not 1 <= levels <= self.config.levels:
-            raise ValueError(f"levels must be in 1..{self.config.levels}, got {levels!r}")
-        cfg = self.config if levels is None or levels == self.config.levels else \
-            dataclasses.replace(self.config, levels=int(levels))
+        L = self._levels_used(levels)
+        cfg = self.config if L == self.config.levels else dataclasses.replace(self.config, levels=L)
         self._check(tmpl)
         self._check(img)
         tmpl_pos = np.asarray(tmpl_pos, np.float32).reshape(-1, 2)
