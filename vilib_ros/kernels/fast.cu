@@ -6,6 +6,7 @@
 // MT is found by binary search with the LUT here and by sliding-window minima in the NumPy
 // reference: two independent formulations of one definition.
 // Definitions match vilib_ros/frontend/detector.py (fast_score_cpu) bit for bit.
+#include "pdl.cuh"
 #ifndef FAST_N
 #define FAST_N 10
 #endif
@@ -114,6 +115,7 @@ extern "C" __global__ void fast_crf_levels(const long long* __restrict__ img_des
                                            const unsigned int* __restrict__ lut, int threshold, int border,
                                            const long long* __restrict__ gate)
 {
+    PDL_ENTRY();
     const int k = blockIdx.z;
     if (k >= levels) return;
     if (gate != nullptr && *gate == 0) return;

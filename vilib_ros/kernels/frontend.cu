@@ -19,6 +19,7 @@
 // last LK illumination `gain` / `offset`, warp `affine` and mean |residual|, the template's age
 // `tmpl_age`, and `refresh` (1: lk_extract takes the slot's template from this frame). Where
 // `tslot` is null these columns are not touched (frame-to-frame tracking).
+#include "pdl.cuh"
 #include "camera.cuh"
 #include "frame.cuh"
 #include "table.cuh"
@@ -45,6 +46,7 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) table_update(
     const float* __restrict__ lk_residual, const float* __restrict__ lk_gain, const float* __restrict__ lk_offset,
     const float4* __restrict__ lk_affine, int refresh_all, float refresh_residual, int max_age)
 {
+    PDL_ENTRY();
     __shared__ unsigned int s_cnt[8];
     const int t = threadIdx.x;
     if (t < 8) s_cnt[t] = 0u;
@@ -315,6 +317,7 @@ __device__ __forceinline__ void pack(PACK_ARGS)
 // Stereo frames: the result after the stereo match (blocks of 256 threads).
 extern "C" __global__ void pack_output(PACK_ARGS)
 {
+    PDL_ENTRY();
     pack(PACK_PASS);
 }
 
@@ -330,6 +333,7 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) finalize(
     int o_level, int o_age, int o_uvr, int o_xyr,
     int* tslot, float* gain, float* offset, float4* affine, float* residual, int* tmpl_age, unsigned char* refresh)
 {
+    PDL_ENTRY();
     if (hdr_w[H_DETECT] != 0)             // block-uniform
         new_tracks(hdr_w, cnt_w, ids_w, uv_w, xy_w, vel_w, score_w, level_w, age_w, cell_x, cell_y, cell_score,
                    cell_level, n_cells, cam, capacity, tslot, gain, offset, affine, residual, tmpl_age, refresh);

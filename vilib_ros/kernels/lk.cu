@@ -18,6 +18,7 @@
 // (the 2x2-mean pyramid). Level l image: width w0 >> l, height h0 >> l, pitch = width.
 //
 // Status codes (int8), shared with vilib_ros.frontend.tracker.TrackStatus.
+#include "pdl.cuh"
 #define LK_TRACKED 0
 #define LK_LEFT_IMAGE 1
 #define LK_DIVERGED 2
@@ -879,13 +880,13 @@ __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels
 // One kernel per photometric mode (the mode is a template parameter of the implementation).
 #define LK_KERNELS(PREFIX, IMPL, ARGS, PASS)                                                       \
     extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_translation(ARGS)        \
-    { IMPL<LK_MODE_TRANSLATION>(PASS); }                                                          \
+    { PDL_ENTRY(); IMPL<LK_MODE_TRANSLATION>(PASS); }                                                          \
     extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_offset(ARGS)             \
-    { IMPL<LK_MODE_OFFSET>(PASS); }                                                               \
+    { PDL_ENTRY(); IMPL<LK_MODE_OFFSET>(PASS); }                                                               \
     extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_gain(ARGS)               \
-    { IMPL<LK_MODE_GAIN>(PASS); }                                                                 \
+    { PDL_ENTRY(); IMPL<LK_MODE_GAIN>(PASS); }                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_gain_offset(ARGS)        \
-    { IMPL<LK_MODE_GAIN_OFFSET>(PASS); }
+    { PDL_ENTRY(); IMPL<LK_MODE_GAIN_OFFSET>(PASS); }
 
 LK_KERNELS(lk_track, lk_track_impl, LK_ARGS, LK_PASS)
 

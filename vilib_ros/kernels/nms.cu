@@ -16,6 +16,7 @@
 //
 // Suppression rule (radius n = NMS_R): survive iff s > 0, no neighbour > s, and no
 // neighbour == s that comes earlier in raster order (dy < 0, or dy == 0 and dx < 0).
+#include "pdl.cuh"
 #ifndef NMS_R
 #define NMS_R 1
 #endif
@@ -250,6 +251,7 @@ extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) nms_cell(const lon
                                     int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
                                     float* out_x, float* out_y, float* out_score, int* out_level, const long long* gate)
 {
+    PDL_ENTRY();
     cell_kernel<true, false>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level, gate);
 }
 
@@ -259,6 +261,7 @@ extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) nms_cell_smem(cons
                                          int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
                                          float* out_x, float* out_y, float* out_score, int* out_level, const long long* gate)
 {
+    PDL_ENTRY();
     cell_kernel<true, true>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level, gate);
 }
 
@@ -267,6 +270,7 @@ extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) cell_select(const 
                                        int cols, const unsigned char* __restrict__ occupancy, int use_occupancy,
                                        float* out_x, float* out_y, float* out_score, int* out_level, const long long* gate)
 {
+    PDL_ENTRY();
     cell_kernel<false, false>(desc, levels, cell_w, cell_h, cols, occupancy, use_occupancy, out_x, out_y, out_score, out_level, gate);
 }
 
@@ -275,6 +279,7 @@ extern "C" __global__ void __launch_bounds__(NMS_MAX_THREADS) cell_select(const 
 // Writes the suppressed map: the score where the pixel survives, else 0.
 extern "C" __global__ void nms_full(const long long* __restrict__ desc_in, const long long* __restrict__ desc_out)
 {
+    PDL_ENTRY();
     const int k = blockIdx.z;
     const float* map = reinterpret_cast<const float*>(desc_in[4 * k]);
     float* out = reinterpret_cast<float*>(desc_out[4 * k]);

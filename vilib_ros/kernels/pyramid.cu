@@ -1,10 +1,12 @@
 // Image pyramid: one level halving step.
 // Thread mapping: one thread per OUTPUT pixel (x, y) of the smaller level; block 32x8.
 // dst(x, y) = (src(2x,2y) + src(2x+1,2y) + src(2x,2y+1) + src(2x+1,2y+1) + 2) >> 2.
+#include "pdl.cuh"
 extern "C" __global__ void pyramid_halve(const unsigned char* __restrict__ src, int src_pitch,
                                          unsigned char* __restrict__ dst, int dst_pitch,
                                          int dst_w, int dst_h)
 {
+    PDL_ENTRY();
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= dst_w || y >= dst_h) return;
@@ -97,6 +99,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS) pyramid_frame(
     const FrameParams* __restrict__ hp, FrameParams* __restrict__ dp,
     const unsigned long long* __restrict__ levels, int max_levels, int w0, int h0, int n_fused, int cam_base)
 {
+    PDL_ENTRY();
     __shared__ __align__(16) unsigned char t0[PF_TH * PF_TW];
     __shared__ unsigned char t1[(PF_TH / 2) * (PF_TW / 2)];
     __shared__ unsigned char t2[(PF_TH / 4) * (PF_TW / 4)];

@@ -24,6 +24,7 @@
 // Defines (vilib_ros.frontend.ransac.kernel_defines, one name for one thing): RS_HYPOTHESES,
 // RS_SAMPLE, RS_MIN_INLIERS, RS_LO_ITERATIONS, RS_INVERSE_ITERATIONS, RS_LANES, RS_SQRT2 and the
 // state slots RS_N (candidates), RS_BEST, RS_COUNT (final inliers), RS_EVALUATED; H_COUNT.
+#include "pdl.cuh"
 #include "table.cuh"
 
 #ifndef RS_SCORE_WARPS
@@ -199,6 +200,7 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) ransac_candidates(
     double2* __restrict__ x1, double2* __restrict__ x2, signed char* __restrict__ flag,
     signed char* __restrict__ reject, int* __restrict__ state)
 {
+    PDL_ENTRY();
     const int t = threadIdx.x;
     for (int i = t; i < capacity; i += TT_THREADS) { reject[i] = 0; flag[i] = 0; }
     const int n = (int)hdr[H_COUNT];
@@ -340,6 +342,7 @@ extern "C" __global__ void __launch_bounds__(32 * RS_SCORE_WARPS) ransac_models(
     const int* __restrict__ state, double thr2, double* __restrict__ F, signed char* __restrict__ valid,
     int* __restrict__ count)
 {
+    PDL_ENTRY();
     __shared__ double s_a[8 * 9], s_G[9];
     __shared__ int s_ok;
     __shared__ unsigned int s_cnt;
@@ -472,6 +475,7 @@ extern "C" __global__ void __launch_bounds__(RS_SELECT_THREADS) ransac_select(
     const int* __restrict__ count, double thr2, double confidence, signed char* __restrict__ inl,
     signed char* __restrict__ reject, int* __restrict__ state)
 {
+    PDL_ENTRY();
     __shared__ int s_best, s_wmax[RS_SELECT_THREADS / 32];
     __shared__ unsigned int s_cnt, s_rec[RS_SELECT_THREADS / 32];
     __shared__ double s_F[9], s_G[9];
