@@ -8,7 +8,8 @@ levels mostly re-find where it already is. Variants, mono ``process()`` on the r
 the backward track on all 5 levels (today), on 3, 2 and 1 (``fb_levels``), no check at all, and
 no RANSAC. Per variant: ``process()`` p50 / p99, the GPU stages (queued behind a spin kernel),
 and, over the 95 frames from a reset, the tracks against today's (same ids, position change) and
-the check's rejections. Also the three RANSAC kernels timed one by one. Writes
+the check's rejections. Also the RANSAC launch timed alone (three kernels one by one when this
+probe first ran; one since 2026-11-28 13:00 UTC). Writes
 ``fb_levels_probe.json`` / ``.md`` into ``--out``.
 
     python3 bench/fb_levels_probe.py --frames-dir .data/euroc_v101_head --out bench/out
@@ -63,13 +64,11 @@ def compare(ref, other) -> dict:
 
 
 def ransac_kernels(repeats=300) -> dict:
-    """The three RANSAC launches one by one (``ransac_kernel_probe.kernel_times``: 160 points, 10 %
-    outliers, today's scoring warps)."""
+    """The RANSAC launch alone (``ransac_kernel_probe.kernel_times``: 160 points, 10 % outliers;
+    three kernels when this probe first ran, one since 2026-11-28 13:00 UTC)."""
     from ransac_kernel_probe import kernel_times        # beside this script
 
-    from vilib_ros.frontend.ransac_gpu import SCORE_WARPS
-
-    times, _ = kernel_times(SCORE_WARPS, 160, repeats)
+    times, _ = kernel_times(160, repeats)
     return {k: {"p50_us": float(np.median(v)), "p90_us": float(np.percentile(v, 90))} for k, v in times.items()}
 
 
@@ -132,7 +131,7 @@ def main() -> int:
                      f"{s.get('ransac', 0):.1f} | {a['ids_in_common_pct']:.2f} | {a['dxy_p50']:.4f} / "
                      f"{a['dxy_p99']:.4f} / {a['dxy_max']:.3f} | {a['tracks']} | "
                      f"{r['counters_95_frames'].get('fb_rejected')} / {r['counters_95_frames'].get('ransac_rejected')} |")
-    lines += ["", "RANSAC kernels one by one (p50 / p90 us): " + ", ".join(
+    lines += ["", "RANSAC kernels (p50 / p90 us): " + ", ".join(
         f"{k} {v['p50_us']:.1f} / {v['p90_us']:.1f}" for k, v in res["ransac_kernels"].items())]
     (out / "fb_levels_probe.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -42,9 +42,8 @@ def main():
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--quick", action="store_true", help="only LK with and without the FB check, 1 / 2 / 4 warps "
                     "per feature (no variants of iterations, division, levels; no RANSAC, pyramid, detector)")
-    ap.add_argument("--ransac", action="store_true", help="only the RANSAC kernels on the last two frames' "
-                    "tracks: each alone, ransac_models with 1 / 2 / 4 / 8 warps per hypothesis and with the sample "
-                    "draw's modulo in 64-bit arithmetic")
+    ap.add_argument("--ransac", action="store_true", help="only the RANSAC kernel (ransac_frame) on the last two "
+                    "frames' tracks")
     a = ap.parse_args()
     import cupy as cp
 
@@ -173,17 +172,15 @@ def main():
 
 
 def ransac_rows(K, c, st, timed, go, last):
-    """The RANSAC kernels on a real pair: the tracks the last two frames share (their undistorted
-    positions, as float32 like the device table; not the frame's own table, which table_update
-    has already moved on: there x1 = x2 and every hypothesis fails before it is scored). All
-    kernels, each alone, then ransac_models with 1 / 2 / 4 / 8 warps per hypothesis
-    (RS_SCORE_WARPS) and with the sample draw's modulo in 64-bit arithmetic (the code before
-    2026-11-24 21:15 UTC; the same values). Returns the state of the default kernels' run."""
+    """The RANSAC kernel (ransac_frame: candidates, hypotheses, scores and the selection in one
+    launch) on a real pair: the tracks the last two frames share (their undistorted positions, as
+    float32 like the device table; not the frame's own table, which table_update has already
+    moved on: there x1 = x2 and every hypothesis fails before it is scored). Returns its state.
+    (Before 2026-11-28 13:00 UTC the RANSAC was three kernels; this probe then also timed
+    ransac_models with 1-8 scoring warps: see ``ransac_kernel_probe_2026-11-28.md``.)"""
     import cupy as cp
 
-    from vilib_ros._cuda import kernel_source
     from vilib_ros.frontend import ransac_gpu
-    from vilib_ros.frontend.ransac import HYPOTHESES, kernel_defines
 
     (ids0, xy0), (ids1, xy1) = last
     common, i0, i1 = np.intersect1d(ids0, ids1, return_indices=True)
@@ -196,41 +193,15 @@ def ransac_rows(K, c, st, timed, go, last):
     status = cp.zeros(K.S, cp.int8)
     hdr = cp.asarray(np.array([n, 0, 0, 0, 0, 0, 0, 0], np.int64))
     thr = c.ransac_threshold / K.fx
-    real_launch = ransac_gpu.launch
 
-    def ransac(only=None):
-        def filt(kern, *aa, **kk):
-            if only is None or kern is g._k[only]:
-                real_launch(kern, *aa, **kk)
-        ransac_gpu.launch = filt
-        try:
-            g.enqueue(st, False, hdr, status, x1d, x1d, x2d, None, None, 0.0, thr, c.ransac_confidence)
-        finally:
-            ransac_gpu.launch = real_launch
+    def ransac():
+        g.enqueue(st, False, hdr, status, x1d, x1d, x2d, None, None, 0.0, thr, c.ransac_confidence)
 
     ransac()
     st.synchronize()
     state = {**g.state(), "pairs": n}
     print(f"RANSAC on the last two frames: {state}", flush=True)
-    timed("ransac (all kernels)", lambda: ransac(), reps=5)
-    for name in g._k:
-        timed(f"ransac_{name}", lambda name=name: ransac(name))
-    v = g.v
-    args = (v["table"], v["x1"], v["x2"], v["state"], np.float64(thr ** 2), v["F"], v["valid"], v["count"])
-    code = kernel_source("ransac")
-    new_draw = "unsigned int v = table[h * RS_SAMPLE + j] % un;"
-    mod64 = code.replace(new_draw, "long long v = (long long)table[h * RS_SAMPLE + j] % n;").replace(
-        "v = v + 1 == un ? 0u : v + 1;", "v = (v + 1) % n;")
-    for warps, src, label in ((1, code, ""), (2, code, ""), (4, code, ""), (8, code, ""),
-                              (ransac_gpu.SCORE_WARPS, mod64, ", 64-bit modulo")):
-        if label and (new_draw not in code or mod64 == code):
-            continue
-        defs = {**kernel_defines(), "RS_SCORE_WARPS": warps}
-        mod = cp.RawModule(code=src, options=("-std=c++17", *ransac_gpu.OPTIONS,
-                                              *(f"-D{k}={x}" for k, x in defs.items())))
-        kern = mod.get_function("ransac_models")
-        timed(f"ransac_models ({warps} warp(s) per hypothesis{label})",
-              lambda kern=kern, warps=warps: go(kern, (HYPOTHESES, 1, 1), (32, warps, 1), args))
+    timed("ransac_frame", ransac)
     return state
 
 

@@ -5,7 +5,8 @@ Times, on the same 256 hypotheses of 160 synthetic correspondences (normalised, 
 alone behind a spin kernel:
 
 * ``warp``: today's solve, ``rs_hypothesis_warp`` of ``kernels/ransac.cu`` (one warp per
-  hypothesis, a lane per column of the design matrix, full pivoting), without the scoring;
+  hypothesis, a lane per column of the design matrix, full pivoting), without the scoring (since
+  2026-11-28 13:00 UTC it takes the 8 sampled pairs from shared memory; the probe gathers them);
 * ``thread``: one thread per hypothesis, the same sampling and normalisation, then elimination
   with partial (row) pivoting in the thread's own memory, no shuffles, no barriers;
 * ``launch``: an empty kernel of the same grid (the floor between two events).
@@ -34,9 +35,14 @@ extern "C" __global__ void probe_solve_warp(const unsigned int* __restrict__ tab
                                             signed char* __restrict__ valid)
 {
     __shared__ double s_a[8 * 9];
+    __shared__ double2 s_p1[RS_SAMPLE], s_p2[RS_SAMPLE];
     double G[9];
     const int h = blockIdx.x;
-    const bool ok = rs_hypothesis_warp(table, h, n, x1, x2, s_a, G);
+    int idx[RS_SAMPLE];
+    rs_sample(table, h, n, idx);
+    if (threadIdx.x < RS_SAMPLE) { s_p1[threadIdx.x] = x1[idx[threadIdx.x]]; s_p2[threadIdx.x] = x2[idx[threadIdx.x]]; }
+    __syncwarp();
+    const bool ok = rs_hypothesis_warp(s_p1, s_p2, s_a, G);
     if (threadIdx.x == 0) {
         valid[h] = ok ? 1 : 0;
         for (int j = 0; j < 9; ++j) F[9 * h + j] = ok ? G[j] : 0.0;
@@ -109,9 +115,9 @@ def main() -> int:
     from vilib_ros._cuda import KERNEL_DIR, device_name, get_module, kernel_source
     from vilib_ros.bench.frontend import SPIN_CYCLES
     from vilib_ros.frontend.ransac import HYPOTHESES, TABLE, kernel_defines
-    from vilib_ros.frontend.ransac_gpu import OPTIONS, SCORE_WARPS
+    from vilib_ros.frontend.ransac_gpu import OPTIONS
 
-    defines = {**kernel_defines(), "RS_SCORE_WARPS": SCORE_WARPS}
+    defines = kernel_defines()
     opts = ("-std=c++17", f"-I{KERNEL_DIR}", *OPTIONS, *(f"-D{k}={v}" for k, v in defines.items()))
     mod = cp.RawModule(code=kernel_source("ransac") + PROBE, options=opts)
     kw, kt, ke = (mod.get_function(f"probe_{n}") for n in ("solve_warp", "solve_thread", "empty"))

@@ -12,9 +12,8 @@ KERNELS = sorted((Path(__file__).resolve().parents[1] / "vilib_ros" / "kernels")
 VARIANTS = {"fast.cu": [[f"-DFAST_N={n}", f"-DFAST_SCORE={s}"] for n in (9, 12) for s in (0, 1, 2)],
             "nms.cu": [[f"-DNMS_R={r}"] for r in (1, 2, 3, 4)],
             "frontend.cu": [[f"-D{k}={v}" for k, v in kernel_defines().items()]],
-            "ransac.cu": [["-fmad=false", *(f"-D{k}={v}" for k, v in {**ransac_defines(), "RS_LO_ITERATIONS": lo,
-                                                                       "RS_SCORE_WARPS": w}.items())]
-                          for lo, w in ((0, 4), (2, 1), (0, 8))]}   # the refits: off by default, on here
+            "ransac.cu": [["-fmad=false", *(f"-D{k}={v}" for k, v in {**ransac_defines(), "RS_LO_ITERATIONS": lo}.items())]
+                          for lo in (0, 2)]}   # the refits: off by default, on here
 
 pytestmark = pytest.mark.nvcc
 

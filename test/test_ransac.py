@@ -284,8 +284,8 @@ class TestGpuRansac:
                 assert np.array_equal(m_g, m_c), seed
 
     def test_every_hypothesis(self):
-        """Guards the scoring by a block of RS_SCORE_WARPS warps per hypothesis (warp sums, a
-        shared atomic) and the sample draw in 32-bit arithmetic (kernels/ransac.cu, 2026-11-24):
+        """Guards the scoring by each hypothesis' block of ransac_frame (warp sums, a shared
+        atomic, every thread its own slots) and the sample draw in 32-bit arithmetic (kernels/ransac.cu, 2026-11-24):
         every one of the HYPOTHESES hypotheses has the numba twin's validity, F (bit for bit) and
         inlier count, not only the chosen one; counts and F poisoned first."""
         from vilib_ros.frontend import cpu_ransac as cr
@@ -334,6 +334,37 @@ class TestGpuRansac:
         g.v["reject"].fill(1)
         assert g.run(x1, x2, THR, CONF)[0] is None
         assert not g.v["reject"].get().any()
+
+    def test_many_slots_per_thread(self):
+        """ransac_frame gives each thread up to 32 contiguous slots and finds a sample's slot from
+        its rank among the candidates (bits of one word, a block scan): a 6,000-slot table with
+        untracked rows and NaN rows spread through it, against the numba twin on the candidates;
+        run twice on one instance (the last-block counter wraps between frames)."""
+        from vilib_ros.frontend.cpu_ransac import ransac_numba
+        from vilib_ros.frontend.ransac_gpu import GpuRansac
+
+        g = GpuRansac(6000)
+        for seed, n in ((11, 5800), (12, 2100)):
+            x1, x2 = self._pair(seed, n, 0.3)
+            st = np.zeros(n, np.int8)
+            st[(np.arange(n) * 7919) % 13 == 0] = 3          # NOT_CONVERGED, scattered
+            x1[17] = np.nan
+            x2[n - 3] = np.nan
+            for name in ("reject", "flag", "inl", "cand", "count"):
+                g.v[name].fill(-3)
+            m_g, b_g, c_g = g.run(x1, x2, THR, CONF, status=st)
+            keep = (st == 0) & np.isfinite(x1).all(1) & np.isfinite(x2).all(1)
+            m_c, b_c, c_c = ransac_numba(x1[keep].astype(np.float64), x2[keep].astype(np.float64), THR, CONF)
+            assert (b_g, c_g) == (b_c, c_c), seed
+            assert g.state()["n"] == int(keep.sum())
+            assert np.array_equal(m_g[keep], m_c), seed
+            assert not m_g[st != 0].any() and m_g[17] and m_g[n - 3]
+
+    def test_capacity_out_of_range(self):
+        from vilib_ros.frontend.ransac_gpu import MAX_PER, THREADS, GpuRansac
+
+        with pytest.raises(ValueError, match="between 1 and"):
+            GpuRansac(MAX_PER * THREADS + 1)
 
 
 def planted_frames(frames, n):

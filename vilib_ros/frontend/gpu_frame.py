@@ -12,7 +12,7 @@ parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline
   frame, from the IMU-predicted position, undistorted result; with stored templates
   ``lk_template_<warp>_<mode>`` from each track's template; ``lk_template_fb_<warp>_<mode>`` with
   the forward-backward check in the same warp) [-> ``lk_frontend`` backward: the forward-backward
-  check, frame to frame] [-> the RANSAC kernels (:mod:`vilib_ros.frontend.ransac_gpu`): its
+  check, frame to frame] [-> ``ransac_frame`` (:mod:`vilib_ros.frontend.ransac_gpu`): its
   outliers flagged] -> ``table_update`` (status, compaction, velocity, age, cell
   occupancy, redetection flag; templates due flagged) -> ``fast_crf_levels`` -> ``nms_cell`` (both
   return at once unless the flag is set) -> ``finalize`` (new tracks where the flag is set; the

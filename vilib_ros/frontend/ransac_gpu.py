@@ -1,5 +1,5 @@
 """The fundamental-matrix RANSAC of :mod:`vilib_ros.frontend.ransac` on the device
-(``kernels/ransac.cu``): three launches inside the frame's CUDA graph, after LK and the
+(``kernels/ransac.cu``): one launch inside the frame's CUDA graph, after LK and the
 forward-backward check, before ``table_update``, which drops the slots flagged in
 :attr:`GpuRansac.reject` and counts them as ``ransac_rejected``. No host round trip, no
 per-frame allocation: the sample table and every scratch array are allocated once, with the
@@ -14,9 +14,10 @@ from vilib_ros.frontend.ransac import HYPOTHESES, LANES, SAMPLE, STATE, TABLE, k
 
 #: ``-fmad=false``: no fused multiply-add, so that the float64 results are those of the numba twin
 OPTIONS = ("-fmad=false",)
-#: warps per hypothesis in ransac_models (RS_SCORE_WARPS): warp 0 solves F, all of them score it
-SCORE_WARPS = 4
-SELECT_THREADS = 256                            # kernels/ransac.cu RS_SELECT_THREADS
+#: threads per block of ransac_frame (kernels/ransac.cu RS_THREADS): one block per hypothesis
+THREADS = 256
+#: slots per thread at most (RS_MAX_PER): the largest table is MAX_PER * THREADS slots
+MAX_PER = 32
 
 
 def scratch_layout(S: int) -> Layout:
@@ -25,7 +26,7 @@ def scratch_layout(S: int) -> Layout:
                    ("cand", np.int32, S), ("x1", np.float64, (S, 2)), ("x2", np.float64, (S, 2)),
                    ("flag", np.int8, S), ("inl", np.int8, S), ("reject", np.int8, S),
                    ("F", np.float64, (HYPOTHESES, 9)), ("valid", np.int8, HYPOTHESES),
-                   ("count", np.int32, HYPOTHESES)])
+                   ("count", np.int32, HYPOTHESES), ("done", np.uint32, 1)])
 
 
 class GpuRansac:
@@ -36,18 +37,19 @@ class GpuRansac:
 
         assert LANES == 32, "the LO sums are warp butterflies"
         self.S = int(capacity)
+        if not 0 < self.S <= MAX_PER * THREADS:
+            raise ValueError(f"a RANSAC of capacity {self.S}: between 1 and {MAX_PER * THREADS} slots")
         self.layout = scratch_layout(self.S)
         host = np.zeros(self.layout.nbytes, np.uint8)
         self.layout.views(host)["table"][:] = TABLE[:HYPOTHESES]
         self.buf = cp.asarray(host)
         self.v = self.layout.views(self.buf)
         try:
-            m = get_module("ransac", {**kernel_defines(), "RS_SCORE_WARPS": SCORE_WARPS}, OPTIONS)
-            self._k = {n: m.get_function(f"ransac_{n}") for n in ("candidates", "models", "select")}
+            self._k = get_module("ransac", kernel_defines(), OPTIONS).get_function("ransac_frame")
         except CudaUnavailable:
             raise
         except Exception as exc:
-            raise CudaUnavailable(f"RANSAC kernels failed to load: {exc.__class__.__name__}: {exc}") from exc
+            raise CudaUnavailable(f"the RANSAC kernel failed to load: {exc.__class__.__name__}: {exc}") from exc
 
     @property
     def reject(self):
@@ -61,21 +63,16 @@ class GpuRansac:
 
     def enqueue(self, stream, checked: bool, hdr, lk_status, uv, xy, lk_xy, fb_pos, fb_status, fb_threshold: float,
                 threshold: float, confidence: float) -> None:
-        """The three launches on ``stream`` (``fb_status`` None: no forward-backward check);
+        """The launch on ``stream`` (``fb_status`` None: no forward-backward check);
         ``threshold`` in the units of ``xy`` (normalised: ransac_threshold / fx)."""
-        v, k = self.v, self._k
+        v = self.v
         null = np.uint64(0)
-        thr2 = np.float64(float(threshold) ** 2)
-        launch(k["candidates"], (1, 1, 1), (1024, 1, 1),
+        launch(self._k, (HYPOTHESES, 1, 1), (THREADS, 1, 1),
                (hdr, lk_status, uv, xy, lk_xy, null if fb_status is None else fb_pos,
-                null if fb_status is None else fb_status, np.float32(fb_threshold), np.int32(self.S), v["cand"],
-                v["x1"], v["x2"], v["flag"], v["reject"], v["state"]), stream=stream, checked=checked)
-        launch(k["models"], (HYPOTHESES, 1, 1), (32, SCORE_WARPS, 1),
-               (v["table"], v["x1"], v["x2"], v["state"], thr2, v["F"], v["valid"], v["count"]), stream=stream,
-               checked=checked)
-        launch(k["select"], (1, 1, 1), (SELECT_THREADS, 1, 1),
-               (hdr, v["x1"], v["x2"], v["cand"], v["flag"], v["F"], v["count"], thr2, np.float64(confidence),
-                v["inl"], v["reject"], v["state"]), stream=stream, checked=checked)
+                null if fb_status is None else fb_status, np.float32(fb_threshold), np.int32(self.S), v["table"],
+                np.float64(float(threshold) ** 2), np.float64(confidence), v["cand"], v["x1"], v["x2"], v["flag"],
+                v["F"], v["valid"], v["count"], v["inl"], v["reject"], v["state"], v["done"]),
+               stream=stream, checked=checked)
 
     def run(self, xy_old, xy_new, threshold: float, confidence: float, status=None):
         """One RANSAC of host arrays (tests, tools; allocates): (outlier mask over the rows or

@@ -9,7 +9,7 @@
 //
 // Per frame (one CUDA graph): pyramid_frame -> lk_frontend (temporal; lk_template_* with stored
 // templates, lk_template_fb_* with the forward-backward check fused) [-> lk_frontend (backward),
-// frame to frame] [-> ransac_candidates -> ransac_models -> ransac_select] -> table_update ->
+// frame to frame] [-> ransac_frame] -> table_update ->
 // fast_crf_levels -> nms_cell (both gated by hdr[H_DETECT]) -> finalize (new tracks, gated, and
 // the result) [-> lk_extract: the templates due] [stereo frames: finalize without the result ->
 // lk_frontend (stereo) -> pack_output].

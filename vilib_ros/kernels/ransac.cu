@@ -4,35 +4,38 @@
 // is compiled with -fmad=false so that no multiply-add is fused), so that both choose the same
 // hypothesis and give the same mask.
 //
-// Kernels, in order (scratch preallocated by vilib_ros.frontend.ransac_gpu.GpuRansac):
-//   ransac_candidates  one block of TT_THREADS; thread t owns the contiguous slots
-//                      [t * per, (t + 1) * per): the slots LK tracked and the forward-backward
-//                      check passed, compacted in slot order (a block scan) with their
-//                      undistorted positions as double; clears the reject flags.
-//   ransac_models      one block of RS_SCORE_WARPS warps per hypothesis: warp 0 draws its
-//                      sample (a row of the fixed table) and solves the normalised 8-point F by
-//                      elimination with full pivoting (lane c owning column c of the design
-//                      matrix in shared memory); then every thread t of the block scores the
-//                      candidates t, t + 32 * RS_SCORE_WARPS, ... (integer counts: a warp sum,
-//                      then a shared atomic; exact in any order).
-//   ransac_select      one block of RS_SELECT_THREADS, thread h holding hypothesis h's count: the
-//                      records (block max-scan, ballot), thread 0 applies the adaptive rule at
-//                      them in hypothesis order; then the LO refits (warp 0: lane l sums the
-//                      inliers l, l + 32, ... in registers, a butterfly adds the lanes, lane 0
-//                      solves in registers); then the outliers into the reject flags
-//                      (table_update drops them and counts ransac_rejected).
+// One kernel, ransac_frame (scratch preallocated by vilib_ros.frontend.ransac_gpu.GpuRansac):
+// one block of RS_THREADS threads per hypothesis h = blockIdx.x.
+//   1. Candidates, in every block: thread t owns the contiguous slots [t * per, (t + 1) * per)
+//      and keeps a bit per slot that LK tracked, the forward-backward check passed and has
+//      finite positions; a block scan gives each thread the rank of its first candidate (the
+//      candidates in slot order, as the twin numbers them). Block 0 also writes them compacted
+//      (slot, positions as double) for step 4, flags the candidates without finite positions
+//      and clears the reject flags.
+//   2. The sample: every thread draws row h of the fixed table (the same ranks); the thread
+//      whose range holds a rank finds its slot. Warp 0 solves the normalised 8-point F by
+//      elimination with full pivoting (lane c owning column c of the design matrix in shared
+//      memory).
+//   3. Every thread scores its own candidates against F (integer counts: a warp sum, then a
+//      shared atomic; exact in any order) into count[h].
+//   4. The last block to finish (a counter that wraps to 0 for the next frame; every block's
+//      writes fenced before it counts) selects: the records among the counts (block max-scan,
+//      ballot), thread 0 applies the adaptive rule at them in hypothesis order; then the LO
+//      refits (warp 0: lane l sums the inliers l, l + 32, ... in registers, a butterfly adds the
+//      lanes, lane 0 solves in registers); then the outliers into the reject flags
+//      (table_update drops them and counts ransac_rejected). What other blocks wrote is read
+//      through L2 (__ldcg).
+// One launch instead of three (candidates, models, select): two kernel boundaries fewer on the
+// frame's serial chain, and the candidates' scan runs in every block at once.
 // Defines (vilib_ros.frontend.ransac.kernel_defines, one name for one thing): RS_HYPOTHESES,
 // RS_SAMPLE, RS_MIN_INLIERS, RS_LO_ITERATIONS, RS_INVERSE_ITERATIONS, RS_LANES, RS_SQRT2 and the
 // state slots RS_N (candidates), RS_BEST, RS_COUNT (final inliers), RS_EVALUATED; H_COUNT.
 #include "pdl.cuh"
 #include "table.cuh"
 
-#ifndef RS_SCORE_WARPS
-#define RS_SCORE_WARPS 4         // ransac_models: warps per hypothesis (ransac_gpu.SCORE_WARPS)
-#endif
-#define RS_SELECT_THREADS 256
+#define RS_THREADS 256           // ransac_frame's block (ransac_gpu.THREADS)
+#define RS_MAX_PER 32            // slots per thread at most: capacity <= RS_MAX_PER * RS_THREADS
 #define RS_HD __host__ __device__ __forceinline__
-#define RS_PER_THREAD 4          // candidates kernel: slots per thread (capacity <= 4096)
 
 RS_HD void rs_denormalise(const double* f, double s1, double tx1, double ty1, double s2, double tx2, double ty2,
                           double* F)
@@ -191,60 +194,9 @@ RS_HD int rs_update(double confidence, int inliers, int n, int current)
     if (denom >= 0.0 || -num >= (double)current * -denom) return current;
     return (int)(num / denom + 0.5);
 }
-
 #ifdef __CUDACC__
-extern "C" __global__ void __launch_bounds__(TT_THREADS) ransac_candidates(
-    const long long* __restrict__ hdr, const signed char* __restrict__ lk_status, const float2* __restrict__ uv,
-    const float2* __restrict__ xy, const float2* __restrict__ lk_xy, const float2* __restrict__ fb_pos,
-    const signed char* __restrict__ fb_status, float fb_threshold, int capacity, int* __restrict__ cand,
-    double2* __restrict__ x1, double2* __restrict__ x2, signed char* __restrict__ flag,
-    signed char* __restrict__ reject, int* __restrict__ state)
-{
-    PDL_ENTRY();
-    const int t = threadIdx.x;
-    for (int i = t; i < capacity; i += TT_THREADS) { reject[i] = 0; flag[i] = 0; }
-    const int n = (int)hdr[H_COUNT];
-    const int per = (n + TT_THREADS - 1) / TT_THREADS;
-    const int i0 = t * per;
-    bool take[RS_PER_THREAD];
-    int nv = 0;
-    __syncthreads();                      // flags cleared before they are set
-#pragma unroll
-    for (int j = 0; j < RS_PER_THREAD; ++j) {
-        const int i = i0 + j;
-        take[j] = false;
-        if (j >= per || i >= n || lk_status[i] != ST_TRACKED) continue;
-        if (fb_status != nullptr) {       // as table_update
-            const float2 a = fb_pos[i], u = uv[i];
-            const float dx = a.x - u.x, dy = a.y - u.y;
-            if (!(fb_status[i] == ST_TRACKED && sqrtf(dx * dx + dy * dy) < fb_threshold)) continue;
-        }
-        const float2 p = xy[i], q = lk_xy[i];
-        if (isfinite(p.x) && isfinite(p.y) && isfinite(q.x) && isfinite(q.y)) { take[j] = true; ++nv; }
-        else flag[i] = 1;                 // a candidate without finite coordinates: an outlier where a model is found
-    }
-    int total;
-    int pos = block_exclusive_scan(nv, &total);
-#pragma unroll
-    for (int j = 0; j < RS_PER_THREAD; ++j) {
-        if (!take[j]) continue;
-        const int i = i0 + j;
-        const float2 p = xy[i], q = lk_xy[i];
-        cand[pos] = i;
-        x1[pos] = make_double2(p.x, p.y);
-        x2[pos] = make_double2(q.x, q.y);
-        ++pos;
-    }
-    if (t == 0) {
-        state[RS_N] = total;
-        state[RS_BEST] = -1;
-        state[RS_COUNT] = 0;
-        state[RS_EVALUATED] = 0;
-    }
-}
-
-// The normalised 8-point F of hypothesis h by its warp (cpu_ransac.hypothesis, the same
-// arithmetic): the 8x9 design matrix in the warp's shared rows `a` (lane j < 8 fills row j), then
+// The normalised 8-point F of a sample (its 8 pairs in p1 / p2, in draw order) by one warp
+// (cpu_ransac.hypothesis, the same arithmetic): the 8x9 design matrix in the warp's shared rows `a` (lane j < 8 fills row j), then
 // elimination with full pivoting, lane c (< 9) owning column c: the pivot is the first largest
 // |a[r][c]| in row-major order over r >= i, c >= i (each lane its column's first largest, then a
 // butterfly keeps the largest, ties to the smaller (row, column): every lane ends with the same
@@ -252,21 +204,15 @@ extern "C" __global__ void __launch_bounds__(TT_THREADS) ransac_candidates(
 // multipliers a[r][i] / piv read by every lane before lanes i..8 update their columns. The back
 // substitution and the denormalisation in every lane (the same values), F into `G`. False (every
 // lane) without a model.
-__device__ bool rs_hypothesis_warp(const unsigned int* __restrict__ table, int h, int n, const double2* __restrict__ x1,
-                                   const double2* __restrict__ x2, double* a, double* G)
+__device__ bool rs_hypothesis_warp(const double2* p1, const double2* p2, double* a, double* G)
 {
-    const int lane = threadIdx.x;
-    int idx[RS_SAMPLE];
-    rs_sample(table, h, n, idx);
+    const int lane = threadIdx.x & 31;
+    const int idx[RS_SAMPLE] = {0, 1, 2, 3, 4, 5, 6, 7};
     double s1, tx1, ty1, s2, tx2, ty2;
-    if (!rs_normalise(x1, x2, idx, &s1, &tx1, &ty1, &s2, &tx2, &ty2)) return false;
-    if (lane < RS_SAMPLE) {
-        int k = idx[0];
-#pragma unroll
-        for (int j = 1; j < RS_SAMPLE; ++j)
-            if (lane == j) k = idx[j];
-        rs_design_row(s1 * x1[k].x + tx1, s1 * x1[k].y + ty1, s2 * x2[k].x + tx2, s2 * x2[k].y + ty2, a + 9 * lane);
-    }
+    if (!rs_normalise(p1, p2, idx, &s1, &tx1, &ty1, &s2, &tx2, &ty2)) return false;
+    if (lane < RS_SAMPLE)
+        rs_design_row(s1 * p1[lane].x + tx1, s1 * p1[lane].y + ty1, s2 * p2[lane].x + tx2, s2 * p2[lane].y + ty2,
+                      a + 9 * lane);
     __syncwarp();
     int perm[9];
 #pragma unroll
@@ -333,52 +279,6 @@ __device__ bool rs_hypothesis_warp(const unsigned int* __restrict__ table, int h
     return true;
 }
 
-// ransac_models: hypothesis h = blockIdx.x by a block of RS_SCORE_WARPS warps. Warp 0: its
-// sample and F (rs_hypothesis_warp; F[h], valid[h]); then thread t = 32 * threadIdx.y + lane
-// scores the candidates t, t + 32 * RS_SCORE_WARPS, ... against F from shared memory; the
-// integer count (warp sums, a shared atomic) into count[h] (0 without a model).
-extern "C" __global__ void __launch_bounds__(32 * RS_SCORE_WARPS) ransac_models(
-    const unsigned int* __restrict__ table, const double2* __restrict__ x1, const double2* __restrict__ x2,
-    const int* __restrict__ state, double thr2, double* __restrict__ F, signed char* __restrict__ valid,
-    int* __restrict__ count)
-{
-    PDL_ENTRY();
-    __shared__ double s_a[8 * 9], s_G[9];
-    __shared__ int s_ok;
-    __shared__ unsigned int s_cnt;
-    const int h = blockIdx.x, lane = threadIdx.x, t = threadIdx.y * 32 + threadIdx.x;
-    const int n = state[RS_N];
-    if (threadIdx.y == 0) {               // warp-uniform
-        double G[9];
-        const bool ok = n >= RS_SAMPLE && rs_hypothesis_warp(table, h, n, x1, x2, s_a, G);
-        if (lane == 0) {
-            valid[h] = ok ? 1 : 0;
-            s_ok = ok ? 1 : 0;
-            s_cnt = 0u;
-            if (ok) {
-#pragma unroll
-                for (int j = 0; j < 9; ++j) { F[9 * h + j] = G[j]; s_G[j] = G[j]; }
-            } else {
-                count[h] = 0;
-            }
-        }
-    }
-    __syncthreads();
-    if (!s_ok) return;                    // block-uniform
-    double G[9];
-#pragma unroll
-    for (int j = 0; j < 9; ++j) G[j] = s_G[j];
-    unsigned int c = 0;
-    for (int k = t; k < n; k += 32 * RS_SCORE_WARPS) {
-        const double2 p = x1[k], q = x2[k];
-        c += rs_inlier(G, p.x, p.y, q.x, q.y, thr2);
-    }
-    c = warp_sum_u32(c);
-    if (lane == 0 && c) atomicAdd(&s_cnt, c);
-    __syncthreads();
-    if (t == 0) count[h] = (int)s_cnt;
-}
-
 __device__ __forceinline__ double rs_butterfly(double v)
 {
 #pragma unroll
@@ -397,7 +297,7 @@ __device__ __forceinline__ bool rs_refit_warp(const double2* x1, const double2* 
     double c0 = 0.0, c1 = 0.0, c2 = 0.0, c3 = 0.0;
     for (int k = lane; k < n; k += RS_LANES) {
         if (!inl[k]) continue;
-        const double2 p = x1[k], q = x2[k];
+        const double2 p = __ldcg(x1 + k), q = __ldcg(x2 + k);
         c0 += p.x; c1 += p.y; c2 += q.x; c3 += q.y;
     }
     const double cx1 = rs_butterfly(c0) / (double)cur, cy1 = rs_butterfly(c1) / (double)cur;
@@ -405,7 +305,7 @@ __device__ __forceinline__ bool rs_refit_warp(const double2* x1, const double2* 
     double e1 = 0.0, e2 = 0.0;
     for (int k = lane; k < n; k += RS_LANES) {
         if (!inl[k]) continue;
-        const double2 p = x1[k], q = x2[k];
+        const double2 p = __ldcg(x1 + k), q = __ldcg(x2 + k);
         double dx = p.x - cx1, dy = p.y - cy1;
         e1 += sqrt(dx * dx + dy * dy);
         dx = q.x - cx2; dy = q.y - cy2;
@@ -420,7 +320,7 @@ __device__ __forceinline__ bool rs_refit_warp(const double2* x1, const double2* 
     for (int e = 0; e < 45; ++e) acc[e] = 0.0;
     for (int k = lane; k < n; k += RS_LANES) {
         if (!inl[k]) continue;
-        const double2 p = x1[k], q = x2[k];
+        const double2 p = __ldcg(x1 + k), q = __ldcg(x2 + k);
         double r[9];
         rs_design_row(s1 * p.x + tx1, s1 * p.y + ty1, s2 * q.x + tx2, s2 * q.y + ty2, r);
         int e = 0;
@@ -448,7 +348,7 @@ __device__ __forceinline__ bool rs_refit_warp(const double2* x1, const double2* 
     return ok;
 }
 
-// The inliers of F into inl[0..n); returns their count (block-wide).
+// The inliers of F into inl[0..n); returns their count (block-wide; the last block of ransac_frame).
 __device__ __forceinline__ int rs_mark(const double* F, const double2* x1, const double2* x2, int n, double thr2,
                                        signed char* inl, bool write, unsigned int* s_cnt)
 {
@@ -456,8 +356,8 @@ __device__ __forceinline__ int rs_mark(const double* F, const double2* x1, const
     if (threadIdx.x == 0) *s_cnt = 0u;
     __syncthreads();
     unsigned int c = 0;
-    for (int k = threadIdx.x; k < n; k += RS_SELECT_THREADS) {
-        const double2 p = x1[k], q = x2[k];
+    for (int k = threadIdx.x; k < n; k += RS_THREADS) {
+        const double2 p = __ldcg(x1 + k), q = __ldcg(x2 + k);
         const bool in = rs_inlier(F, p.x, p.y, q.x, q.y, thr2);
         if (write) inl[k] = in ? 1 : 0;
         c += in;
@@ -467,26 +367,22 @@ __device__ __forceinline__ int rs_mark(const double* F, const double2* x1, const
     return (int)*s_cnt;
 }
 
-static_assert(RS_HYPOTHESES <= RS_SELECT_THREADS, "ransac_select holds one count per thread");
-
-extern "C" __global__ void __launch_bounds__(RS_SELECT_THREADS) ransac_select(
-    const long long* __restrict__ hdr, const double2* __restrict__ x1, const double2* __restrict__ x2,
-    const int* __restrict__ cand, const signed char* __restrict__ flag, const double* __restrict__ F,
-    const int* __restrict__ count, double thr2, double confidence, signed char* __restrict__ inl,
-    signed char* __restrict__ reject, int* __restrict__ state)
+// Step 4 of ransac_frame, by its last block (n candidates).
+__device__ __forceinline__ void rs_select(const long long* __restrict__ hdr, const double2* x1, const double2* x2,
+                                          const int* cand, const signed char* flag, const double* F, const int* count,
+                                          int n, double thr2, double confidence, signed char* inl,
+                                          signed char* reject, int* state)
 {
-    PDL_ENTRY();
-    __shared__ int s_best, s_wmax[RS_SELECT_THREADS / 32];
-    __shared__ unsigned int s_cnt, s_rec[RS_SELECT_THREADS / 32];
+    __shared__ int s_best, s_wmax[RS_THREADS / 32];
+    __shared__ unsigned int s_cnt, s_rec[RS_THREADS / 32];
     __shared__ double s_F[9], s_G[9];
     __shared__ bool s_ok;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = RS_SELECT_THREADS / 32;
-    const int n = state[RS_N];
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = RS_THREADS / 32;
     if (n < RS_SAMPLE) return;            // block-uniform: no RANSAC, no rejects
     {   // The adaptive rule reads the counts in order and acts only at a record (more inliers than
         // every earlier hypothesis, at least RS_MIN_INLIERS): the records by a block max-scan and
         // a ballot, then thread 0 walks them (a handful) instead of every count.
-        const int c = t < RS_HYPOTHESES ? count[t] : -1;
+        const int c = t < RS_HYPOTHESES ? __ldcg(count + t) : -1;
         int m = c;                                    // inclusive max over the warp's lanes
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -510,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(RS_SELECT_THREADS) ransac_select(
                     bits &= bits - 1;
                     if (h >= k) break;
                     best = h;
-                    k = rs_update(confidence, count[h], n, k);
+                    k = rs_update(confidence, __ldcg(count + h), n, k);
                 }
             }
             s_best = best;
@@ -521,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(RS_SELECT_THREADS) ransac_select(
     __syncthreads();
     const int best = s_best;
     if (best < 0) return;                 // block-uniform: no model, no rejects
-    if (t < 9) s_F[t] = F[9 * best + t];
+    if (t < 9) s_F[t] = __ldcg(F + 9 * best + t);
     __syncthreads();
     int cur = rs_mark(s_F, x1, x2, n, thr2, inl, true, &s_cnt);
     for (int it = 0; it < RS_LO_ITERATIONS; ++it) {
@@ -536,11 +432,171 @@ extern "C" __global__ void __launch_bounds__(RS_SELECT_THREADS) ransac_select(
         cur = rs_mark(s_G, x1, x2, n, thr2, inl, true, &s_cnt);
         __syncthreads();                  // every flag written before the next sums read them
     }
-    for (int k = t; k < n; k += RS_SELECT_THREADS)
-        if (!inl[k]) reject[cand[k]] = 1;
+    for (int k = t; k < n; k += RS_THREADS)
+        if (!inl[k]) reject[__ldcg(cand + k)] = 1;
     const int slots = (int)hdr[H_COUNT];
-    for (int i = t; i < slots; i += RS_SELECT_THREADS)
-        if (flag[i]) reject[i] = 1;
+    for (int i = t; i < slots; i += RS_THREADS)
+        if (__ldcg(flag + i)) reject[i] = 1;
     if (t == 0) state[RS_COUNT] = cur;
+}
+
+// A slot's part in the RANSAC (as table_update reads the check): 0 none, 1 a candidate, 2 a
+// candidate without finite positions (an outlier where a model is found).
+__device__ __forceinline__ int rs_slot(int i, const signed char* __restrict__ lk_status, const float2* __restrict__ uv,
+                                       const float2* __restrict__ fb_pos, const signed char* __restrict__ fb_status,
+                                       float fb_threshold, const float2* __restrict__ xy,
+                                       const float2* __restrict__ lk_xy)
+{
+    if (lk_status[i] != ST_TRACKED) return 0;
+    if (fb_status != nullptr) {
+        const float2 a = fb_pos[i], u = uv[i];
+        const float dx = a.x - u.x, dy = a.y - u.y;
+        if (!(fb_status[i] == ST_TRACKED && sqrtf(dx * dx + dy * dy) < fb_threshold)) return 0;
+    }
+    const float2 p = xy[i], q = lk_xy[i];
+    return (isfinite(p.x) && isfinite(p.y) && isfinite(q.x) && isfinite(q.y)) ? 1 : 2;
+}
+
+// Exclusive prefix sum of v over the block of RS_THREADS threads (thread order); *total = sum.
+__device__ __forceinline__ int rs_block_scan(int v, int* total)
+{
+    __shared__ int warp_sums[RS_THREADS / 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(FULL_MASK, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    int before = 0, all = 0;
+#pragma unroll
+    for (int w = 0; w < RS_THREADS / 32; ++w) {
+        const int s = warp_sums[w];
+        if (w < warp) before += s;
+        all += s;
+    }
+    *total = all;
+    __syncthreads();                      // warp_sums may be reused
+    return x - v + before;
+}
+
+static_assert(RS_HYPOTHESES <= RS_THREADS, "the selection holds one count per thread");
+static_assert(RS_MAX_PER <= 32, "a thread's candidates are bits of one word");
+
+extern "C" __global__ void __launch_bounds__(RS_THREADS) ransac_frame(
+    const long long* __restrict__ hdr, const signed char* __restrict__ lk_status, const float2* __restrict__ uv,
+    const float2* __restrict__ xy, const float2* __restrict__ lk_xy, const float2* __restrict__ fb_pos,
+    const signed char* __restrict__ fb_status, float fb_threshold, int capacity, const unsigned int* __restrict__ table,
+    double thr2, double confidence, int* cand, double2* x1, double2* x2, signed char* flag, double* F,
+    signed char* valid, int* count, signed char* inl, signed char* reject, int* state, unsigned int* done)
+{
+    PDL_ENTRY();
+    __shared__ int s_slot[RS_SAMPLE];
+    __shared__ double2 s_p1[RS_SAMPLE], s_p2[RS_SAMPLE];
+    __shared__ double s_a[8 * 9], s_G[9];
+    __shared__ int s_ok;
+    __shared__ unsigned int s_cnt;
+    __shared__ bool s_last;
+    const int t = threadIdx.x, lane = t & 31, h = blockIdx.x;
+    const int slots = (int)hdr[H_COUNT];
+    const int per = (slots + RS_THREADS - 1) / RS_THREADS;      // <= RS_MAX_PER (GpuRansac checks the capacity)
+    const int i0 = t * per;
+    // 1. the candidates: a bit per own slot, the rank of the first by a block scan
+    unsigned int take = 0u;
+    int nv = 0;
+    for (int j = 0; j < per; ++j) {
+        const int i = i0 + j;
+        if (i >= slots) break;
+        const int k = rs_slot(i, lk_status, uv, fb_pos, fb_status, fb_threshold, xy, lk_xy);
+        if (k == 1) { take |= 1u << j; ++nv; }
+        if (h == 0) flag[i] = k == 2 ? 1 : 0;
+    }
+    int n;
+    const int base = rs_block_scan(nv, &n);
+    if (h == 0) {                         // compacted for the selection; the flags of this frame
+        int pos = base;
+        for (int j = 0; j < per; ++j) {
+            if (!((take >> j) & 1u)) continue;
+            const int i = i0 + j;
+            const float2 p = xy[i], q = lk_xy[i];
+            cand[pos] = i;
+            x1[pos] = make_double2(p.x, p.y);
+            x2[pos] = make_double2(q.x, q.y);
+            ++pos;
+        }
+        for (int i = t; i < capacity; i += RS_THREADS) {
+            reject[i] = 0;
+            if (i >= slots) flag[i] = 0;
+        }
+        if (t == 0) {
+            state[RS_N] = n;
+            state[RS_BEST] = -1;
+            state[RS_COUNT] = 0;
+            state[RS_EVALUATED] = 0;
+        }
+    }
+    // 2. the sample's slots, then F by warp 0
+    if (t == 0) { s_ok = 0; s_cnt = 0u; }
+    if (n >= RS_SAMPLE) {                 // block-uniform
+        int idx[RS_SAMPLE];
+        rs_sample(table, h, n, idx);
+#pragma unroll
+        for (int j = 0; j < RS_SAMPLE; ++j) {
+            int r = idx[j] - base;
+            if (r < 0 || r >= nv) continue;
+            for (int b = 0; b < per; ++b) {
+                if (!((take >> b) & 1u)) continue;
+                if (r == 0) { s_slot[j] = i0 + b; break; }
+                --r;
+            }
+        }
+        __syncthreads();
+        if (t < RS_SAMPLE) {
+            const float2 p = xy[s_slot[t]], q = lk_xy[s_slot[t]];
+            s_p1[t] = make_double2(p.x, p.y);
+            s_p2[t] = make_double2(q.x, q.y);
+        }
+        __syncthreads();
+        if (t < 32) {                     // warp-uniform
+            double G[9];
+            const bool ok = rs_hypothesis_warp(s_p1, s_p2, s_a, G);
+            if (lane == 0) {
+                s_ok = ok ? 1 : 0;
+                if (ok) {
+#pragma unroll
+                    for (int j = 0; j < 9; ++j) { F[9 * h + j] = G[j]; s_G[j] = G[j]; }
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // 3. the score of F over every thread's own candidates
+    if (s_ok) {                           // block-uniform
+        double G[9];
+#pragma unroll
+        for (int j = 0; j < 9; ++j) G[j] = s_G[j];
+        unsigned int c = 0;
+        for (int j = 0; j < per; ++j) {
+            if (!((take >> j) & 1u)) continue;
+            const float2 p = xy[i0 + j], q = lk_xy[i0 + j];
+            c += rs_inlier(G, (double)p.x, (double)p.y, (double)q.x, (double)q.y, thr2);
+        }
+        block_count(&s_cnt, c);
+    }
+    __syncthreads();
+    // 4. the last block selects
+    if (t == 0) {
+        valid[h] = s_ok ? 1 : 0;
+        count[h] = s_ok ? (int)s_cnt : 0;
+    }
+    __threadfence();                      // this block's writes (block 0: the candidates) before it counts
+    __syncthreads();
+    if (t == 0) s_last = atomicInc(done, RS_HYPOTHESES - 1) == RS_HYPOTHESES - 1;   // wraps to 0
+    __syncthreads();
+    if (!s_last) return;                  // block-uniform
+    __threadfence();
+    rs_select(hdr, x1, x2, cand, flag, F, count, n, thr2, confidence, inl, reject, state);
 }
 #endif
