@@ -137,3 +137,30 @@ class TestFrontendSameTracks:
             np.testing.assert_array_equal(a[1], b[1])
             if stereo:
                 np.testing.assert_array_equal(a[2], b[2])
+
+
+class TestRefusedLaunch:
+    """A driver that refuses the attributed launch under capture (here: an attribute id the driver
+    does not know) must not cost the graphs: GraphCache captures again without PDL, logs it once,
+    and the frontend runs on graphs with the same tracks."""
+
+    def test_graphs_captured_again_without(self, pdl_env, euroc_frames, monkeypatch, caplog):
+        from vilib_ros import _cuda
+        from vilib_ros.bench.frontend import _stamp, _tracker
+
+        os.environ["VILIB_ROS_PDL"] = "1"
+        if not _cuda.pdl_enabled():
+            pytest.skip("this device has no programmatic dependent launch (compute capability < 9.0)")
+        frames = euroc_frames[:12]
+        ref, _ = _tracker("cuda", frames=frames)
+        want = [ref.process(f, _stamp()).ids.copy() for f in frames]
+        monkeypatch.setattr(_cuda, "_PDL_ATTRIBUTE", 0x7FFF)
+        monkeypatch.setattr(_cuda, "_PDL_FAILED", [])
+        with caplog.at_level("WARNING", logger="vilib_ros.cuda"):
+            ft, _ = _tracker("cuda", frames=frames)
+            got = [ft.process(f, _stamp()).ids.copy() for f in frames]
+        assert _cuda._PDL_FAILED and not _cuda.pdl_enabled()
+        assert ft.pipeline.graph_error is None and ft.pipeline.graph_launches >= len(frames)
+        assert sum("switched off" in r.getMessage() for r in caplog.records) == 1
+        for a, b in zip(want, got):
+            np.testing.assert_array_equal(a, b)

@@ -172,9 +172,9 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, stream=None, checked:
 
 # ---------------------------------------------------------- programmatic dependent launch
 # Hopper's programmatic dependent launch: a kernel launched with this attribute may be scheduled
-# while the kernel before it on the stream still runs (a chain of one-block kernels in a graph:
-# 0.70 instead of 1.18 us per link on an H200, bench/pdl_probe.py) (kernels/pdl.cuh makes each kernel wait for
-# its predecessor's completion before it touches memory). CuPy launches have no attributes, so
+# while the kernel before it on the stream still runs; kernels/pdl.cuh makes each kernel wait for
+# its predecessor's completion before it touches memory (a chain of one-block kernels in a graph:
+# 0.70 instead of 1.18 us per link on an H200, bench/pdl_probe.py). CuPy launches have no attributes, so
 # such launches go through the driver's cuLaunchKernelEx by ctypes; the arguments are marshalled
 # as CuPy marshals them (arrays as device pointers, NumPy scalars as their type, Python int and
 # float as int64 and float64). Captured into a graph, the stream edge becomes a programmatic one.
@@ -228,13 +228,27 @@ def pdl_setting() -> str:
     return os.environ.get("VILIB_ROS_PDL", "1")
 
 
+_PDL_FAILED: list[str] = []             # why it was switched off in this process (a refused launch)
+
+
+class PdlLaunchError(RuntimeError):
+    """The driver refused a launch with the programmatic-serialisation attribute."""
+
+
 def pdl_enabled() -> bool:
-    """Launches carry the programmatic-serialisation attribute (see :func:`pdl_setting`)."""
-    if pdl_setting() in ("", "0"):
+    """Launches carry the programmatic-serialisation attribute (see :func:`pdl_setting`), unless a
+    launch with it was refused in this process (then :class:`GraphCache` captures again without)."""
+    if pdl_setting() in ("", "0") or _PDL_FAILED:
         return False
     import cupy
 
     return _pdl_device(cupy.cuda.Device().id)
+
+
+def _pdl_off(reason: str) -> None:
+    if not _PDL_FAILED:
+        log.warning("programmatic dependent launch switched off for this process: %s", reason)
+    _PDL_FAILED.append(reason)
 
 
 def _arg(a, ctypes):
@@ -268,7 +282,7 @@ def _launch_pdl(kernel, grid, block, args, shared_mem: int, stream_ptr: int) -> 
     err = fn(ctypes.byref(cfg), ctypes.c_void_p(func), ptrs, None)
     if err != 0:
         name = getattr(kernel, "name", "kernel")
-        raise RuntimeError(f"cuLaunchKernelEx of {name} failed: CUresult {err}")
+        raise PdlLaunchError(f"cuLaunchKernelEx of {name} with programmatic serialisation failed: CUresult {err}")
 
 
 # ------------------------------------------------------------------------------ buffers
@@ -379,14 +393,16 @@ class GraphCache:
             self._graphs.clear()
         import cupy
 
-        s = self.stream
         try:
-            s.synchronize()
-            s.begin_capture()
             try:
-                enqueue()
-            finally:
-                g = s.end_capture()
+                g = self._capture(enqueue)
+            except PdlLaunchError as exc:   # a driver without it under capture: once more without
+                try:
+                    cupy.cuda.runtime.getLastError()
+                except Exception:
+                    pass
+                _pdl_off(str(exc))
+                g = self._capture(enqueue)
         except Exception as exc:  # capture unsupported here: keep the launch path
             self.error = f"{exc.__class__.__name__}: {exc}"
             log.warning("%s: CUDA graph capture failed, launching kernels directly: %s", self.name, self.error)
@@ -397,3 +413,17 @@ class GraphCache:
             return None
         self._graphs[key] = g
         return g
+
+    def _capture(self, enqueue: Callable[[], None]):
+        s = self.stream
+        s.synchronize()
+        s.begin_capture()
+        try:
+            enqueue()
+        except BaseException:
+            try:                            # leave capture mode; the enqueue's error is the one to see
+                s.end_capture()
+            except Exception:
+                pass
+            raise
+        return s.end_capture()
