@@ -166,8 +166,7 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, stream=None, checked:
     else:
         kernel(grid, block, args, shared_mem=shared_mem, stream=stream)
     if checked and checked_launches():
-        # CuPy raises CUDADriverError from the synchronisation on any asynchronous fault.
-        (stream or cupy.cuda.get_current_stream()).synchronize()
+        s.synchronize()                     # CuPy raises CUDADriverError here on any asynchronous fault
 
 
 # ---------------------------------------------------------- programmatic dependent launch

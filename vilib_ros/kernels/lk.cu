@@ -880,11 +880,11 @@ __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels
 // One kernel per photometric mode (the mode is a template parameter of the implementation).
 #define LK_KERNELS(PREFIX, IMPL, ARGS, PASS)                                                       \
     extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_translation(ARGS)        \
-    { PDL_ENTRY(); IMPL<LK_MODE_TRANSLATION>(PASS); }                                                          \
+    { PDL_ENTRY(); IMPL<LK_MODE_TRANSLATION>(PASS); }                                             \
     extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_offset(ARGS)             \
-    { PDL_ENTRY(); IMPL<LK_MODE_OFFSET>(PASS); }                                                               \
+    { PDL_ENTRY(); IMPL<LK_MODE_OFFSET>(PASS); }                                                  \
     extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_gain(ARGS)               \
-    { PDL_ENTRY(); IMPL<LK_MODE_GAIN>(PASS); }                                                                 \
+    { PDL_ENTRY(); IMPL<LK_MODE_GAIN>(PASS); }                                                    \
     extern "C" __global__ void __launch_bounds__(32 * LK_WARPS) PREFIX##_gain_offset(ARGS)        \
     { PDL_ENTRY(); IMPL<LK_MODE_GAIN_OFFSET>(PASS); }
 

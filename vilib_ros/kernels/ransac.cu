@@ -457,31 +457,6 @@ __device__ __forceinline__ int rs_slot(int i, const signed char* __restrict__ lk
     return (isfinite(p.x) && isfinite(p.y) && isfinite(q.x) && isfinite(q.y)) ? 1 : 2;
 }
 
-// Exclusive prefix sum of v over the block of RS_THREADS threads (thread order); *total = sum.
-__device__ __forceinline__ int rs_block_scan(int v, int* total)
-{
-    __shared__ int warp_sums[RS_THREADS / 32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int x = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(FULL_MASK, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) warp_sums[warp] = x;
-    __syncthreads();
-    int before = 0, all = 0;
-#pragma unroll
-    for (int w = 0; w < RS_THREADS / 32; ++w) {
-        const int s = warp_sums[w];
-        if (w < warp) before += s;
-        all += s;
-    }
-    *total = all;
-    __syncthreads();                      // warp_sums may be reused
-    return x - v + before;
-}
-
 static_assert(RS_HYPOTHESES <= RS_THREADS, "the selection holds one count per thread");
 static_assert(RS_MAX_PER <= 32, "a thread's candidates are bits of one word");
 
@@ -514,7 +489,7 @@ extern "C" __global__ void __launch_bounds__(RS_THREADS) ransac_frame(
         if (h == 0) flag[i] = k == 2 ? 1 : 0;
     }
     int n;
-    const int base = rs_block_scan(nv, &n);
+    const int base = block_exclusive_scan<RS_THREADS>(nv, &n);
     if (h == 0) {                         // compacted for the selection; the flags of this frame
         int pos = base;
         for (int j = 0; j < per; ++j) {

@@ -1,6 +1,5 @@
 // What the track-table kernels (frontend.cu, ransac.cu) share: the track status codes and the
-// block-wide helpers of their one-block kernels (warp sums, shared counters, an exclusive scan
-// over a block of TT_THREADS threads).
+// block-wide helpers of their kernels (warp sums, shared counters, an exclusive scan over a block).
 #pragma once
 
 #define TT_THREADS 1024          // table kernels: one block of 1024 threads
@@ -25,10 +24,14 @@ __device__ __forceinline__ void block_count(unsigned int* counter, unsigned int 
     if ((threadIdx.x & 31) == 0 && v) atomicAdd(counter, v);
 }
 
-// Exclusive prefix sum of `v` over the block (TT_THREADS threads, thread order); *total = sum.
+// Exclusive prefix sum of `v` over a block of THREADS threads (thread order; a multiple of 32, at
+// most 1024: the table kernels' TT_THREADS by default, ransac_frame's RS_THREADS); *total = sum.
+template <int THREADS = TT_THREADS>
 __device__ __forceinline__ int block_exclusive_scan(int v, int* total)
 {
-    __shared__ int warp_sums[TT_THREADS / 32];
+    static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 32 of them");
+    constexpr int WARPS = THREADS / 32;
+    __shared__ int warp_sums[WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int x = v;
 #pragma unroll
@@ -39,18 +42,17 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* total)
     if (lane == 31) warp_sums[warp] = x;
     __syncthreads();
     if (warp == 0) {
-        int w = warp_sums[lane];
+        int w = lane < WARPS ? warp_sums[lane] : 0;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
             const int y = __shfl_up_sync(FULL_MASK, w, o);
             if (lane >= o) w += y;
         }
-        warp_sums[lane] = w;
+        if (lane < WARPS) warp_sums[lane] = w;
     }
     __syncthreads();
     const int excl = x - v + (warp > 0 ? warp_sums[warp - 1] : 0);
-    *total = warp_sums[TT_THREADS / 32 - 1];
+    *total = warp_sums[WARPS - 1];
     __syncthreads();                      // warp_sums may be reused by the next scan
     return excl;
 }
-
