@@ -36,6 +36,13 @@ class TestOrder:
         assert ab.order(2) == ["this", "other", "other", "this"]
         assert ab.order(3) == ["this", "other", "other", "this", "this", "other"]
 
+    def test_default_is_four_rounds(self):
+        import argparse
+
+        p = argparse.ArgumentParser()
+        ab.configure_parser(p)
+        assert p.parse_args(["--against", "x", "--", "bench-backend"]).rounds == 4
+
 
 class TestLookup:
     def test_dotted_paths_and_list_indices(self):
@@ -75,6 +82,45 @@ class TestImportedBy:
             ab.code_root(tmp_path)
 
 
+class TestHostSpeed:
+    def test_figures_are_positive_and_finite(self):
+        h = ab.host_speed(copy_mb=4, loop=20_000)
+        assert set(h) == {"copy_gbps", "python_ns"}
+        assert 0 < h["copy_gbps"] < 1e4 and 0 < h["python_ns"] < 1e6
+
+
+def _run(n, arm, copy, py):
+    return {"n": n, "arm": arm, "host": {"before": {"copy_gbps": copy, "python_ns": py},
+                                         "after": {"copy_gbps": copy, "python_ns": py}}}
+
+
+class TestHostControl:
+    """Regression: two 2-round A/Bs of 2026-11-28 credited the code with the host's slow middle runs."""
+
+    def test_slow_middle_runs_are_flagged_and_charged_to_their_arm(self):
+        runs = [_run(1, "this", 10.0, 40.0), _run(2, "other", 6.0, 40.0), _run(3, "other", 10.0, 60.0),
+                _run(4, "this", 10.0, 40.0)]
+        hc = ab.host_control(runs)
+        assert hc["flagged"] == [2, 3]
+        assert hc["runs"][0] == pytest.approx(1.0) and hc["runs"][3] == pytest.approx(1.0)
+        assert hc["runs"][1] == pytest.approx(10.0 / 6.0) and hc["runs"][2] == pytest.approx(60.0 / 40.0)
+        assert hc["arms"]["other"] > 1.5 * hc["arms"]["this"]
+        md = ab.markdown({"command": ["vilib-ros", "x"], "date": "d", "machine": {"cpu": "c", "cores": 2,
+                          "python": "3", "gtsam": "-", "platform": "p"},
+                          "arms": {a: {"revision": a, "root": a, "imports": a} for a in ("this", "other")},
+                          "runs": runs, "rows": [], "host_control": hc})
+        assert "**The host was slower around the other arm's runs" in md
+        assert md.count("**slow host**") == 2
+
+    def test_a_steady_host_flags_nothing(self):
+        runs = [_run(n, arm, 10.0, 40.0) for n, arm in enumerate(ab.order(2), start=1)]
+        hc = ab.host_control(runs)
+        assert hc["flagged"] == [] and hc["arms"] == {"this": 1.0, "other": 1.0}
+
+    def test_runs_without_figures(self):
+        assert ab.host_control([{"n": 1, "arm": "this"}])["runs"] == []
+
+
 def _cli(args, cwd, timeout=600):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "vilib_ros", *args], cwd=cwd, env=env, capture_output=True,
@@ -103,6 +149,9 @@ class TestBenchAb:
         assert rows["runs.0.keyframes"]["this_median"] == rows["runs.0.keyframes"]["other_median"] > 0
         assert rows["runs.0.keyframe_ms.median"]["other_over_this"] > 0
         assert "| `runs.0.ate_m` |" in (out / "ab.md").read_text()
+        # the host control: timed around every run
+        assert all(r["host"]["before"]["copy_gbps"] > 0 and r["host"]["after"]["python_ns"] > 0 for r in res["runs"])
+        assert "Host control" in (out / "ab.md").read_text()
 
     def test_out_in_the_command_is_refused(self, other_code, tmp_path):
         p = _cli(["bench-ab", "--against", str(other_code), "--out", str(tmp_path / "ab"), "--",

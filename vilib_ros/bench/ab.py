@@ -13,7 +13,13 @@ Regression: an A/B comparison run from the repository root, the earlier code giv
 ahead of ``PYTHONPATH``): two "before / after" tables of 2026-11-25 compared the same code.
 
 The order is ABBA over each two rounds (this, other, other, this, ...), so that an order effect
-(the first run of a pair warming the machine's caches and clocks) cancels. Each run's JSON (the
+(the first run of a pair warming the machine's caches and clocks) cancels. ABBA does not cancel a
+slow period of the host: on 2026-11-28 two 2-round A/Bs on the GPU machine "showed" a 10-14 us gain
+of ``process()`` that was the host's speed in their middle runs, which ABBA gave to the other arm
+(four rounds showed none). So the default is four rounds, and before and after every run this
+process (idle meanwhile) times the host itself (:func:`host_speed`: a 32 MB copy and a Python loop):
+a control table in ``ab.md`` marks the runs around which the host was slower than usual and says
+when one arm's runs had a slower host than the other's. Each run's JSON (the
 one ``*.json`` its command wrote into ``--out``, or ``--json NAME``) is read; every ``--keys``
 entry (a dotted path, list indices as numbers: ``runs.0.frames_per_s``) becomes a row of
 ``ab.md`` / ``ab.json``: each arm's values in run order, their median, and other / this.
@@ -35,7 +41,7 @@ from vilib_ros.bench.results import machine, revision, write_results
 def configure_parser(p) -> None:
     p.add_argument("--against", required=True,
                    help="the other code: a checkout, or a folder that holds a vilib_ros package")
-    p.add_argument("--rounds", type=int, default=2, help="runs per arm (ABBA order), default 2")
+    p.add_argument("--rounds", type=int, default=4, help="runs per arm (ABBA order), default 4")
     p.add_argument("--keys", default="", help="comma-separated dotted paths into the command's JSON")
     p.add_argument("--json", default=None, help="which JSON of the command's --out folder to read")
     p.add_argument("--out", default="bench_ab", help="folder for ab.md / ab.json and each run's output")
@@ -113,6 +119,63 @@ def read_result(out: Path, name: str | None) -> dict:
     return json.loads(files[0].read_text())
 
 
+#: a run whose host figure is this much slower than the median of all runs is marked in the control table
+SLOW_HOST = 1.15
+
+
+def host_speed(copy_mb: int = 32, loop: int = 200_000) -> dict:
+    """This process's view of the host's speed now: ``copy_gbps`` (``np.copyto`` of ``copy_mb`` MB, the
+    median of 5) and ``python_ns`` (a pure-Python loop, ns per step, the median of 5). ~0.1 s."""
+    import time
+
+    import numpy as np
+
+    src = np.ones(copy_mb << 20, np.uint8)
+    dst = np.empty_like(src)
+    cp, py = [], []
+    for _ in range(5):
+        a = time.perf_counter()
+        np.copyto(dst, src)
+        b = time.perf_counter()
+        acc = 0
+        for i in range(loop):
+            acc += i
+        c = time.perf_counter()
+        cp.append(src.nbytes / (b - a) / 1e9)
+        py.append((c - b) / loop * 1e9)
+    return {"copy_gbps": statistics.median(cp), "python_ns": statistics.median(py)}
+
+
+def host_control(runs: list) -> dict:
+    """Per run, the slower of its before / after host figures against the median over all runs
+    (``slowdown`` >= 1: that much slower); per arm the median slowdown; ``flagged``: runs over SLOW_HOST."""
+    def worst(r):
+        h = r.get("host") or {}
+        b, a = h.get("before"), h.get("after")
+        if not (b and a):
+            return None
+        return {"copy_gbps": min(b["copy_gbps"], a["copy_gbps"]), "python_ns": max(b["python_ns"], a["python_ns"])}
+
+    w = [worst(r) for r in runs]
+    got = [x for x in w if x]
+    if not got:
+        return {"runs": [], "arms": {}, "flagged": []}
+    med_c = statistics.median(x["copy_gbps"] for x in got)
+    med_p = statistics.median(x["python_ns"] for x in got)
+    per_run, flagged = [], []
+    for r, x in zip(runs, w):
+        if x is None:
+            per_run.append(None)
+            continue
+        sd = max(med_c / x["copy_gbps"], x["python_ns"] / med_p)
+        per_run.append(sd)
+        if sd > SLOW_HOST:
+            flagged.append(r["n"])
+    arms = {arm: statistics.median([sd for r, sd in zip(runs, per_run) if r["arm"] == arm and sd is not None] or [1.0])
+            for arm in ("this", "other")}
+    return {"runs": per_run, "arms": arms, "flagged": flagged, "median_copy_gbps": med_c, "median_python_ns": med_p}
+
+
 def _median(xs):
     v = [x for x in xs if isinstance(x, (int, float))]
     return statistics.median(v) if v else None
@@ -145,6 +208,7 @@ def run(args) -> dict:
                 f.unlink()
             print(f"bench-ab: run {n} ({arm}: {res['arms'][arm]['revision'] or roots[arm]}): vilib-ros {' '.join(bench)}",
                   file=sys.stderr, flush=True)
+            before = host_speed()
             with open(run_out / "log.txt", "w") as log:
                 p = subprocess.run([sys.executable, "-m", "vilib_ros", *bench, "--out", str(run_out)], cwd=cwd,
                                    env=arm_env(roots[arm]), stdout=log, stderr=subprocess.STDOUT,
@@ -157,7 +221,8 @@ def run(args) -> dict:
             if wrote and Path(wrote).resolve() != (roots[arm] / "vilib_ros").resolve():
                 raise RuntimeError(f"run {n} ({arm}) was written by {wrote}, not by {roots[arm] / 'vilib_ros'}")
             res["runs"].append({"n": n, "arm": arm, "out": str(run_out),
-                                "values": {k: lookup(data, k) for k in keys}})
+                                "values": {k: lookup(data, k) for k in keys},
+                                "host": {"before": before, "after": host_speed()}})
     res["rows"] = []
     for k in keys:
         row = {"key": k}
@@ -168,6 +233,7 @@ def run(args) -> dict:
         a, b = row["this_median"], row["other_median"]
         row["other_over_this"] = (b / a) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else None
         res["rows"].append(row)
+    res["host_control"] = host_control(res["runs"])
     write_results(out, "ab", res, markdown(res), echo=False)
     return res
 
@@ -196,6 +262,29 @@ def markdown(res: dict) -> str:
         lines.append(f"| `{r['key']}` | {', '.join(_fmt(v) for v in r['this'])} | {_fmt(r['this_median'])} | "
                      f"{', '.join(_fmt(v) for v in r['other'])} | {_fmt(r['other_median'])} | "
                      f"{_fmt(r['other_over_this'])} |")
+    hc = res.get("host_control") or {}
+    if hc.get("runs"):
+        lines += ["", "Host control (this process, idle during the runs, timed the host before and after each: a 32 MB "
+                  "copy in GB/s and a Python loop in ns per step; slowdown = the worse of the two against the "
+                  f"median of all runs, marked over {SLOW_HOST:.2f}):", "",
+                  "| run | arm | copy GB/s before / after | Python ns before / after | slowdown |", "|---|---|---|---|---:|"]
+        for r, sd in zip(res["runs"], hc["runs"]):
+            h = r.get("host") or {}
+            b, a = h.get("before") or {}, h.get("after") or {}
+            mark = " **slow host**" if r["n"] in hc["flagged"] else ""
+            lines.append(f"| {r['n']} | {r['arm']} | {_fmt(b.get('copy_gbps'))} / {_fmt(a.get('copy_gbps'))} | "
+                         f"{_fmt(b.get('python_ns'))} / {_fmt(a.get('python_ns'))} | {_fmt(sd)}{mark} |")
+        arms = hc["arms"]
+        ratio = arms["other"] / arms["this"] if arms.get("this") else None
+        lines += ["", f"Median slowdown of the host around this arm's runs: this {_fmt(arms['this'])}, other "
+                  f"{_fmt(arms['other'])}."]
+        if ratio is not None and not (1 / 1.05 <= ratio <= 1.05):
+            slower = "other" if ratio > 1 else "this"
+            lines.append(f"**The host was slower around the {slower} arm's runs ({_fmt(max(ratio, 1 / ratio))}x): "
+                         "a difference of that size between the arms may be the host's, not the code's; run more "
+                         "rounds.**")
+        if hc["flagged"]:
+            lines.append(f"Runs with a slow host around them: {', '.join(map(str, hc['flagged']))}.")
     return "\n".join(lines) + "\n"
 
 
