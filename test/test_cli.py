@@ -71,6 +71,9 @@ class TestUserErrors:
         (["run", "--domain-id", "250"], "--domain-id must be in 0..232"),
         (["eval", "/no/such/est.txt", "/no/such/gt.txt"], "no such trajectory file"),
         (["generate", "/tmp/x", "--duration", "0"], "duration"),
+        (["bench-vio", "--device", "cpu", "--variant", "no_such_key=1"], "not KEY=VALUE with a backend parameter"),
+        (["bench-vio", "--device", "cpu", "--variant", "window_s=abc"], "window_s takes a float, got 'abc'"),
+        (["bench-vio", "--device", "cpu", "--variant", "mono_solver=foo"], "mono_solver must be 'isam2' or 'schur'"),
     ])
     def test_message_and_exit_2_without_traceback(self, argv, needle, tmp_path):
         """Regression: every user error printed a Python traceback before its message."""

@@ -221,3 +221,27 @@ class TestReplayBackend:
             np.testing.assert_array_equal(child[key][0], t)
             np.testing.assert_allclose(child[key][1], p, rtol=0, atol=1e-12)
             np.testing.assert_allclose(child[key][2], q, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+class TestBenchVioVariant:
+    def test_a_variant_runs_after_the_defaults_and_is_not_the_target(self, tmp_path):
+        """``bench-vio --variant``: each mode again with backend parameters, labelled and kept out of the target line."""
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
+        out = tmp_path / "out"
+        r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-vio", "--device", "cpu", "--duration", "6",
+                            "--modes", "mono", "--variant", "mono_solver=schur", "--cache", str(tmp_path / "cache"),
+                            "--out", str(out)], env=_env(), capture_output=True, text=True, timeout=900, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        import json
+
+        res = json.loads((out / "vio_bench.json").read_text())
+        assert [x["label"] for x in res["runs"]] == ["mono", "mono, mono_solver=schur"]
+        assert res["runs"][0]["backend_config"] == {"mode": "mono"} and not res["runs"][0].get("variant")
+        assert res["runs"][1]["backend_config"] == {"mode": "mono", "mono_solver": "schur"} and res["runs"][1]["variant"]
+        assert res["frames_per_s"] == res["runs"][0]["frames_per_s"]          # the defaults' run is the headline
+        for x in res["runs"]:
+            assert x["frames"] == 121 and np.isfinite(x["ate_causal_m"]) and x["ate_causal_m"] < 0.2
+        md = (out / "vio_bench.md").read_text()
+        assert "mono: solver isam2; mono, mono_solver=schur: solver schur" in md
+
