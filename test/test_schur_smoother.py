@@ -368,6 +368,22 @@ class TestSchurSmootherMarginalisation:
         other = np.setdiff1d(np.arange(len(gp)), rows)
         assert np.abs(Hp[other]).sum() <= 1e-9 * scale and np.abs(gp[other]).sum() <= 1e-9 * np.abs(gp).max()
 
+    def test_an_extra_step_keeps_what_the_update_removed(self):
+        """Regression: an extra step (``update()`` without arguments: ``BackendConfig.extra_updates``)
+        reset ``removed_landmarks``; the estimator then kept the landmarks the keyframe's update had
+        marginalised and read one of them: KeyError (every V1_01 column, stereo and mono)."""
+        pb = _problem(seed=6, n_states=4, n_lm=16, behind=False, all_priors=True, n_only0=3)
+        graph, vals = _window(pb)
+        sm = _smoother(pb, lag=0.6)
+        _feed(sm, pb, graph, vals, [0.0, 0.7, 0.95, 1.2])
+        removed = {L(li) for s, li, *_ in pb["obs"] if s == 0}
+        assert removed and sm.removed_landmarks == removed
+        sm.update()                                   # the extra step: nothing more leaves
+        assert sm.removed_landmarks == removed
+        assert not any(sm.estimate().exists(k) for k in removed)
+        sm.update(gtsam.NonlinearFactorGraph(), gtsam.Values(), {})   # a keyframe's update starts anew
+        assert sm.removed_landmarks == set()
+
     def test_kept_landmarks_go_on_with_their_remaining_observations(self):
         """``keep_landmarks`` (BackendConfig.schur_keep_landmarks): the marginal is the same as
         without it (every landmark state 0 saw is eliminated into it); afterwards a landmark with at

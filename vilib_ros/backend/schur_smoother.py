@@ -108,8 +108,13 @@ class SchurSmoother:
     def update(self, graph=None, values=None, stamps: dict | None = None, newest=()) -> None:
         """New inertial / prior factors (``graph``: gtsam factors on state keys), new states
         (``values``), stamps [s] of new and refreshed keys; one Gauss-Newton step; then the
-        marginalisation of what left the lag."""
-        self.removed_landmarks = set()
+        marginalisation of what left the lag. ``removed_landmarks``: what this update and the extra
+        ones after it (``update()`` without arguments, ``extra_updates``) marginalised, for the
+        estimator to end those tracks' landmarks."""
+        if graph is not None or values is not None or stamps:
+            # a keyframe's update starts the set; an extra step adds to it (regression: it was reset there,
+            # the estimator lost the first update's removals and read a removed landmark: KeyError)
+            self.removed_landmarks = set()
         if values is not None and values.size():
             self._add_states(values)
         if graph is not None:
@@ -284,7 +289,7 @@ class SchurSmoother:
         if leave and self._keep_lm > 0:
             lm_leave &= ~stays
             obs_out = lm_leave[t.o_lm]
-        self.removed_landmarks = set(t.keys[lm_leave].tolist())
+        self.removed_landmarks |= set(t.keys[lm_leave].tolist())
         self._drop(leave, lm_leave, obs_out)
 
 
