@@ -969,3 +969,38 @@ class TestNanMedian:
                 else:
                     assert nan_median(v) == np.nanmedian(v)
         assert np.isnan(nan_median(np.full(4, np.nan)))
+
+
+class TestBlasThreadsHint:
+    """A user's own Python process runs NumPy's BLAS pool; the backend says once how to make it one thread."""
+
+    def _fresh(self, monkeypatch, cores=4, **env):
+        from vilib_ros.backend import estimator as est_mod
+
+        monkeypatch.setattr(est_mod, "_blas_hint_given", False)
+        monkeypatch.setattr(est_mod.os, "cpu_count", lambda: cores)
+        for var in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+            monkeypatch.delenv(var, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        return est_mod.blas_threads_hint
+
+    def test_a_pool_gets_one_warning(self, monkeypatch, caplog):
+        hint = self._fresh(monkeypatch)
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.backend.estimator"):
+            msg = hint()
+            assert msg is not None and "OPENBLAS_NUM_THREADS=1" in msg and "4 threads" in msg
+            assert hint() is None                                  # once per process
+        assert caplog.text.count("OPENBLAS_NUM_THREADS=1") == 1
+
+    @pytest.mark.parametrize("env", [{"OPENBLAS_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "1"},
+                                     {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "8"}])
+    def test_one_thread_set_says_nothing(self, monkeypatch, env):
+        assert self._fresh(monkeypatch, **env)() is None
+
+    def test_the_first_variable_set_wins(self, monkeypatch):
+        msg = self._fresh(monkeypatch, OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="1")()
+        assert msg is not None and "2 threads" in msg
+
+    def test_one_core_says_nothing(self, monkeypatch):
+        assert self._fresh(monkeypatch, cores=1)() is None

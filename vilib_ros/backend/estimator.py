@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,39 @@ from .landmarks import LandmarkMixin
 from .smoother import SmootherMixin
 
 log = logging.getLogger(__name__)
+
+_blas_hint_given = False
+
+
+def blas_threads_hint() -> str | None:
+    """Once per process: a hint where NumPy's OpenBLAS may run a pool of threads here (none of
+    ``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS``, ``OMP_NUM_THREADS`` says 1 and the machine has more than one
+    core). The backend's matrices are small: on the 2-core machine the own smoother's stereo keyframe took 6-7 ms
+    median with the pool against 2.8-3.7 with one thread (2026-11-28), and idle pool threads spin beside it on a
+    larger host. ``vilib-ros`` commands and the nodes set one thread before NumPy loads
+    (:mod:`vilib_ros.nodes._single_blas`); a Python program of the user's own does not. Returns the hint (logged as a
+    warning) or None."""
+    global _blas_hint_given
+    if _blas_hint_given:
+        return None
+    _blas_hint_given = True
+    cores = os.cpu_count() or 1
+    threads = cores
+    for var in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "").strip()
+        if v:
+            try:
+                threads = int(v)
+            except ValueError:
+                continue
+            break
+    if threads <= 1 or cores <= 1:
+        return None
+    msg = (f"VioEstimator: NumPy's BLAS may run {threads} threads in this process; the backend's small matrices are "
+           "faster with one (its keyframes took twice as long with a pool on a 2-core machine): set "
+           "OPENBLAS_NUM_THREADS=1 before NumPy is imported")
+    log.warning(msg)
+    return msg
 
 
 class _Frame:
@@ -151,6 +185,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
 
         self._g = gtsam
         self.config = cfg = (config or BackendConfig()).validate()
+        blas_threads_hint()
         if cam0 is None:
             raise ValueError("cam0 (CameraModel) is required")
         self.cam0, self.cam1 = cam0, cam1
