@@ -77,6 +77,22 @@ class TestApeSe3:
         assert evaluate(est, gt)["ape_m"]["rmse"] < 1e-6 * raw
 
 
+class TestUmeyamaInput:
+    def test_empty_trajectory_is_a_clear_error(self):
+        """Regression: an empty trajectory (a run whose backend never initialised) raised NumPy's
+        "SVD did not converge" from ate_rmse."""
+        from vilib_ros.evaluation import ate_rmse
+
+        with pytest.raises(ValueError, match="empty trajectory"):
+            ate_rmse(np.zeros((0, 3)), np.zeros((0, 3)))
+
+    def test_mismatched_arrays_are_a_clear_error(self):
+        from vilib_ros.evaluation import umeyama
+
+        with pytest.raises(ValueError, match="corresponding positions"):
+            umeyama(np.zeros((5, 3)), np.zeros((4, 3)))
+
+
 class TestApeSim3:
     def test_scale_recovered(self, tmp_path):
         t, p, rot = _gt()
