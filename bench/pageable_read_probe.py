@@ -32,6 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vilib_ros.bench.tracker import load_frames  # noqa: E402
+
 # Thread mapping: one thread per 16 bytes of the frame (uint4 loads, coalesced), a block of 256
 # threads sums its 4 KB into one word (warp shuffles, then shared memory).
 _SRC = r"""
@@ -68,13 +70,6 @@ ATTRS = {  # cudaDeviceAttr numbers (CUDA runtime API)
 }
 
 
-def load_frames():
-    import cv2
-
-    root = Path(os.environ.get("VILIB_ROS_EUROC", ".data/euroc_v101_head")) / "mav0/cam0/data"
-    return [cv2.imread(str(p), 0) for p in sorted(root.glob("*.png"))]
-
-
 def main():
     import cupy as cp
     from cupy.cuda import runtime
@@ -83,7 +78,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--n", type=int, default=400)
     a = ap.parse_args()
-    frames = load_frames()
+    frames = load_frames(os.environ.get("VILIB_ROS_EUROC", ".data/euroc_v101_head"))
     h, w = frames[0].shape
     nbytes = h * w
     assert nbytes % 16 == 0
