@@ -11,7 +11,7 @@ import pytest
 
 from vilib_ros import synthetic as syn
 from vilib_ros.camera import CameraModel, euroc_cam0
-from vilib_ros.frontend import FeatureTracker, FrontendConfig
+from vilib_ros.frontend import FeatureTracker, FrontendConfig, check_buildable
 from vilib_ros.frontend.detector import DetectorConfig
 from vilib_ros.frontend.tracker import TrackerConfig
 
@@ -58,6 +58,44 @@ class TestFrontendConfig:
         assert ft.target == 15 * 24
         ft = FeatureTracker(euroc_cam0(), FrontendConfig(max_features=100), device="cpu")
         assert ft.target == 100
+
+
+#: in the declared parameter ranges, yet some cannot be built for a 752x480 image (or on the GPU)
+_BUILDABLE_CASES = [dict(), dict(detector=DetectorConfig(cell_width=1024)),
+                    dict(detector=DetectorConfig(cell_height=1024)), dict(detector=DetectorConfig(border=256)),
+                    dict(detector=DetectorConfig(levels=4, cell_height=64, border=40)),
+                    dict(detector=DetectorConfig(levels=1, cell_height=1)), dict(max_features=5000),
+                    dict(max_features=4096)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+class TestCheckBuildable:
+    """check_buildable says in advance what building a FeatureTracker refuses (a node checks a
+    parameter change with it: regression, an in-range detector.cell_width of 1024 was taken,
+    and the rebuild raised in the post-set callback and ended the frontend node). The reference
+    is the construction itself, case by case."""
+
+    @pytest.mark.parametrize("kw", _BUILDABLE_CASES)
+    def test_agrees_with_construction(self, device, kw):
+        cfg = _cfg(**kw)
+        try:
+            FeatureTracker(euroc_cam0(), cfg, device=device)
+            built = None
+        except ValueError as exc:
+            built = str(exc)
+        try:
+            check_buildable(752, 480, cfg, device)
+            checked = None
+        except ValueError as exc:
+            checked = str(exc)
+        assert checked == built
+
+    def test_cpu_and_gpu_limits(self, device):
+        check_buildable(752, 480, _cfg(max_features=5000), "cpu")
+        with pytest.raises(ValueError, match="at most 4096 tracks, got a target of 5000"):
+            check_buildable(752, 480, _cfg(max_features=5000), "cuda")
+        with pytest.raises(ValueError, match="smaller than one cell"):
+            check_buildable(752, 480, _cfg(detector=DetectorConfig(cell_width=1024)), device)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -297,3 +297,36 @@ class TestTeardownLimit:
         rc, err = self._run("holding_the_gil")
         assert rc == 1, err
         assert "Timeout (0:00:04)!" in err and "destroy_node" in err, err
+
+
+class TestConfigurationErrorAtStart:
+    """A node that cannot start with its parameters says why in one line and exits 2.
+
+    Regression: a value inside a parameter's declared range that the node still cannot use (a
+    1024 px detector cell in a 752 px image; a shortest keyframe interval above the longest)
+    ended the node with a Python traceback, exit 1, the reason in its last line."""
+
+    def _start(self, node: str, *params: str) -> tuple[int, str]:
+        env = _env()
+        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+        argv = [sys.executable, "-m", f"vilib_ros.nodes.{node}", "--ros-args"]
+        for p in params:
+            argv += ["-p", p]
+        r = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        return r.returncode, r.stderr
+
+    def test_frontend_cell_larger_than_the_image(self, euroc_path):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        rc, err = self._start("frontend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",
+                              "device:=cpu", "stereo:=false", "detector.cell_width:=1024")
+        assert rc == 2, err
+        assert "FrontendNode: cannot start: image 752x480 is smaller than one cell (1024x32)" in err, err
+        assert "Traceback" not in err, err
+
+    def test_backend_keyframe_intervals(self, euroc_path):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        rc, err = self._start("backend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",
+                              f"imu_yaml:={euroc_path / 'mav0' / 'imu0' / 'sensor.yaml'}", "kf_min_interval_s:=5.0")
+        assert rc == 2, err
+        assert "cannot start: need 0 < kf_min_interval_s <= kf_max_interval_s" in err, err
+        assert "Traceback" not in err, err

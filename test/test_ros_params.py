@@ -7,11 +7,13 @@ applied (post-set): ``detector.threshold`` live (tracks kept), ``detector.nms_ra
 (structural) by a rebuild whose ids continue after the last one handed out; a FrontendConfig
 that does not validate is refused with its reason. The test replays the 95 real frames with
 IMU into a frontend and a backend (real processes), changes the threshold after frame 30
-and the NMS radius after frame 60.
+and the NMS radius after frame 60; an in-range cell width the image cannot take is refused with its
+reason (the node lives on: every frame is tracked).
 """
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -74,6 +76,10 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
                 client.spin_until(lambda: len(tracks) >= 31, 60)
                 results["threshold"] = set_params([Parameter("detector.threshold", value=25.0)])
                 results["invalid"] = set_params([Parameter("detector.cell_height", value=33)])
+                # inside the declared range, valid for the configuration, but no cell of 1024 px fits the
+                # 752 px image: refused on-set with the reason (regression: taken, then the tracker's
+                # rebuild raised in the post-set callback and the frontend node died)
+                results["unbuildable"] = set_params([Parameter("detector.cell_width", value=1024)])
             if k == 61:
                 client.spin_until(lambda: len(tracks) >= 61, 60)
                 results["nms_radius"] = set_params([Parameter("detector.nms_radius", value=2)])
@@ -105,6 +111,8 @@ class TestParameterChanges:
         assert r["nms_radius"] == [(True, "")]
         ok, reason = r["invalid"][0]
         assert not ok and "cell_height" in reason
+        ok, reason = r["unbuildable"][0]
+        assert not ok and "smaller than one cell (1024x32)" in reason, reason
         ev = session["fe_stats"]["events"]
         assert ev["config_applied_live"] == 1 and ev["tracker_rebuilt"] == 1, ev
         assert "applied live: detector.threshold" in session["fe"].output()
@@ -137,3 +145,65 @@ class TestParameterChanges:
         assert steps.max() < 0.05, steps.max()      # the vehicle hardly moves in these 95 frames
         assert session["be_stats"]["time_resets"] == 0
         assert session["be_stats"]["estimator"]["resets"] == 0
+
+
+def test_camera_info_the_parameters_do_not_fit(euroc_path, euroc_frames, tmp_path):
+    """calibration_source camera_info, with an in-range detector.cell_width (1024) that the 752 px
+    camera cannot take: the camera_info is skipped with the reason (``unusable_calibration``) and
+    the node lives; once the parameter is changed, the next camera_info builds the tracker and the
+    images are tracked. Regression: the tracker's construction raised inside the camera_info
+    callback and ended the frontend node."""
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    from rclpy.parameter import Parameter
+    from rclpy.parameter_client import AsyncParameterClient
+    from sensor_msgs.msg import CameraInfo, Image, PointCloud
+
+    from vilib_ros.camera import CameraModel
+    from vilib_ros.nodes._common import reliable_qos
+    from vilib_ros.nodes.conversions import numpy_to_image
+    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
+
+    domain = DOMAIN          # the session above has stopped its nodes by now
+    cam = CameraModel.from_euroc_yaml(euroc_path / "mav0" / "cam0" / "sensor.yaml")
+    fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
+        "calibration_source": "camera_info", "T_BS": cam.T_BS.ravel().tolist(), "device": "cpu", "stereo": False,
+        "input_reliability": "reliable", "detector.cell_width": 1024, "stats_path": str(tmp_path / "fe.json")}),
+        ros_env(domain), tmp_path / "fe.log")
+    client = GraphClient(domain, "test_params_info")
+    tracks = []
+    try:
+        node = client.node
+        node.create_subscription(PointCloud, "tracks", lambda m: tracks.append(m), reliable_qos(50))
+        pub_img = node.create_publisher(Image, "image", reliable_qos(50))
+        pub_info = node.create_publisher(CameraInfo, "camera_info", reliable_qos(10))
+        assert client.wait_for_subscribers({"/image": 1, "/camera_info": 1}, 120, [fe]), fe.tail()
+        info = CameraInfo(width=cam.width, height=cam.height, distortion_model="plumb_bob",
+                          d=[*cam.distortion.tolist(), 0.0], k=cam.K.ravel().tolist())
+
+        def published_until(pred, timeout=60.0):
+            end = time.monotonic() + timeout
+            while time.monotonic() < end and not pred():
+                pub_info.publish(info)
+                client.spin_for(0.2)
+            return pred()
+
+        assert published_until(lambda: "unusable_calibration" in fe.output()), fe.tail()
+        assert "smaller than one cell (1024x32)" in fe.output()
+        assert fe.alive
+        pc = AsyncParameterClient(node, "frontend_node")
+        assert pc.wait_for_services(30)
+        fut = pc.set_parameters([Parameter("detector.cell_width", value=32)])
+        assert client.spin_until(fut.done, 30) and fut.result().results[0].successful
+        assert published_until(lambda: "calibration from camera_info" in fe.output()), fe.tail()
+        stamps = image_stamps(euroc_path)
+        for t, img in zip(stamps[:5], euroc_frames[:5]):
+            pub_img.publish(numpy_to_image(img, "mono8", t, "cam0"))
+            client.spin_for(0.05)
+        assert client.spin_until(lambda: len(tracks) >= 5, 60), fe.tail()
+        assert len(tracks[-1].points) > 50
+        assert fe.alive
+    finally:
+        fe.stop()
+        client.close()
+    stats = json.loads((tmp_path / "fe.json").read_text())
+    assert stats["skipped"]["unusable_calibration"] >= 1, stats["skipped"]

@@ -16,6 +16,6 @@ tracking, with the track bookkeeping around it.
 | :mod:`.gpu_pipeline` | one frame on the GPU: one CUDA graph, the track table on the device |
 | :mod:`.feature_tracker` | :class:`FeatureTracker`, the public frontend (a thin facade) |
 """
-from .feature_tracker import FeatureTracker, FrontendConfig
+from .feature_tracker import FeatureTracker, FrontendConfig, check_buildable
 
-__all__ = ["FeatureTracker", "FrontendConfig"]
+__all__ = ["FeatureTracker", "FrontendConfig", "check_buildable"]

@@ -114,6 +114,27 @@ def _is_cupy(a) -> bool:
     return not isinstance(a, np.ndarray) and type(a).__module__.startswith("cupy")
 
 
+def check_buildable(width: int, height: int, config: FrontendConfig, device: str = "cpu") -> None:
+    """ValueError, with the reason, where a :class:`FeatureTracker` of this image size and
+    configuration could not be built on ``device`` ('cpu' or 'cuda'): the configuration's own
+    checks, the detector's cells and border against the image, and on the GPU the track table's
+    capacity. A node checks a parameter change with it before taking it (regression: an in-range
+    ``detector.cell_width`` of 1024 passed the configuration's checks, and the rebuild of the
+    tracker then raised inside the post-set callback and ended the frontend node)."""
+    from vilib_ros.frontend.detector import check_geometry, grid_shape_for
+    from vilib_ros.frontend.track_table import MAX_CAPACITY, MAX_CELLS
+
+    config.validate()
+    check_geometry(width, height, config.detector)
+    if device == "cuda":
+        rows, cols = grid_shape_for(width, height, config.detector)
+        target = int(config.max_features) or rows * cols
+        if target > MAX_CAPACITY:
+            raise ValueError(f"the GPU frontend holds at most {MAX_CAPACITY} tracks, got a target of {target}")
+        if rows * cols > MAX_CELLS:
+            raise ValueError(f"the GPU frontend handles at most {MAX_CELLS} detector cells, got {rows * cols}")
+
+
 class FeatureTracker:
     """Feature tracks with persistent ids from mono (+ optional stereo) frames.
 

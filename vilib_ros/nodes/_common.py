@@ -41,6 +41,14 @@ def latched_qos() -> QoSProfile:
                       durability=DurabilityPolicy.TRANSIENT_LOCAL, history=HistoryPolicy.KEEP_LAST)
 
 
+class _StartError(Exception):
+    """The node could not be built from its configuration (already reported); ``rc``: exit status."""
+
+    def __init__(self, rc: int):
+        super().__init__(rc)
+        self.rc = rc
+
+
 def run_node(factory, args=None) -> int:
     """Initialise rclpy, build the node, spin it (or call its ``run()``), shut down cleanly.
 
@@ -48,7 +56,9 @@ def run_node(factory, args=None) -> int:
     ``KeyboardInterrupt`` in the main thread (SIGTERM as :class:`Terminated`), chained behind
     rclpy's own handlers, which wake the executor. The node's ``close()`` (file writing,
     summaries) runs in every case, then the node is destroyed and the context shut down.
-    Returns the process exit code. After the node is built the garbage collector's start-up
+    Returns the process exit code: a ``ValueError`` or ``OSError`` while the node is built (a parameter
+    or calibration it cannot start with) is printed as one line, ``<node>: cannot start: <reason>``,
+    and the code is 2 (another exception: its traceback, 1). After the node is built the garbage collector's start-up
     objects are frozen (``gc.freeze``; ``VILIB_ROS_GC_FREEZE=0`` leaves them: for comparison).
     """
     # Regression: rclpy's SIGTERM handler only wakes executors that exist and chains to the
@@ -61,7 +71,17 @@ def run_node(factory, args=None) -> int:
     node = None
     rc = 0
     try:
-        node = factory()
+        try:
+            node = factory()
+        except (ValueError, OSError) as exc:
+            # a user's configuration (parameters, calibration files) the node cannot start with: its
+            # message, not a traceback (VILIB_ROS_TRACEBACK=1 prints that too)
+            if os.environ.get("VILIB_ROS_TRACEBACK", "0") != "0":
+                traceback.print_exc()
+            name = getattr(factory, "__name__", "node")
+            print(f"{name}: cannot start: {exc}", file=sys.stderr)
+            return_code = 2
+            raise _StartError(return_code) from exc
         # everything built so far (modules, the node, its buffers) lives as long as the process:
         # out of the collector's reach, so that a full collection on the hot path scans only what
         # came after (it scanned the ~30-100k start-up objects: tens of ms, the latency tail)
@@ -74,6 +94,8 @@ def run_node(factory, args=None) -> int:
             rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except _StartError as exc:
+        rc = exc.rc
     except Exception:  # noqa: BLE001 - report and exit non-zero, never hang
         if node is not None and not rclpy.ok():
             # a callback racing the shutdown (e.g. a publish after SIGINT invalidated the context):

@@ -31,13 +31,17 @@ or camera_info), ``no_calibration`` (calibration_source camera_info, none receiv
 ``frontend_error``; ``frame_gap`` counts images missing from the stream (a stamp gap of
 more than 1.5 median frame periods); ``imu_non_finite``, ``imu_out_of_range`` (beyond
 ``gyro_range`` / ``accel_range``) and ``imu_out_of_order`` count rejected IMU messages;
-``stereo_unmatched`` counts left images processed without a right image.
+``stereo_unmatched`` counts left images processed without a right image; ``unusable_calibration``
+camera_info messages whose camera the frontend parameters do not fit (e.g. a detector cell larger
+than the image: said once, the next camera_info is tried again).
 Events (``events.*``, nothing lost): ``time_resets`` (an image stamp jumping back, or forward
 by more than ``time_jump_threshold_s``: a looped bag, a restarted driver, a clock jump; the
 tracks start again, ids keep counting), ``imu_time_resets``, ``imu_gaps`` / ``imu_gap_samples``
 (holes in the IMU stamps longer than 2.5 sample periods, and the samples missing in them),
 ``imu_incomplete``, ``empty_frame_id`` (tracks got ``camera_frame_id``),
-``config_applied_live`` / ``tracker_rebuilt`` (parameter changes), ``debug_images``.
+``config_applied_live`` / ``tracker_rebuilt`` (parameter changes; a change the tracker cannot be
+built with is refused when it is set, with the reason), ``tracker_rebuild_failed`` (a backstop:
+the previous tracker went on), ``debug_images``.
 
 Subscribed
 ----------
@@ -311,7 +315,15 @@ class FrontendNode(FrontendInput, Node):
             self.st.skips.skip("malformed", topic, str(exc))
             return
         if len(self._infos) == (2 if self.stereo else 1):
-            self._set_calibration(self._infos["camera_info"], self._infos.get("camera_info_right"))
+            try:
+                self._set_calibration(self._infos["camera_info"], self._infos.get("camera_info_right"))
+            except ValueError as exc:
+                # the parameters do not fit this camera (e.g. a cell larger than its image): say so, and
+                # try again with the next camera_info (after the parameters are changed)
+                self._infos.clear()
+                self.cam = self.cam_right = self.tracker = None
+                self.st.skips.skip("unusable_calibration", topic, f"no tracker for this camera: {exc}")
+                return
             self.get_logger().info(f"calibration from camera_info: {self._describe()}")
 
     def _validate_parameters(self, params):
@@ -323,10 +335,21 @@ class FrontendNode(FrontendInput, Node):
                    for p in params if p.name in self.fe_names}
         if res.successful and changed:
             try:
-                self._build_config({**self.p, **changed})
+                cfg = self._build_config({**self.p, **changed})
+                if self.cam is not None:
+                    from vilib_ros.frontend.feature_tracker import check_buildable
+
+                    # what building the tracker would refuse: the image's cells and border, the GPU's
+                    # track table (regression: refused there, in the post-set callback, it ended the node)
+                    check_buildable(self.cam.width, self.cam.height, cfg, self._build_device())
             except (ValueError, TypeError) as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
         return res
+
+    def _build_device(self) -> str:
+        """The device a rebuilt tracker would run on: the running one's, else the parameter's
+        ('auto' checked as the CPU: where CUDA works, the build itself says what the GPU refuses)."""
+        return getattr(self.tracker, "device", None) or ("cuda" if self.p["device"] == "cuda" else "cpu")
 
     def _apply_parameters(self, params) -> None:
         """post-set: scalars live (FeatureTracker.apply_config), a structural change rebuilds the
@@ -344,7 +367,13 @@ class FrontendNode(FrontendInput, Node):
             self.st.events["config_applied_live"] += 1
             self.get_logger().info("frontend parameters applied live: " + ", ".join(p.name for p in params))
         else:
-            self.tracker = self._make_tracker(self.tracker.next_id)
+            try:
+                self.tracker = self._make_tracker(self.tracker.next_id)
+            except ValueError as exc:   # checked on-set; a backstop, never the end of the node
+                self.st.events["tracker_rebuild_failed"] += 1
+                self.get_logger().error(f"frontend parameters changed, but the tracker cannot be rebuilt with them "
+                                        f"({exc}); the previous tracker goes on")
+                return
             self.st.events["tracker_rebuilt"] += 1
             self.get_logger().info("frontend parameters changed structurally: tracker rebuilt, tracks start "
                                    f"again with ids from {self.tracker.next_id}")

@@ -16,10 +16,11 @@ from vilib_ros.nodes.input_guard import SkipLog
 #: Input skipped (each a message or a frame that produced no tracks, or a lost IMU sample).
 SKIP_REASONS = ("unsupported_encoding", "zero_size", "step_mismatch", "data_size", "size_mismatch",
                 "decode_error", "malformed", "no_calibration", "out_of_order", "frontend_error",
-                "frame_gap", "imu_non_finite", "imu_out_of_order", "imu_out_of_range", "stereo_unmatched")
+                "frame_gap", "imu_non_finite", "imu_out_of_order", "imu_out_of_range", "stereo_unmatched",
+                "unusable_calibration")
 #: Things that happened and are worth knowing, but lost no input.
 EVENTS = ("time_resets", "imu_time_resets", "imu_gaps", "imu_gap_samples", "imu_incomplete",
-          "empty_frame_id", "config_applied_live", "tracker_rebuilt", "debug_images")
+          "empty_frame_id", "config_applied_live", "tracker_rebuilt", "tracker_rebuild_failed", "debug_images")
 
 
 #: The per-frame trace: the image's stamp (ns), then CLOCK_MONOTONIC seconds: the middleware
