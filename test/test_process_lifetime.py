@@ -330,3 +330,20 @@ class TestConfigurationErrorAtStart:
         assert rc == 2, err
         assert "cannot start: need 0 < kf_min_interval_s <= kf_max_interval_s" in err, err
         assert "Traceback" not in err, err
+
+    def test_the_runner_names_the_reason(self, euroc_path, tmp_path):
+        """``vilib-ros run`` reports a node that exited during start-up with the reason from its
+        log, not only its exit code."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
+        from vilib_ros.pipeline import _death
+
+        c = NodeProcess("frontend_node", node_argv("frontend_node", params={
+            "camera_yaml": str(euroc_path / "mav0" / "cam0" / "sensor.yaml"), "device": "cpu", "stereo": False,
+            "detector.border": 256}), ros_env(DOMAIN), tmp_path / "frontend_node.log")
+        try:
+            assert _wait(lambda: c.poll() is not None, 120), c.tail()
+        finally:
+            c.stop()
+        assert _death(c) == ("frontend_node (rc 2): image 752x480 is smaller than one cell (32x32) plus the border "
+                             "(256 px each side)"), c.tail()

@@ -83,6 +83,20 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _reason(child) -> str:
+    """``: <reason>`` from a node's log where it said why it could not start (run_node's
+    ``<Node>: cannot start: ...`` line), else the log's path."""
+    lines = child.output().splitlines()
+    said = [ln for ln in lines if ": cannot start: " in ln]
+    if said:
+        return ": " + said[-1].split(": cannot start: ", 1)[1]
+    return f" (its log: {child.log_path})" if getattr(child, "log_path", None) else ""
+
+
+def _death(child) -> str:
+    return f"{child.name} (rc {child.poll()}){_reason(child)}"
+
+
 def _wait_for_graph(domain_id: int, need: dict, timeout: float, children) -> bool:
     """Wait until every topic in ``need`` has that many subscribers (frontend on the images,
     recorder and backend on tracks), or a child exits."""
@@ -279,7 +293,7 @@ class _Run:
                             sent = (read_json(self.out / "player_stats.json").get("images") or [None])[0]
                             expect = self.n_images if sent is None else sent
                         continue
-                    raise RuntimeError(f"{c.name} exited unexpectedly with code {code}")
+                    raise RuntimeError(f"{c.name} exited unexpectedly with code {code}" + _reason(c))
                 # the last frames may still be in flight: wait for them (bounded)
                 if player_done_at is not None and (received >= expect or time.monotonic() - player_done_at > 15.0):
                     self._wait_for_backend()
@@ -366,8 +380,7 @@ def run_command(args) -> int:
                 need[run.prefix + "/cam1/image_raw"] = 1
             if not _wait_for_graph(domain_id, need, 120.0, list(run.children.values())):
                 dead = [c for c in run.children.values() if c.poll() is not None]
-                raise RuntimeError("node exited during start-up: " + ", ".join(f"{c.name} (rc {c.poll()})"
-                                                                                for c in dead)
+                raise RuntimeError("node exited during start-up: " + "; ".join(_death(c) for c in dead)
                                    if dead else "nodes did not discover each other within 120 s")
             run.say_cpu_fallback()
             t_replay0 = time.monotonic()
