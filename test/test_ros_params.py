@@ -207,3 +207,75 @@ def test_camera_info_the_parameters_do_not_fit(euroc_path, euroc_frames, tmp_pat
         client.close()
     stats = json.loads((tmp_path / "fe.json").read_text())
     assert stats["skipped"]["unusable_calibration"] >= 1, stats["skipped"]
+
+
+def test_every_parameter_at_its_range_ends_at_run_time(euroc_path, euroc_frames, tmp_path):
+    """Every frontend parameter that may change at run time, set at each end of its declared range
+    (each choice, each bool flipped) on a running node over DDS: the change is applied or refused
+    with a reason, the node answers every set and tracks the next image, then the default comes
+    back. Regression: an in-range value the tracker could not be built with (detector.cell_width
+    1024) ended the node."""
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    from rclpy.parameter import Parameter
+    from rclpy.parameter_client import AsyncParameterClient
+    from sensor_msgs.msg import Image, PointCloud
+
+    from vilib_ros.nodes._common import reliable_qos
+    from vilib_ros.nodes.conversions import numpy_to_image
+    from vilib_ros.nodes.frontend_setup import frontend_specs
+    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
+
+    cases = []
+    for s in frontend_specs():
+        if s.read_only:
+            continue
+        if s.choices:
+            values = [c for c in s.choices if c != s.default]
+        elif isinstance(s.default, bool):
+            values = [not s.default]
+        elif s.range:
+            values = [type(s.default)(s.range[0]), type(s.default)(s.range[1])]
+        else:
+            continue
+        cases += [(s.name, v, s.default) for v in values]
+    assert len(cases) > 50
+    fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
+        "camera_yaml": str(euroc_path / "mav0" / "cam0" / "sensor.yaml"), "device": "cpu", "stereo": False,
+        "input_reliability": "reliable", "warm_up_frames": 0}), ros_env(DOMAIN), tmp_path / "fe.log")
+    client = GraphClient(DOMAIN, "test_params_ends")
+    tracks = []
+    stamps = image_stamps(euroc_path)
+    outcome = {}
+    try:
+        node = client.node
+        node.create_subscription(PointCloud, "tracks", lambda m: tracks.append(m), reliable_qos(50))
+        pub_img = node.create_publisher(Image, "image", reliable_qos(50))
+        assert client.wait_for_subscribers({"/image": 1, "/tracks": 1}, 120, [fe]), fe.tail()
+        pc = AsyncParameterClient(node, "frontend_node")
+        assert pc.wait_for_services(30)
+
+        def set_one(name, value):
+            fut = pc.set_parameters([Parameter(name, value=value)])
+            assert client.spin_until(fut.done, 60), f"no answer to {name} = {value!r}: " + fe.tail()
+            r = fut.result().results[0]
+            return r.successful, r.reason
+
+        for k, (name, value, default) in enumerate(cases):
+            ok, reason = set_one(name, value)
+            assert ok or reason, f"{name} = {value!r} refused without a reason"
+            outcome[(name, value)] = ok
+            n = len(tracks)
+            i = k % len(euroc_frames)
+            pub_img.publish(numpy_to_image(euroc_frames[i], "mono8", stamps[0] + k * 50_000_000, "cam0"))
+            assert client.spin_until(lambda: len(tracks) > n, 60), f"no tracks after {name} = {value!r}: " + fe.tail()
+            if ok:
+                assert set_one(name, default)[0], f"{name} back to {default!r} refused"
+        assert fe.alive
+    finally:
+        fe.stop()
+        client.close()
+    # the values the 752x480 camera cannot take are refused; the others are taken
+    assert outcome[("detector.cell_width", 1024)] is False
+    assert outcome[("detector.border", 256)] is False
+    assert outcome[("detector.threshold", 254.0)] is True
+    assert sum(outcome.values()) >= len(outcome) - 10
