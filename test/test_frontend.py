@@ -300,6 +300,22 @@ class TestBadInput:
         f3 = ft.process(euroc_frames[3], STAMP0 + 3 * DT, gyro=np.column_stack([t3, np.zeros((len(t3), 3))]))
         assert f3.stats["imu_predicted"] == 1
 
+    def test_a_gap_on_every_frame_is_warned_once(self, euroc_frames, device, caplog):
+        """Regression: an IMU gap limit below the IMU's period (imu_max_gap_ms at its range's low end,
+        0.001) warned on every frame, a log line per frame; now the first, then one per 10 s with
+        the count held back. Every gap is still counted."""
+        import logging
+
+        ft = FeatureTracker(euroc_cam0(), _cfg(imu_max_gap_ms=0.001), device=device)
+        n = 12
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.frontend"):
+            for k in range(n):
+                t = np.arange(STAMP0 + (k - 1) * DT - 5_000_000, STAMP0 + k * DT + 5_000_000, 5_000_000)
+                fr = ft.process(euroc_frames[k], STAMP0 + k * DT, gyro=np.column_stack([t, np.zeros((len(t), 3))]))
+        assert fr.stats["imu_gaps"] == n - 1
+        said = [r for r in caplog.records if "no IMU prediction" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
+
     def test_reset(self, euroc_frames, device):
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
         f0 = ft.process(euroc_frames[0], STAMP0)
@@ -777,3 +793,21 @@ class TestGpuPipeline:
         assert used[0] == used[1]
         assert ft.stats["detection_runs"] >= n - 1
         assert ft.stats["redetections"] >= 30
+
+
+class TestFrameWarnings:
+    def test_first_then_held_back_with_a_count(self, caplog):
+        import logging
+
+        from vilib_ros.frontend.feature_tracker import FrameWarnings
+
+        w = FrameWarnings(period_s=3600.0)
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.frontend"):
+            for k in range(5):
+                w("gap", "gap at %d", k)
+            w("empty", "empty frame")
+            w._last["gap"] -= 7200.0            # the period has passed (no sleeping in tests)
+            w("gap", "gap at %d", 5)
+        msgs = [r.getMessage() for r in caplog.records]
+        assert msgs[0] == "gap at 0" and msgs[1] == "empty frame"
+        assert msgs[2].startswith("gap at 5 (4 more like it in the last ") and len(msgs) == 3

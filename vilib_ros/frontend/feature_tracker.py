@@ -114,6 +114,29 @@ def _is_cupy(a) -> bool:
     return not isinstance(a, np.ndarray) and type(a).__module__.startswith("cupy")
 
 
+class FrameWarnings:
+    """Warnings that a frame can give again on every frame (an IMU gap limit below the IMU's period,
+    a stream of empty frames): said the first time, then at most once every ``period_s`` per kind
+    with how many were held back meanwhile (each is counted in ``stats_host`` all the same)."""
+
+    def __init__(self, period_s: float = 10.0):
+        self.period_s = float(period_s)
+        self._last: dict = {}
+        self._held: collections.Counter = collections.Counter()
+
+    def __call__(self, kind: str, msg: str, *args) -> None:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.period_s:
+            self._held[kind] += 1
+            return
+        held = self._held.pop(kind, 0)
+        self._last[kind] = now
+        if held:
+            msg += f" ({held} more like it in the last {now - last:.0f} s)"
+        log.warning(msg, *args)
+
+
 def check_buildable(width: int, height: int, config: FrontendConfig, device: str = "cpu") -> None:
     """ValueError, with the reason, where a :class:`FeatureTracker` of this image size and
     configuration could not be built on ``device`` ('cpu' or 'cuda'): the configuration's own
@@ -175,6 +198,7 @@ class FeatureTracker:
         dev = resolve_device(device)
         self._gyro = GyroPredictor(camera, int(c.imu_max_gap_ms * 1e6))
         self.stats_host = {k: 0 for k in HOST_COUNTERS}
+        self._warn = FrameWarnings()
         self._queue: collections.deque = collections.deque()
         self._last_stamp: int | None = None
         self._pipe = None
@@ -302,11 +326,11 @@ class FeatureTracker:
         h = self.stats_host
         if image is None or (right_given and image_right is None):
             h["skipped_empty"] += 1
-            log.warning("empty frame at %d skipped", stamp_ns)
+            self._warn("empty", "empty frame at %d skipped", stamp_ns)
             return self._skip(stamp_ns, t0)
         if self._last_stamp is not None and stamp_ns <= self._last_stamp:
             h["skipped_nonmonotonic"] += 1
-            log.warning("frame stamp %d is not after the previous %d: skipped", stamp_ns, self._last_stamp)
+            self._warn("stamp", "frame stamp %d is not after the previous %d: skipped", stamp_ns, self._last_stamp)
             return self._skip(stamp_ns, t0)
         prev, self._last_stamp = self._last_stamp, stamp_ns
         h["frames"] += 1
@@ -317,7 +341,7 @@ class FeatureTracker:
                 h["imu_predicted"] += 1
             except ImuGapError as exc:
                 h["imu_nan" if "NaN" in str(exc) else "imu_gaps"] += 1
-                log.warning("no IMU prediction for frame %d: %s", stamp_ns, exc)
+                self._warn("imu", "no IMU prediction for frame %d: %s", stamp_ns, exc)
         dt = (stamp_ns - prev) * 1e-9 if prev is not None else 0.0
         right = image_right if want_right else None
         if self.device == "cuda":
