@@ -145,17 +145,13 @@ def check_buildable(width: int, height: int, config: FrontendConfig, device: str
     ``detector.cell_width`` of 1024 passed the configuration's checks, and the rebuild of the
     tracker then raised inside the post-set callback and ended the frontend node)."""
     from vilib_ros.frontend.detector import check_geometry, grid_shape_for
-    from vilib_ros.frontend.track_table import MAX_CAPACITY, MAX_CELLS
+    from vilib_ros.frontend.track_table import check_capacity
 
     config.validate()
     check_geometry(width, height, config.detector)
     if device == "cuda":
         rows, cols = grid_shape_for(width, height, config.detector)
-        target = int(config.max_features) or rows * cols
-        if target > MAX_CAPACITY:
-            raise ValueError(f"the GPU frontend holds at most {MAX_CAPACITY} tracks, got a target of {target}")
-        if rows * cols > MAX_CELLS:
-            raise ValueError(f"the GPU frontend handles at most {MAX_CELLS} detector cells, got {rows * cols}")
+        check_capacity(int(config.max_features) or rows * cols, rows * cols)
 
 
 class FeatureTracker:

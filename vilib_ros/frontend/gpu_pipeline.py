@@ -44,7 +44,7 @@ import numpy as np
 from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
 from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
 from vilib_ros.frontend.streamed_upload import StreamedUpload
-from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, MAX_CAPACITY, MAX_CELLS
+from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, check_capacity
 from vilib_ros.types import FrameStats, TrackFrame
 
 RESULT_SLOTS = 8
@@ -76,10 +76,7 @@ class GpuPipeline:
         import cupy as cp
 
         S = int(capacity)
-        if S > MAX_CAPACITY:
-            raise ValueError(f"the GPU frontend holds at most {MAX_CAPACITY} tracks, got a target of {S}")
-        if detector.n_cells > MAX_CELLS:
-            raise ValueError(f"the GPU frontend handles at most {MAX_CELLS} detector cells, got {detector.n_cells}")
+        check_capacity(S, detector.n_cells)
         if upload not in UPLOADS:
             raise ValueError(f"upload must be one of {UPLOADS}, got {upload!r}")
         self._cp = cp

@@ -37,6 +37,14 @@ MAX_CAPACITY = 4096     # table kernels: one block of 1024 threads, 4 slots each
 MAX_CELLS = 8192        # new_tracks: 8 cells per thread
 
 
+def check_capacity(target: int, cells: int) -> None:
+    """ValueError where the device-side table cannot hold ``target`` tracks or ``cells`` detector cells."""
+    if target > MAX_CAPACITY:
+        raise ValueError(f"the GPU frontend holds at most {MAX_CAPACITY} tracks, got a target of {target}")
+    if cells > MAX_CELLS:
+        raise ValueError(f"the GPU frontend handles at most {MAX_CELLS} detector cells, got {cells}")
+
+
 def kernel_defines() -> dict[str, int]:
     """``H_<NAME>`` / ``C_<NAME>`` compile-time indices for ``kernels/frontend.cu``."""
     d = {f"H_{n.upper()}": i for i, n in enumerate(HEADER)}
