@@ -143,3 +143,18 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("gpu") is not None:   # the marker, not a keyword (a folder may be named gpu)
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _restore_project_logger():
+    """Each test starts with the project's logger as a fresh process has it. Regression: a test that
+    ran the CLI in-process (``vilib_ros.cli.main``) left its stderr handler with ``propagate=False``
+    on the ``vilib_ros`` logger; later tests' ``caplog`` then saw none of the project's warnings and
+    the handler wrote to pytest's closed capture stream."""
+    import logging
+
+    logger = logging.getLogger("vilib_ros")
+    saved = (list(logger.handlers), logger.propagate, logger.level, logger.disabled)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.propagate, logger.level, logger.disabled = saved[1], saved[2], saved[3]
