@@ -1004,3 +1004,44 @@ class TestBlasThreadsHint:
 
     def test_one_core_says_nothing(self, monkeypatch):
         assert self._fresh(monkeypatch, cores=1)() is None
+
+
+class TestSaysWhy:
+    """A configuration inside the declared ranges that the data contradicts is said once (then at
+    most every 10 s), not per sample and not never. Regressions: ``imu_max_acc`` 1 m/s^2 (below
+    gravity) wrote a warning for every IMU sample (2,401 on 12 s); ``gravity`` 0 left the backend
+    without an estimate and without a word (222 failed initialisation attempts)."""
+
+    @pytest.fixture(scope="class")
+    def seq12(self):
+        from vilib_ros.backend.simulation import synthetic_track_frames
+        from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
+
+        seq = SyntheticSequence(SequenceConfig(duration_s=12.0, seed=0))
+        st, data, _, _ = seq.imu()
+        return seq, (st, data), synthetic_track_frames(seq)
+
+    def _warnings(self, seq12, caplog, **kw):
+        seq, imu, frames = seq12
+        est = VioEstimator(BackendConfig(mode="stereo", **kw), seq.camera(0), seq.camera(1), seq.imu_noise_dict())
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.backend"):
+            _run(est, imu, frames)
+        return est, [r.getMessage() for r in caplog.records if r.name.startswith("vilib_ros.backend")
+                     and "BLAS" not in r.getMessage()]
+
+    def test_imu_beyond_the_range_said_once(self, seq12, caplog):
+        est, msgs = self._warnings(seq12, caplog, imu_max_acc=1.0)
+        assert est.stats["imu_out_of_range"] == len(seq12[1][0])       # every sample counted
+        said = [m for m in msgs if "beyond the sensor range" in m]
+        assert len(said) == 1 and "|acc| <= 1 m/s^2" in said[0], msgs[:5]
+
+    def test_gravity_contradicting_the_accelerometer(self, seq12, caplog):
+        est, msgs = self._warnings(seq12, caplog, gravity=0.0)
+        assert est.stats["keyframes"] == 0 and est.stats["init_attempts"] > 20
+        said = [m for m in msgs if "not initialised yet" in m]
+        assert len(said) == 1, msgs[:5]
+        assert "against gravity = 0: check the gravity parameter" in said[0]
+
+    def test_a_normal_start_says_nothing(self, seq12, caplog):
+        est, msgs = self._warnings(seq12, caplog)
+        assert est.stats["keyframes"] > 20 and not msgs, msgs

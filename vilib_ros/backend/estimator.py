@@ -95,6 +95,7 @@ from pathlib import Path
 import numpy as np
 
 from ..camera import CameraModel
+from ..log_throttle import ThrottledWarnings
 from ..types import TrackFrame
 from . import schur, triangulation
 from .config import BackendConfig, StateCovariance, VioState
@@ -228,6 +229,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
             if not self._rectified:
                 log.info("stereo pair not rectified (offset %s, %.2f deg): right observations use "
                          "projection factors", t, ang)
+        self._warn = ThrottledWarnings(log)     # per-sample / per-frame warnings: once, then every 10 s
         self.stats = {"frames": 0, "keyframes": 0, "resets": 0, "imu_samples": 0, "imu_skipped": 0,
                       "frames_skipped": 0, "frames_without_tracks": 0, "outliers_rejected": 0,
                       "landmarks_created": 0, "landmarks_active": 0, "blacklisted": 0, "init_kind": "",
@@ -272,19 +274,19 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         cfg = self.config
         if not all(map(math.isfinite, s)):
             self.stats["imu_skipped"] += 1
-            log.warning("skipping non-finite IMU sample at %d", t_ns)
+            self._warn("imu_nan", "skipping non-finite IMU sample at %d", t_ns)
             return
         mg, ma = max(map(abs, s[:3])), max(map(abs, s[3:]))
         if mg > cfg.imu_max_gyro or ma > cfg.imu_max_acc:
             self.stats["imu_skipped"] += 1
             self.stats["imu_out_of_range"] += 1
-            log.warning("skipping IMU sample at %d beyond the sensor range (|gyro| <= %g rad/s, |acc| <= %g m/s^2): "
+            self._warn("imu_range", "skipping IMU sample at %d beyond the sensor range (|gyro| <= %g rad/s, |acc| <= %g m/s^2): "
                         "max |gyro| %.3g, max |acc| %.3g", t_ns, cfg.imu_max_gyro, cfg.imu_max_acc, mg, ma)
             return
         last = self._imu.last_t
         if not self._imu.add(t_ns, s):
             self.stats["imu_skipped"] += 1
-            log.warning("skipping non-monotonic IMU sample at %d", t_ns)
+            self._warn("imu_order", "skipping non-monotonic IMU sample at %d", t_ns)
             return
         if last is not None and t_ns - last > cfg.imu_max_gap_s * 1e9:
             self._note_imu_gap(last, t_ns)

@@ -21,6 +21,25 @@ log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the es
 class SmootherMixin:
     """Initialisation and the smoother's life cycle (a part of VioEstimator; uses its state)."""
 
+    #: failed initialisation attempts before the estimator says so (a normal start takes a few)
+    INIT_ATTEMPTS_BEFORE_WARNING = 20
+
+    def _init_not_yet(self, win: np.ndarray) -> None:
+        """Say (throttled) that the initialisation keeps failing, and where the accelerometer's mean
+        disagrees with the configured gravity, that too (regression: gravity 0, inside its declared
+        range, left the backend without an estimate and without a word for the whole run)."""
+        n = self.stats["init_attempts"]
+        if n < self.INIT_ATTEMPTS_BEFORE_WARNING:
+            return
+        g = self.config.gravity
+        a = float(np.linalg.norm(win[:, 3:].mean(axis=0))) if len(win) else float("nan")
+        hint = ""
+        if np.isfinite(a) and abs(a - g) > 0.2 * max(g, 1.0):
+            hint = (f"; the accelerometer's mean |a| over the window is {a:.2f} m/s^2 against gravity = {g:g}: "
+                    "check the gravity parameter and the IMU's units")
+        self._warn("init", "not initialised yet after %d attempts (%s): no solution from the first frames%s",
+                   n, self.mode, hint)
+
     def _try_initialise(self) -> bool:
         cfg = self.config
         f0 = self._pending_frames[0]
@@ -49,6 +68,7 @@ class SmootherMixin:
                 else:
                     self._pending_frames.pop(0)      # slide the window and try again
                     self.stats["frames_skipped"] += 1
+                    self._init_not_yet(win)
                     return False
         else:
             span = (self._pending_frames[-1].stamp_ns - t0) * 1e-9
@@ -62,6 +82,7 @@ class SmootherMixin:
                 else:
                     self._pending_frames.pop(0)
                     self.stats["frames_skipped"] += 1
+                    self._init_not_yet(win)
                     return False
         self.stats["init_kind"] = res.kind
         log.info("initialised (%s) at %d: v=%s bg=%s", res.kind, t0, np.round(res.v_w, 3), np.round(res.bg, 4))

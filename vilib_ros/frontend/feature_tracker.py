@@ -38,6 +38,7 @@ from vilib_ros.frontend.gpu_pipeline import RESULT_SLOTS
 from vilib_ros.frontend.imu_prediction import GyroPredictor, ImuGapError
 from vilib_ros.frontend.track_table import COUNTER_INDEX
 from vilib_ros.frontend.tracker import TrackerConfig, make_tracker
+from vilib_ros.log_throttle import ThrottledWarnings
 from vilib_ros.types import FrameStats, TrackFrame
 
 log = logging.getLogger("vilib_ros.frontend")
@@ -114,27 +115,12 @@ def _is_cupy(a) -> bool:
     return not isinstance(a, np.ndarray) and type(a).__module__.startswith("cupy")
 
 
-class FrameWarnings:
-    """Warnings that a frame can give again on every frame (an IMU gap limit below the IMU's period,
-    a stream of empty frames): said the first time, then at most once every ``period_s`` per kind
-    with how many were held back meanwhile (each is counted in ``stats_host`` all the same)."""
+class FrameWarnings(ThrottledWarnings):
+    """The frontend's per-frame warnings (an IMU gap limit below the IMU's period, a stream of empty
+    frames): :class:`vilib_ros.log_throttle.ThrottledWarnings` on the frontend's logger."""
 
     def __init__(self, period_s: float = 10.0):
-        self.period_s = float(period_s)
-        self._last: dict = {}
-        self._held: collections.Counter = collections.Counter()
-
-    def __call__(self, kind: str, msg: str, *args) -> None:
-        now = time.monotonic()
-        last = self._last.get(kind)
-        if last is not None and now - last < self.period_s:
-            self._held[kind] += 1
-            return
-        held = self._held.pop(kind, 0)
-        self._last[kind] = now
-        if held:
-            msg += f" ({held} more like it in the last {now - last:.0f} s)"
-        log.warning(msg, *args)
+        super().__init__(log, period_s)
 
 
 def check_buildable(width: int, height: int, config: FrontendConfig, device: str = "cpu") -> None:
