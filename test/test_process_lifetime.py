@@ -323,6 +323,20 @@ class TestConfigurationErrorAtStart:
         assert "FrontendNode: cannot start: image 752x480 is smaller than one cell (1024x32)" in err, err
         assert "Traceback" not in err, err
 
+    def test_frontend_cuda_requested_where_it_cannot_run(self, euroc_path):
+        """Regression (bench/node_start_sweep.py): ``device:=cuda`` on a machine without a usable CUDA
+        device (no CuPy, no GPU) ended the frontend node with a traceback of CudaUnavailable."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        from vilib_ros._cuda import cuda_available
+
+        if cuda_available():
+            pytest.skip("a CUDA device is usable here: device:=cuda starts")
+        rc, err = self._start("frontend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",
+                              "device:=cuda", "stereo:=false")
+        assert rc == 2, err
+        assert "FrontendNode: cannot start: device='cuda' requested but" in err, err
+        assert "Traceback" not in err, err
+
     def test_backend_keyframe_intervals(self, euroc_path):
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
         rc, err = self._start("backend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",

@@ -18,6 +18,8 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                        qos_profile_sensor_data)
 
+from vilib_ros._cuda import CudaUnavailable
+
 log = logging.getLogger("vilib_ros.nodes")
 
 
@@ -56,8 +58,8 @@ def run_node(factory, args=None) -> int:
     ``KeyboardInterrupt`` in the main thread (SIGTERM as :class:`Terminated`), chained behind
     rclpy's own handlers, which wake the executor. The node's ``close()`` (file writing,
     summaries) runs in every case, then the node is destroyed and the context shut down.
-    Returns the process exit code: a ``ValueError`` or ``OSError`` while the node is built (a parameter
-    or calibration it cannot start with) is printed as one line, ``<node>: cannot start: <reason>``,
+    Returns the process exit code: a ``ValueError``, ``OSError`` or ``CudaUnavailable`` while the node is
+    built (a parameter, calibration or device it cannot start with) is printed as one line, ``<node>: cannot start: <reason>``,
     and the code is 2 (another exception: its traceback, 1). After the node is built the garbage collector's start-up
     objects are frozen (``gc.freeze``; ``VILIB_ROS_GC_FREEZE=0`` leaves them: for comparison).
     """
@@ -73,9 +75,10 @@ def run_node(factory, args=None) -> int:
     try:
         try:
             node = factory()
-        except (ValueError, OSError) as exc:
-            # a user's configuration (parameters, calibration files) the node cannot start with: its
-            # message, not a traceback (VILIB_ROS_TRACEBACK=1 prints that too)
+        except (ValueError, OSError, CudaUnavailable) as exc:
+            # a user's configuration (parameters, calibration files, device:=cuda where CUDA cannot
+            # run) the node cannot start with: its message, not a traceback (VILIB_ROS_TRACEBACK=1
+            # prints that too)
             if os.environ.get("VILIB_ROS_TRACEBACK", "0") != "0":
                 traceback.print_exc()
             name = getattr(factory, "__name__", "node")
