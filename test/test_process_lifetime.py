@@ -345,6 +345,17 @@ class TestConfigurationErrorAtStart:
         assert "cannot start: need 0 < kf_min_interval_s <= kf_max_interval_s" in err, err
         assert "Traceback" not in err, err
 
+    def test_backend_stereo_mode_without_the_right_camera(self, euroc_path):
+        """mode:=stereo without stereo:=true names the parameter to set (bench/node_start_sweep.py: it said
+        the library's ``mode='stereo' needs cam1``, a name the node's parameters do not have)."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
+        rc, err = self._start("backend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",
+                              "mode:=stereo")
+        assert rc == 2, err
+        assert "BackendNode: cannot start: mode:=stereo needs stereo:=true" in err, err
+        assert "Traceback" not in err, err
+
     def test_the_runner_names_the_reason(self, euroc_path, tmp_path):
         """``vilib-ros run`` reports a node that exited during start-up with the reason from its
         log, not only its exit code."""

@@ -298,6 +298,9 @@ class BackendNode(BackendInput, Node):
         self.p = declare_all(self, self.specs)
         self.cam0 = camera_from_params(self.p)
         self.cam1 = camera_from_params(self.p, "right.") if self.p["stereo"] else None
+        if self.p["mode"] == "stereo" and not self.p["stereo"]:
+            raise ValueError("mode:=stereo needs stereo:=true (the tracks' right-camera channels and the right.* "
+                             "calibration); without it the backend runs mono (mode:=auto or mode:=mono)")
         self.estimator = None
         self.mode = "record-only"
         self.segments: list = []       # (t, p, q) of estimators ended by a time reset
