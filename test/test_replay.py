@@ -247,3 +247,41 @@ class TestHandGilToDecoders:
             assert r["frames"] == 6 and sys.getswitchinterval() == pytest.approx(0.004, rel=0.05)
         finally:
             sys.setswitchinterval(before)
+
+
+class TestReplayClock:
+    """ReplayClock: the player's publish times, against the formula of a fixed rate."""
+
+    def test_constant_rate_is_the_first_event_plus_scaled_data_time(self):
+        from vilib_ros.datasets.replay import ReplayClock
+
+        c = ReplayClock()
+        stamps = [10**9 + k * 50_000_000 for k in range(20)]
+        got = [c.target(t, 2.0, now=100.0 + 0.001 * k) for k, t in enumerate(stamps)]
+        want = [100.0 + (t - stamps[0]) * 1e-9 / 2.0 for t in stamps]
+        assert np.allclose(got, want, rtol=0, atol=1e-9)
+
+    def test_a_rate_change_applies_from_the_previous_event(self):
+        """Regression: rate 1000 -> 1 after 3 s of data paused the replay ~3 s (every target counted from
+        the first event at the new rate); now the next event comes one data period after the last."""
+        from vilib_ros.datasets.replay import ReplayClock
+
+        c = ReplayClock()
+        s = 10**9
+        t0 = c.target(s, 1000.0, now=5.0)
+        t1 = c.target(s + 3 * 10**9, 1000.0, now=5.0)
+        assert t1 == pytest.approx(t0 + 0.003)
+        t2 = c.target(s + 3 * 10**9 + 50_000_000, 1.0, now=5.003)
+        assert t2 == pytest.approx(t1 + 0.05)             # not t0 + 3.05: no pause
+        t3 = c.target(s + 3 * 10**9 + 100_000_000, 1.0, now=5.06)
+        assert t3 == pytest.approx(t1 + 0.10)
+        # raised again: the next event 50 ms of data later takes 0.05 ms, not a burst back to the start's pace
+        t4 = c.target(s + 3 * 10**9 + 150_000_000, 1000.0, now=5.1)
+        assert t4 == pytest.approx(t3 + 0.00005)
+
+    def test_refuses_a_rate_that_is_not_positive(self):
+        from vilib_ros.datasets.replay import ReplayClock
+
+        for bad in (0.0, -1.0, float("nan")):
+            with pytest.raises(ValueError, match="rate > 0"):
+                ReplayClock().target(0, bad, now=0.0)

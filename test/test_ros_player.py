@@ -119,3 +119,52 @@ class TestPlayerSources:
 
     def test_progress_bar_on_stderr(self, replays):
         assert "player: 100%" in replays["asl"]["log"]
+
+
+class TestRateAtRunTime:
+    """``rate`` set while the player runs (``ros2 param set``): within its mode it is taken, the replay
+    goes on and ends; across modes (timed <-> backpressure) it is refused with the reason. Regression:
+    rate 0 set mid-replay was taken, and every image then waited backpressure_timeout_s (5 s) for
+    tracks the player had no subscription for."""
+
+    def test_taken_within_the_mode_refused_across(self, sequence, tmp_path):
+        from rclpy.parameter import Parameter
+        from rclpy.parameter_client import AsyncParameterClient
+
+        from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
+
+        env = ros_env(DOMAIN)
+        client = GraphClient(DOMAIN, "test_player_rate")
+        from std_msgs.msg import Bool
+
+        from vilib_ros.nodes._common import latched_qos
+        done = []
+        client.node.create_subscription(Bool, "player_done", lambda m: done.append(m.data), latched_qos())
+        player = NodeProcess("player_node", node_argv("player_node", params={
+            "dataset": str(sequence["asl"]), "rate": 0.05, "wait_for_subscribers": 0, "start_delay_s": 0.0,
+            "progress": False, "exit_when_done": True, "stats_path": str(tmp_path / "stats.json")}), env,
+            tmp_path / "player.log")
+        try:
+            pc = AsyncParameterClient(client.node, "player_node")
+            assert pc.wait_for_services(60), player.tail()
+
+            def set_rate(value):
+                fut = pc.set_parameters([Parameter("rate", value=value)])
+                assert client.spin_until(fut.done, 30), player.tail()
+                r = fut.result().results[0]
+                return r.successful, r.reason
+
+            ok, reason = set_rate(0.0)
+            assert not ok and "started timed (rate 0.05)" in reason and "restart" in reason, reason
+            assert set_rate(1000.0) == (True, "")
+            # at 0.05x the 1.5 s replay (IMU margin included) would take ~30 s; at 1000x it ends now
+            assert player.wait(120) == 0, player.tail()
+            stats = json.loads((tmp_path / "stats.json").read_text())
+            from vilib_ros.datasets import open_dataset
+
+            n = len(open_dataset(sequence["asl"]).image_stamps(0))
+            assert stats["images"][0] == n and stats["backpressure_timeouts"] == 0, stats
+            assert client.spin_until(lambda: done == [True], 30)
+        finally:
+            player.stop()
+            client.close()

@@ -199,3 +199,34 @@ class Prefetcher:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5.0)
+
+
+class ReplayClock:
+    """The wall-clock time (``time.monotonic()`` seconds) at which to publish an event of data stamp
+    ``t_ns`` at a replay ``rate`` (> 0) that may change mid-replay.
+
+    At a constant rate the target is the first event's wall time plus the data time since it,
+    scaled (a replay that fell behind publishes without waiting until it is on time again). A
+    change of rate re-anchors the timeline at the previous event's scheduled time, so the events
+    after it follow at the new rate. Regression: the player computed every target from the first
+    event at the rate of the moment, so a rate lowered mid-replay (``ros2 param set /player_node
+    rate 1.0`` after 1000) paused the replay for the span already replayed, scaled, and a rate
+    raised published everything up to "now" in one burst."""
+
+    def __init__(self):
+        self.rate = 0.0
+        self._anchor = None        # (wall time, data stamp) the targets are counted from
+        self._last = None          # the previous event's (scheduled wall time, data stamp)
+
+    def target(self, t_ns: int, rate: float, now: float) -> float:
+        """When to publish the event at ``t_ns`` (``now``: the current monotonic time)."""
+        if not rate > 0.0:
+            raise ValueError(f"ReplayClock needs a rate > 0, got {rate}")
+        if self._anchor is None:
+            self._anchor = (now, int(t_ns))
+        elif rate != self.rate:
+            self._anchor = self._last
+        self.rate = rate
+        t = self._anchor[0] + (int(t_ns) - self._anchor[1]) * 1e-9 / rate
+        self._last = (t, int(t_ns))
+        return t

@@ -27,7 +27,9 @@ it goes on and counts a timeout), so nothing is dropped however slow the pipelin
 ``backend_lag_frames`` = N > 0 it also waits until the backend has finished the cam0 image sent
 N images before (``backend_processed``; same timeout, counted apart): the backend is not paced
 by the frontend's tracks, and without this a backend slower than the frontend falls further
-behind until its queues overflow.
+behind until its queues overflow. ``rate`` can be changed while the player runs (``ros2 param set``)
+within its mode: the images after the change follow at the new rate; a change between 0 and > 0 is
+refused with the reason (the mode is chosen at start).
 
 A tqdm progress bar (images) goes to stderr. When the replay ends the player publishes
 ``True`` on ``player_done`` (latched: transient local) and, with ``exit_when_done``, exits
@@ -147,6 +149,7 @@ class PlayerNode(Node):
         self.specs = parameter_table()
         self.p = declare_all(self, self.specs)
         self.add_on_set_parameters_callback(check_on_set(self.specs))
+        self.add_on_set_parameters_callback(self._check_rate_mode)
         if not self.p["dataset"]:
             raise ValueError("player_node: parameter 'dataset' is required (ASL folder, .bag or ROS 2 bag)")
         from vilib_ros.datasets import open_dataset
@@ -201,6 +204,21 @@ class PlayerNode(Node):
             self.last_backend_ns = max(self.last_backend_ns, header_stamp_ns(msg))
         except CdrError:
             pass
+
+    def _check_rate_mode(self, params):
+        """On-set: ``rate`` may change mid-replay, but not between 0 (backpressure: the player
+        subscribes to ``tracks`` at start) and > 0 (timed). Regression: a rate set to 0 mid-replay was
+        taken, and then every image waited ``backpressure_timeout_s`` for tracks the player had no
+        subscription for."""
+        from rcl_interfaces.msg import SetParametersResult
+
+        for p in params:
+            if p.name == "rate" and (float(p.value) <= 0.0) != (self.p["rate"] <= 0.0):
+                mode = "backpressure (rate 0)" if self.p["rate"] <= 0.0 else f"timed (rate {self.p['rate']:g})"
+                return SetParametersResult(successful=False, reason=(
+                    f"the player started {mode}; rate can change within that mode only: restart it "
+                    "with the rate wanted to switch between backpressure and timed replay"))
+        return SetParametersResult(successful=True)
 
     def _wait_backend(self, stamp: int) -> None:
         """Until the backend has finished ``stamp`` (bounded; only while it publishes progress)."""
@@ -299,8 +317,9 @@ class PlayerNode(Node):
 
         bar = tqdm(total=n, unit="img", desc="player", file=sys.stderr, disable=not self.p["progress"],
                    mininterval=0.5)
-        t0_wall = None
-        t0_data = None
+        from vilib_ros.datasets.replay import ReplayClock
+
+        clock = ReplayClock()       # the targets' wall times; a rate changed mid-replay applies from there
         prev_cam0 = None
         t_start = time.monotonic()
         # where the replay's time goes (player_stats.json "time_s"): waiting for decoded events,
@@ -319,9 +338,7 @@ class PlayerNode(Node):
             if ev[0] != "imu" or rate is None:       # the live value, read once per image
                 rate = float(self.get_parameter("rate").value)
             if rate > 0.0:
-                if t0_wall is None:
-                    t0_wall, t0_data = time.monotonic(), t_ev
-                target = t0_wall + (t_ev - t0_data) * 1e-9 / rate
+                target = clock.target(t_ev, rate, time.monotonic())
                 if target - time.monotonic() > 0:
                     self._spin_for(target - time.monotonic())
             if ev[0] == "imu":
