@@ -356,6 +356,21 @@ class TestConfigurationErrorAtStart:
         assert "BackendNode: cannot start: mode:=stereo needs stereo:=true" in err, err
         assert "Traceback" not in err, err
 
+    @pytest.mark.parametrize("type_name, says", [
+        ("foo_msgs/msg/Bar", "'foo_msgs/msg/Bar': foo_msgs.msg does not import here"),
+        ("std_msgs/msg/NoSuch", "'std_msgs/msg/NoSuch': std_msgs.msg has no message 'NoSuch'"),
+        ("std_msgs//Bool", "must look like package/msg/Type")])
+    def test_recorder_topic_type_that_does_not_exist(self, tmp_path, type_name, says):
+        """Regression: a recorder topic whose package is not installed or whose type does not exist
+        ended the node with a ModuleNotFoundError / AttributeError traceback (and an empty output file)."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        out = tmp_path / "rec.jsonl"
+        rc, err = self._start("recorder_node", f"topics:=['x:{type_name}']", f"output:={out}")
+        assert rc == 2, err
+        assert "RecorderNode: cannot start: " in err and says in err, err
+        assert "cannot start:" in err and "Traceback" not in err, err
+        assert not out.exists()
+
     def test_the_runner_names_the_reason(self, euroc_path, tmp_path):
         """``vilib-ros run`` reports a node that exited during start-up with the reason from its
         log, not only its exit code."""

@@ -66,9 +66,16 @@ def _import_type(type_name: str):
     parts = type_name.replace("::", "/").split("/")
     if len(parts) == 2:
         parts = [parts[0], "msg", parts[1]]
-    if len(parts) != 3:
+    if len(parts) != 3 or not all(parts):
         raise ValueError(f"message type must look like package/msg/Type, got {type_name!r}")
-    return getattr(importlib.import_module(f"{parts[0]}.{parts[1]}"), parts[2])
+    try:
+        module = importlib.import_module(f"{parts[0]}.{parts[1]}")
+    except ImportError as exc:
+        raise ValueError(f"message type {type_name!r}: {parts[0]}.{parts[1]} does not import here ({exc})") from exc
+    msg_type = getattr(module, parts[2], None)
+    if not isinstance(msg_type, type):
+        raise ValueError(f"message type {type_name!r}: {parts[0]}.{parts[1]} has no message {parts[2]!r}")
+    return msg_type
 
 
 def summarise(msg, record_points: bool = True) -> dict:
@@ -108,16 +115,18 @@ class RecorderNode(Node):
         super().__init__("recorder_node")
         self.specs = parameter_table()
         self.p = declare_all(self, self.specs)
+        topics = []             # every entry checked before the output file is created
+        for entry in self.p["topics"]:
+            topic, _, type_name = entry.rpartition(":")
+            if not topic:
+                raise ValueError(f"topics entry must be name:package/msg/Type, got {entry!r}")
+            topics.append((topic, type_name, _import_type(type_name)))
         path = Path(self.p["output"])
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "w", buffering=1)
         self.counts: dict[str, int] = {}
         self._subs = []
-        for entry in self.p["topics"]:
-            topic, _, type_name = entry.rpartition(":")
-            if not topic:
-                raise ValueError(f"topics entry must be name:package/msg/Type, got {entry!r}")
-            msg_type = _import_type(type_name)
+        for topic, type_name, msg_type in topics:
             if self.p["reliable"]:
                 # keep all: a slow recorder slows the publisher down (flow control) instead of losing data
                 qos = reliable_qos(self.p["queue_size"])
