@@ -356,6 +356,24 @@ class TestConfigurationErrorAtStart:
         assert "BackendNode: cannot start: mode:=stereo needs stereo:=true" in err, err
         assert "Traceback" not in err, err
 
+    @pytest.mark.parametrize("content, says", [
+        ("garbage: [\n", "cannot read the IMU noise (while parsing a flow node)"),
+        (None, "not an IMU's sensor.yaml"),                           # a camera's sensor.yaml
+        ("gyr_n: 1.0e-4\nacc_n: abc\n", "could not convert string to float")])
+    def test_backend_imu_yaml_that_is_not_one(self, euroc_path, tmp_path, content, says):
+        """Regression: an imu_yaml that did not parse ended the backend node with a YAML traceback; a
+        camera's sensor.yaml given as imu_yaml started silently with EuRoC's IMU noise."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
+        path = euroc_path / "mav0" / "cam0" / "sensor.yaml"
+        if content is not None:
+            path = tmp_path / "imu.yaml"
+            path.write_text(content)
+        rc, err = self._start("backend_node", f"imu_yaml:={path}")
+        assert rc == 2, err
+        assert f"BackendNode: cannot start: imu_yaml {path}: " in err and says in err, err
+        assert "Traceback" not in err, err
+
     @pytest.mark.parametrize("type_name, says", [
         ("foo_msgs/msg/Bar", "'foo_msgs/msg/Bar': foo_msgs.msg does not import here"),
         ("std_msgs/msg/NoSuch", "'std_msgs/msg/NoSuch': std_msgs.msg has no message 'NoSuch'"),

@@ -7,7 +7,8 @@ import numpy as np
 from .schur import so3_exp
 from .simulation import EUROC_IMU_NOISE
 
-_ALIASES = {
+#: the four EuRoC names of the IMU noise and the other names a sensor.yaml may give them
+IMU_NOISE_ALIASES = {
     "gyroscope_noise_density": ("gyroscope_noise_density", "gyro_noise_density", "gyro_noise", "sigma_g", "gyr_n"),
     "gyroscope_random_walk": ("gyroscope_random_walk", "gyro_random_walk", "gyro_walk", "sigma_bg", "gyr_w"),
     "accelerometer_noise_density": ("accelerometer_noise_density", "acc_noise_density", "acc_noise", "sigma_a", "acc_n"),
@@ -19,7 +20,7 @@ def normalise_imu_noise(noise: dict | None) -> dict:
     """Map a dataset's ``imu_noise`` dict (EuRoC sensor.yaml names or common aliases) to the
     four EuRoC names; missing entries take the EuRoC ADIS16448 defaults."""
     out = dict(EUROC_IMU_NOISE)
-    for name, aliases in _ALIASES.items():
+    for name, aliases in IMU_NOISE_ALIASES.items():
         for a in aliases:
             if noise and a in noise and noise[a] is not None:
                 v = float(noise[a])

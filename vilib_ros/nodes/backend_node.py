@@ -280,14 +280,37 @@ def parameter_table() -> list[ParamSpec]:
 
 
 def _imu_noise_from_yaml(path: str) -> dict | None:
+    """The IMU noise of an EuRoC / Kalibr ``imu0/sensor.yaml``; keys it lacks keep the EuRoC defaults
+    (said in the log). A file that does not parse, or that has none of the four keys (a camera's
+    sensor.yaml given by mistake), is a ValueError with the reason: regression, the first was a YAML
+    traceback, the second started silently with the defaults."""
     if not path:
         return None
+    import logging
+
+    import yaml
+
     from vilib_ros.camera import load_euroc_yaml
 
-    d = load_euroc_yaml(path)
-    keys = ("gyroscope_noise_density", "gyroscope_random_walk", "accelerometer_noise_density",
-            "accelerometer_random_walk")
-    return {k: float(d[k]) for k in keys if k in d} or None
+    try:
+        d = load_euroc_yaml(path)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"imu_yaml {path}: cannot read the IMU noise ({str(exc).splitlines()[0]})") from None
+    from vilib_ros.backend.imu import IMU_NOISE_ALIASES, normalise_imu_noise
+
+    known = {a for aliases in IMU_NOISE_ALIASES.values() for a in aliases}
+    if not isinstance(d, dict) or not known & set(d):
+        raise ValueError(f"imu_yaml {path}: none of {', '.join(IMU_NOISE_ALIASES)} (or their usual aliases): "
+                         "not an IMU's sensor.yaml")
+    noise = {k: d[k] for k in known & set(d)}
+    missing = [k for k, aliases in IMU_NOISE_ALIASES.items() if not set(aliases) & set(noise)]
+    if missing:
+        logging.getLogger("vilib_ros.nodes").warning("imu_yaml %s has no %s: EuRoC's default for it", path,
+                                                     ", ".join(missing))
+    try:
+        return normalise_imu_noise(noise)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"imu_yaml {path}: {exc}") from None
 
 
 class BackendNode(BackendInput, Node):
