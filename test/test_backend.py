@@ -1022,26 +1022,35 @@ class TestSaysWhy:
         return seq, (st, data), synthetic_track_frames(seq)
 
     def _warnings(self, seq12, caplog, **kw):
+        """(estimator, the backend's warnings, how many the throttle may say in the run's time: the
+        first, then one per period; a loaded machine may take longer than one period)."""
+        import time
+
         seq, imu, frames = seq12
         est = VioEstimator(BackendConfig(mode="stereo", **kw), seq.camera(0), seq.camera(1), seq.imu_noise_dict())
+        t0 = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="vilib_ros.backend"):
             _run(est, imu, frames)
+        allowed = 1 + int((time.monotonic() - t0) // est._warn.period_s)
         return est, [r.getMessage() for r in caplog.records if r.name.startswith("vilib_ros.backend")
-                     and "BLAS" not in r.getMessage()]
+                     and "BLAS" not in r.getMessage()], allowed
 
     def test_imu_beyond_the_range_said_once(self, seq12, caplog):
-        est, msgs = self._warnings(seq12, caplog, imu_max_acc=1.0)
+        est, msgs, allowed = self._warnings(seq12, caplog, imu_max_acc=1.0)
         assert est.stats["imu_out_of_range"] == len(seq12[1][0])       # every sample counted
         said = [m for m in msgs if "beyond the sensor range" in m]
-        assert len(said) == 1 and "|acc| <= 1 m/s^2" in said[0], msgs[:5]
+        assert 1 <= len(said) <= allowed and "|acc| <= 1 m/s^2" in said[0], msgs[:5]
+        assert len(seq12[1][0]) > 100 * allowed                         # the regression said every one
 
     def test_gravity_contradicting_the_accelerometer(self, seq12, caplog):
-        est, msgs = self._warnings(seq12, caplog, gravity=0.0)
+        """Regression (CI, a loaded machine): the run took more than the 10 s period and the throttle
+        rightly said it twice; the test had assumed the run takes less."""
+        est, msgs, allowed = self._warnings(seq12, caplog, gravity=0.0)
         assert est.stats["keyframes"] == 0 and est.stats["init_attempts"] > 20
         said = [m for m in msgs if "not initialised yet" in m]
-        assert len(said) == 1, msgs[:5]
+        assert 1 <= len(said) <= allowed, msgs[:5]
         assert "against gravity = 0: check the gravity parameter" in said[0]
 
     def test_a_normal_start_says_nothing(self, seq12, caplog):
-        est, msgs = self._warnings(seq12, caplog)
+        est, msgs, _ = self._warnings(seq12, caplog)
         assert est.stats["keyframes"] > 20 and not msgs, msgs

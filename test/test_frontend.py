@@ -305,16 +305,20 @@ class TestBadInput:
         0.001) warned on every frame, a log line per frame; now the first, then one per 10 s with
         the count held back. Every gap is still counted."""
         import logging
+        import time
 
         ft = FeatureTracker(euroc_cam0(), _cfg(imu_max_gap_ms=0.001), device=device)
         n = 12
+        t0 = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="vilib_ros.frontend"):
             for k in range(n):
                 t = np.arange(STAMP0 + (k - 1) * DT - 5_000_000, STAMP0 + k * DT + 5_000_000, 5_000_000)
                 fr = ft.process(euroc_frames[k], STAMP0 + k * DT, gyro=np.column_stack([t, np.zeros((len(t), 3))]))
+        # the first, then one per period: a loaded machine (a first compilation) may take longer than one
+        allowed = 1 + int((time.monotonic() - t0) // ft._warn.period_s)
         assert fr.stats["imu_gaps"] == n - 1
         said = [r for r in caplog.records if "no IMU prediction" in r.getMessage()]
-        assert len(said) == 1, [r.getMessage() for r in said]
+        assert 1 <= len(said) <= min(allowed, n - 2), [r.getMessage() for r in said]
 
     def test_reset(self, euroc_frames, device):
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
