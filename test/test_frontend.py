@@ -815,3 +815,23 @@ class TestFrameWarnings:
         msgs = [r.getMessage() for r in caplog.records]
         assert msgs[0] == "gap at 0" and msgs[1] == "empty frame"
         assert msgs[2].startswith("gap at 5 (4 more like it in the last ") and len(msgs) == 3
+
+
+class TestResolveDevice:
+    def test_the_cpu_fallback_is_said_once(self, caplog, monkeypatch):
+        """device='auto' without CUDA logs why once per process (a stereo run's trackers and every
+        rebuild each said it again); 'cuda' still raises with the reason every time."""
+        import logging
+
+        from vilib_ros import _cuda
+
+        monkeypatch.setattr(_cuda, "_said_cpu_fallback", [])
+        if _cuda.cuda_available():
+            pytest.skip("CUDA is usable here: 'auto' resolves to it")
+        with caplog.at_level(logging.WARNING, logger="vilib_ros.cuda"):
+            assert [_cuda.resolve_device("auto") for _ in range(3)] == ["cpu"] * 3
+        said = [r.getMessage() for r in caplog.records if "CUDA not available" in r.getMessage()]
+        assert len(said) == 1, said
+        for _ in range(2):
+            with pytest.raises(_cuda.CudaUnavailable, match="device='cuda' requested but"):
+                _cuda.resolve_device("cuda")

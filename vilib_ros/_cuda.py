@@ -79,8 +79,9 @@ def device_name() -> str:
 def resolve_device(device: str) -> str:
     """Map ``auto|cuda|cpu`` to ``cuda`` or ``cpu``.
 
-    ``auto`` picks CUDA when available and logs why not otherwise; ``cuda`` raises
-    :class:`CudaUnavailable` with the reason where there is none.
+    ``auto`` picks CUDA when available and logs why not otherwise (once per process: a stereo
+    run's two trackers and every rebuild said it again); ``cuda`` raises :class:`CudaUnavailable`
+    with the reason where there is none.
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
@@ -91,8 +92,13 @@ def resolve_device(device: str) -> str:
         return "cuda"
     if device == "cuda":
         raise CudaUnavailable(f"device='cuda' requested but {why}")
-    log.warning("CUDA not available, using the CPU path: %s", why)
+    if not _said_cpu_fallback:
+        _said_cpu_fallback.append(why)
+        log.warning("CUDA not available, using the CPU path: %s", why)
     return "cpu"
+
+
+_said_cpu_fallback: list = []       # resolve_device's warning, said once per process
 
 
 def _defines_key(defines: Mapping[str, int | float | str] | None) -> tuple:
