@@ -18,7 +18,7 @@ lingers), the recorder a file in a temporary folder. Cases run ``--jobs`` at a t
 its own over Fast DDS on localhost (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``, domain ``--domain``).
 
 Usage: ``python3 bench/node_start_sweep.py [--nodes frontend,backend,player,recorder] [--only TEXT]
-[--jobs 3] [--out DIR]``; prints one line per case and writes ``node_start_sweep.json``. Exit 1 where
+[--jobs 3] [--frontend-device cuda] [--out DIR]``; prints one line per case and writes ``node_start_sweep.json``. Exit 1 where
 a case failed.
 """
 from __future__ import annotations
@@ -81,7 +81,9 @@ def cases(nodes: list[str], only: str) -> list[tuple[str, str, object]]:
     return out
 
 
-def base_args(node: str, work: Path, dataset: Path) -> list[str]:
+def base_args(node: str, work: Path, dataset: Path, frontend_device: str = "") -> list[str]:
+    if node == "frontend" and frontend_device:
+        return ["-p", f"device:={frontend_device}"]
     if node == "player":
         return ["-p", f"dataset:={dataset}", "-p", "progress:=false"]
     if node == "recorder":
@@ -91,10 +93,11 @@ def base_args(node: str, work: Path, dataset: Path) -> list[str]:
     return []
 
 
-def run_case(node: str, name: str, value, dataset: Path, domain: int, alive_s: float, stop_s: float) -> dict:
+def run_case(node: str, name: str, value, dataset: Path, domain: int, alive_s: float, stop_s: float,
+             frontend_device: str = "") -> dict:
     with tempfile.TemporaryDirectory(prefix="vilib_sweep_") as tmp:
         work = Path(tmp)
-        args = base_args(node, work, dataset)
+        args = base_args(node, work, dataset, frontend_device)
         if any(a.startswith(f"{name}:=") for a in args):
             args = [a for a in args if not a.startswith(f"{name}:=")]
             args = [a for i, a in enumerate(args) if not (a == "-p" and (i + 1 >= len(args) or args[i + 1] == "-p"))]
@@ -143,6 +146,8 @@ def main(argv=None) -> int:
     ap.add_argument("--alive", type=float, default=12.0, help="seconds a node must be alive to count as started")
     ap.add_argument("--stop", type=float, default=20.0, help="seconds a node may take to exit after SIGINT")
     ap.add_argument("--domain", type=int, default=97)
+    ap.add_argument("--frontend-device", default="", choices=("", "auto", "cuda", "cpu"),
+                    help="the frontend's device for every case but its own 'device' cases (default: the node's)")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     nodes = [n for n in a.nodes.split(",") if n]
@@ -157,7 +162,7 @@ def main(argv=None) -> int:
         print(f"{len(todo)} cases, {a.jobs} at a time", flush=True)
         rows, t_start = [], time.time()
         with cf.ThreadPoolExecutor(a.jobs) as ex:
-            futs = [ex.submit(run_case, n, name, v, dataset, a.domain, a.alive, a.stop) for n, name, v in todo]
+            futs = [ex.submit(run_case, n, name, v, dataset, a.domain, a.alive, a.stop, a.frontend_device) for n, name, v in todo]
             for k, f in enumerate(cf.as_completed(futs), 1):
                 r = f.result()
                 rows.append(r)
@@ -172,6 +177,7 @@ def main(argv=None) -> int:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+               "frontend_device": a.frontend_device or "(the node's default)",
                "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                "load_average_end": list(os.getloadavg()), "alive_s": a.alive, "counts": counts, "cases": rows}
         (out / "node_start_sweep.json").write_text(json.dumps(res, indent=1, default=str) + "\n")

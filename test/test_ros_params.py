@@ -209,7 +209,8 @@ def test_camera_info_the_parameters_do_not_fit(euroc_path, euroc_frames, tmp_pat
     assert stats["skipped"]["unusable_calibration"] >= 1, stats["skipped"]
 
 
-def test_every_parameter_at_its_range_ends_at_run_time(euroc_path, euroc_frames, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_every_parameter_at_its_range_ends_at_run_time(euroc_path, euroc_frames, tmp_path, device):
     """Every frontend parameter that may change at run time, set at each end of its declared range
     (each choice, each bool flipped) on a running node over DDS: the change is applied or refused
     with a reason, the node answers every set and tracks the next image, then the default comes
@@ -240,7 +241,7 @@ def test_every_parameter_at_its_range_ends_at_run_time(euroc_path, euroc_frames,
         cases += [(s.name, v, s.default) for v in values]
     assert len(cases) > 50
     fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
-        "camera_yaml": str(euroc_path / "mav0" / "cam0" / "sensor.yaml"), "device": "cpu", "stereo": False,
+        "camera_yaml": str(euroc_path / "mav0" / "cam0" / "sensor.yaml"), "device": device, "stereo": False,
         "input_reliability": "reliable", "warm_up_frames": 0}), ros_env(DOMAIN), tmp_path / "fe.log")
     client = GraphClient(DOMAIN, "test_params_ends")
     tracks = []
