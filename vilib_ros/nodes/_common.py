@@ -69,6 +69,11 @@ def run_node(factory, args=None) -> int:
     # build and the spin) was lost, and the node spun on as an orphan.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
+        # Python raises KeyboardInterrupt on SIGINT only where SIGINT was not ignored at start-up; a
+        # shell starts background jobs with it ignored. rclpy's handler then shut the context down
+        # and the node went on being built (a CPU frontend's ~12 s first warm-up) until a publisher
+        # failed on the dead context: a traceback, exit 1 (regression, bench/node_start_sweep.py).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     rclpy.init(args=args)
     node = None
     rc = 0
@@ -100,11 +105,14 @@ def run_node(factory, args=None) -> int:
     except _StartError as exc:
         rc = exc.rc
     except Exception:  # noqa: BLE001 - report and exit non-zero, never hang
-        if node is not None and not rclpy.ok():
-            # a callback racing the shutdown (e.g. a publish after SIGINT invalidated the context):
-            # the node is stopping anyway, not failing
-            print("stopped while a callback was running: " + traceback.format_exc().splitlines()[-1],
-                  file=sys.stderr)
+        if not rclpy.ok():
+            # a stop (SIGINT / SIGTERM: rclpy's handler shuts the context down) that left another
+            # exception than KeyboardInterrupt: a callback racing the shutdown (a publish after the
+            # context was invalidated), or, while the node was being built, a publisher created on the
+            # dead context or numba's compilation cut short. The node is stopping, not failing.
+            # Regression: Ctrl-C during a CPU frontend's first start (numba compiling) was a traceback, exit 1.
+            when = "while a callback was running" if node is not None else "while starting"
+            print(f"stopped {when}: " + traceback.format_exc().splitlines()[-1], file=sys.stderr)
         else:
             traceback.print_exc()
             rc = 1
