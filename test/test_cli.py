@@ -114,6 +114,21 @@ class TestUserErrors:
         assert r.returncode == 2 and "not an EuRoC ASL folder" in r.stderr
         assert not (tmp_path / "out").exists()
 
+    @pytest.mark.parametrize("offline", [False, True])
+    def test_run_device_cuda_where_there_is_none_says_so_first(self, tmp_path, offline):
+        """Regression: ``vilib-ros run --device cuda`` without a usable CUDA device read the dataset and
+        started three nodes before the frontend node failed on it (the offline runner: at the first
+        frame); now the run refuses at once, nothing started, no output folder."""
+        from vilib_ros._cuda import cuda_available
+
+        if cuda_available():
+            pytest.skip("CUDA is usable here")
+        r = _cli("run", *(["--offline"] if offline else []), "/no/such/dataset", "--device", "cuda",
+                 "--out", str(tmp_path / "out"))
+        assert r.returncode == 2, r.stderr
+        assert "vilib-ros run: error: --device cuda: device='cuda' requested but" in r.stderr, r.stderr
+        assert not (tmp_path / "out").exists()
+
 
 class TestLogging:
     def test_only_the_projects_loggers_are_configured(self):

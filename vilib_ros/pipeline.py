@@ -331,6 +331,15 @@ class _Run:
 
 
 def run_command(args) -> int:
+    if args.device == "cuda":
+        # said before anything starts (it was the frontend node's start-up failure, after the dataset
+        # was read and three nodes were started)
+        from vilib_ros._cuda import CudaUnavailable, resolve_device
+
+        try:
+            resolve_device("cuda")
+        except CudaUnavailable as exc:
+            raise ValueError(f"--device cuda: {exc}; --device auto runs the frontend on the CPU here") from None
     if args.offline:
         from vilib_ros.offline import run_offline
 
