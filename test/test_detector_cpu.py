@@ -245,11 +245,13 @@ class TestMakeDetector:
     def test_cpu(self):
         assert isinstance(make_detector(752, 480, DetectorConfig(), device="cpu"), CpuFastDetector)
 
-    def test_auto_and_cuda_without_cuda(self, caplog):
+    def test_auto_and_cuda_without_cuda(self, caplog, monkeypatch):
+        from vilib_ros import _cuda
         from vilib_ros._cuda import CudaUnavailable, cuda_available
 
         if cuda_available():
             pytest.skip("this machine has CUDA: the fallback is not exercised")
+        monkeypatch.setattr(_cuda, "_said_cpu_fallback", [])     # said once per process: as a fresh one
         with caplog.at_level(logging.WARNING):
             det = make_detector(752, 480, DetectorConfig(), device="auto")
         assert isinstance(det, CpuFastDetector)
