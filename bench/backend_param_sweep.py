@@ -34,23 +34,14 @@ import numpy as np  # noqa: E402
 
 def cases() -> list[tuple[str, object]]:
     from vilib_ros.backend import BackendConfig
-    from vilib_ros.nodes.params import BACKEND_PARAMS
+    from vilib_ros.nodes.params import BACKEND_PARAMS, edge_values
 
     base = BackendConfig()
     out = []
     for name, meta in BACKEND_PARAMS.items():
         if not hasattr(base, name) or name == "mode":      # the mode is the sweep's other axis
             continue
-        cur = getattr(base, name)
-        if meta.choices:
-            values = [c for c in meta.choices if c != cur]
-        elif isinstance(cur, bool):
-            values = [not cur]
-        elif meta.range is not None:
-            values = [type(cur)(meta.range[0]), type(cur)(meta.range[1])]
-        else:
-            values = []
-        out += [(name, v) for v in values]
+        out += [(name, v) for v in edge_values(getattr(base, name), meta.range, meta.choices)]
     return out
 
 

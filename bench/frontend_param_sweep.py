@@ -40,7 +40,7 @@ PARTNERS = {"tracker.cpu_backend": {"tracker.mode": "translation", "tracker.temp
 
 def cases(partners: bool) -> list[tuple[str, object, dict]]:
     from vilib_ros.frontend.feature_tracker import FrontendConfig
-    from vilib_ros.nodes.params import FRONTEND_PARAMS
+    from vilib_ros.nodes.params import FRONTEND_PARAMS, edge_values
 
     cfg = FrontendConfig()
     out = []
@@ -48,15 +48,7 @@ def cases(partners: bool) -> list[tuple[str, object, dict]]:
         default = cfg
         for part in name.split("."):
             default = getattr(default, part)
-        if meta.choices:
-            values = [c for c in meta.choices if c != default]
-        elif isinstance(default, bool):
-            values = [not default]
-        elif meta.range:
-            values = [type(default)(meta.range[0]), type(default)(meta.range[1])]
-        else:
-            values = []
-        for v in values:
+        for v in edge_values(default, meta.range, meta.choices):
             out.append((name, v, {}))
             if partners and name in PARTNERS:
                 out.append((name, v, PARTNERS[name]))

@@ -63,21 +63,14 @@ def ros_value(v) -> str:
 
 
 def cases(nodes: list[str], only: str) -> list[tuple[str, str, object]]:
+    from vilib_ros.nodes.params import edge_values
+
     out = []
     for node in nodes:
         for s in specs_of(node):
             if only and only not in s.name:
                 continue
-            d = s.default
-            if s.choices:
-                values = [c for c in s.choices if c != d]
-            elif isinstance(d, bool):
-                values = [not d]
-            elif s.range and isinstance(d, (int, float)):
-                values = [type(d)(s.range[0]), type(d)(s.range[1])]
-            else:
-                values = []
-            out += [(node, s.name, v) for v in values]
+            out += [(node, s.name, v) for v in edge_values(s.default, s.range, s.choices)]
     return out
 
 

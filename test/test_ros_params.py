@@ -224,21 +224,14 @@ def test_every_parameter_at_its_range_ends_at_run_time(euroc_path, euroc_frames,
     from vilib_ros.nodes._common import reliable_qos
     from vilib_ros.nodes.conversions import numpy_to_image
     from vilib_ros.nodes.frontend_setup import frontend_specs
+    from vilib_ros.nodes.params import edge_values
     from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
 
     cases = []
     for s in frontend_specs():
         if s.read_only:
             continue
-        if s.choices:
-            values = [c for c in s.choices if c != s.default]
-        elif isinstance(s.default, bool):
-            values = [not s.default]
-        elif s.range:
-            values = [type(s.default)(s.range[0]), type(s.default)(s.range[1])]
-        else:
-            continue
-        cases += [(s.name, v, s.default) for v in values]
+        cases += [(s.name, v, s.default) for v in edge_values(s.default, s.range, s.choices)]
     assert len(cases) > 50
     fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
         "camera_yaml": str(euroc_path / "mav0" / "cam0" / "sensor.yaml"), "device": device, "stereo": False,

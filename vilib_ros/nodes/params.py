@@ -80,6 +80,19 @@ class ParamSpec:
         return None
 
 
+def edge_values(default, range_: tuple | None, choices: tuple | None) -> list:
+    """The values a parameter is checked at away from ``default``: the other choices, the flipped
+    bool, or both ends of a numeric range (as the default's type); [] where it has none of these
+    (the parameter sweeps and the run-time parameter test)."""
+    if choices:
+        return [c for c in choices if c != default]
+    if isinstance(default, bool):
+        return [not default]
+    if range_ and isinstance(default, (int, float)):
+        return [type(default)(range_[0]), type(default)(range_[1])]
+    return []
+
+
 # --- the algorithm parameters: range, choices and help of every field, once ---------------------
 @dataclass(frozen=True)
 class Meta:
