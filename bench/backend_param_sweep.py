@@ -21,7 +21,6 @@ import datetime as _dt
 import json
 import logging
 import os
-import platform
 import sys
 import time
 import traceback
@@ -106,12 +105,13 @@ def main(argv=None) -> int:
           f"{counts['no estimate']} never initialised, {len(bad)} raised or gave a non-finite trajectory "
           f"({time.time() - t_start:.0f} s)")
     if a.out:
+        from vilib_ros.bench import results
+
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "backend_param_sweep.json").write_text(json.dumps({
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "host": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, python "
-                    f"{platform.python_version()}",
+            "machine": results.machine(), "code": results.code(), "load_average_end": results.load(),
             "data": f"synthetic generator, {a.duration:g} s stereo-inertial, seed 0", "rows": rows},
             indent=1, default=str))
     return 1 if bad else 0

@@ -28,7 +28,6 @@ import concurrent.futures as cf
 import datetime as _dt
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -167,12 +166,14 @@ def main(argv=None) -> int:
     counts = {o: sum(r["outcome"] == o for r in rows) for o in ("ran", "refused", "FAILED")}
     print(f"{len(rows)} cases in {time.time() - t_start:.0f} s: {counts}")
     if a.out:
+        from vilib_ros.bench import results
+
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                "frontend_device": a.frontend_device or "(the node's default)",
-               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-               "load_average_end": list(os.getloadavg()), "alive_s": a.alive, "counts": counts, "cases": rows}
+               "machine": results.machine(), "code": results.code(),
+               "load_average_end": results.load(), "alive_s": a.alive, "counts": counts, "cases": rows}
         (out / "node_start_sweep.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     return 1 if counts["FAILED"] else 0
 
