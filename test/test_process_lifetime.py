@@ -357,6 +357,17 @@ class TestConfigurationErrorAtStart:
         assert "FrontendNode: cannot start: image 752x480 is smaller than one cell (1024x32)" in err, err
         assert "Traceback" not in err, err
 
+    def test_frontend_stereo_with_a_left_camera_size_alone(self):
+        """A stereo frontend given a new ``image_width`` but not ``right.image_width`` names both (the
+        node start sweep: it said the library's ``camera_right must have the same size as camera``,
+        names the node's parameters do not have)."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        rc, err = self._start("frontend_node", "device:=cpu", "stereo:=true", "image_width:=640")
+        assert rc == 2, err
+        assert ("FrontendNode: cannot start: right.image_width x right.image_height (752x480) differ from "
+                "image_width x image_height (640x480)") in err, err
+        assert "set right.* too, or stereo:=false" in err and "Traceback" not in err, err
+
     def test_frontend_cuda_requested_where_it_cannot_run(self, euroc_path):
         """Regression (bench/node_start_sweep.py): ``device:=cuda`` on a machine without a usable CUDA
         device (no CuPy, no GPU) ended the frontend node with a traceback of CudaUnavailable."""

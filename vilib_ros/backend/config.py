@@ -20,7 +20,8 @@ class BackendConfig:
                                         # (0 before; backend_changes.md)
     mono_marginalise_every_s: float = 1.5  # mono mode's marginalise_every_s (its 2.5 s window; 1 s beside it in
                                         # backend_changes.md)
-    mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given)
+    mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given;
+                                        # in the backend node: stereo:=true)
     # --- keyframe selection ---
     kf_min_interval_s: float = 0.08
     kf_max_interval_s: float = 0.4      # time criterion

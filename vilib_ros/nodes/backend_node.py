@@ -93,8 +93,8 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       batches this often; the window then spans window_s .. window_s + this, s (0 = every keyframe)
   mono_marginalise_every_s (double, default 1.5, range [0.0, 60.0], read-only): mono mode's
       marginalise_every_s, s
-  mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo if
-      cam1 is given)
+  mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo where
+      the right camera is given: stereo:=true in the backend node)
   kf_min_interval_s (double, default 0.08, range [0.001, 10.0], read-only): shortest time between keyframes, s
   kf_max_interval_s (double, default 0.4, range [0.001, 60.0], read-only): longest time between keyframes, s
   kf_parallax_px (double, default 12.0, range [0.0, 1000.0], read-only): keyframe when the

@@ -223,8 +223,12 @@ class FrontendNode(FrontendInput, Node):
         self.cam = self.cam_right = None
         self.encoder = TracksEncoder(self.p["tracks_layout"])
         if self.p["calibration_source"] == "parameters":
-            self._set_calibration(camera_from_params(self.p),
-                                  camera_from_params(self.p, "right.") if self.stereo else None)
+            cam, cam_right = camera_from_params(self.p), camera_from_params(self.p, "right.") if self.stereo else None
+            if cam_right is not None and (cam_right.width, cam_right.height) != (cam.width, cam.height):
+                raise ValueError(f"right.image_width x right.image_height ({cam_right.width}x{cam_right.height}) "
+                                 f"differ from image_width x image_height ({cam.width}x{cam.height}): stereo "
+                                 "needs two images of one size; set right.* too, or stereo:=false")
+            self._set_calibration(cam, cam_right)
         self._check_on_set = check_on_set(self.specs)
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)

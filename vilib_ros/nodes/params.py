@@ -156,7 +156,8 @@ BACKEND_PARAMS = {
                                  "remaining states (VINS-Mono's depth shift); 0, it leaves with that state",
                                  range=(0, 1000)),
     'mono_window_s': Meta('mono mode uses max(window_s, mono_window_s): scale needs it', range=(0.1, 600.0)),
-    'mode': Meta("'stereo' | 'mono' | 'auto' (stereo if cam1 is given)", choices=('stereo', 'mono', 'auto')),
+    'mode': Meta("'stereo' | 'mono' | 'auto' (stereo where the right camera is given: stereo:=true in the "
+                 "backend node)", choices=('stereo', 'mono', 'auto')),
     'kf_min_interval_s': Meta('shortest time between keyframes, s', range=(0.001, 10.0)),
     'kf_max_interval_s': Meta('longest time between keyframes, s', range=(0.001, 60.0)),
     'kf_parallax_px': Meta('keyframe when the rotation-compensated median parallax to the last keyframe exceeds this, px', range=(0.0, 1000.0)),
