@@ -17,7 +17,8 @@ class TestMarkdown:
                                       "frontend_per_frame_run_2122.json", "frontend_per_frame_run_2200.json",
                                       "frontend_per_frame_run_0618.json", "frontend_per_frame_run_0645.json",
                                       "frontend_per_frame_run_1304.json", "frontend_per_frame_run_0354.json",
-                                      "frontend_per_frame_run_0408.json", "frontend_per_frame_run_0946.json"])
+                                      "frontend_per_frame_run_0408.json", "frontend_per_frame_run_0946.json",
+                                      "frontend_per_frame_run_0025.json"])
     def test_committed_results_render(self, name):
         res = json.loads((RESULTS / name).read_text())
         md = markdown(res)
@@ -60,3 +61,18 @@ class TestOriginalWork:
         assert (c.tracker.warp, c.fb_check, c.ransac, ft.target) == ("translation", False, False, 100)
         counts = [len(ft.process(ds.load_image(0, i), 1_000_000_000 + i * 50_000_000)) for i in range(10)]
         assert 50 <= max(counts) <= 100, counts
+
+
+class TestDeviceInputRows:
+    def test_device_input_row_and_verdict(self):
+        """The rows of frames already in device memory (2026-11-29 on): the compute's floor, beside
+        the original's work from the same frames; earlier results (without them) still render."""
+        res = json.loads((RESULTS / "frontend_per_frame_run_0025.json").read_text())
+        md = markdown(res)
+        r, o = res["mono_device_input"], res["mono_original_work_device_input"]
+        assert (f"mono process() from CuPy frames already on the device (no host copy, no PCIe): p50 {r['p50_us']:.1f} us"
+                in md)
+        assert f"doing the original's work: p50 {o['p50_us']:.1f} us" in md
+        assert any(v.startswith("mono process() p50 from a frame already on the device") for v in res["verdicts"])
+        old = json.loads((RESULTS / "frontend_per_frame_run_0946.json").read_text())
+        assert "already on the device" not in markdown(old)
