@@ -307,7 +307,11 @@ class TestPreintegrate:
         assert (T == T_i).all() and (v == v_i).all()
 
     def test_steps_are_what_integrate_feeds_gtsam(self):
-        """ImuBuffer.steps (the compiled pieces + mid-step rotation) against ImuBuffer.integrate's gtsam result."""
+        """ImuBuffer.steps against steps built here from the NumPy pieces and the mid-step rotation
+        written out (first order, the rate less the gyro bias over half a step), and ImuBuffer.integrate's
+        gtsam preintegration against a fresh one fed those reference steps. Regression guarded: the
+        test compared steps() with integrate(), which calls steps(): a wrong bias or a dropped mid-step
+        rotation inside the compiled _steps passed."""
         from vilib_ros.backend.imu import preintegrate
 
         rng = np.random.default_rng(5)
@@ -315,12 +319,25 @@ class TestPreintegrate:
         buf = ImuBuffer()
         buf.extend(t, d)
         bias6 = rng.normal(0, 0.05, 6)
-        gtsam, pim = self._gtsam_pim(bias6)
         t_a, t_b = int(t[10]) + 1234567, int(t[300]) - 777
-        buf.integrate(pim, t_a, t_b)
+        m, dt_ref = _pieces_reference(t, d, t_a, t_b)
+        w_ref, f = m[:, :3], m[:, 3:]
+        th = (w_ref - bias6[3:]) * (0.5 * dt_ref)[:, None]
+        a_ref = f + np.cross(th, f)
         a, w, dt = buf.steps(t_a, t_b, bias6[3:].copy())
+        np.testing.assert_allclose(a, a_ref, rtol=0, atol=1e-12)
+        assert np.array_equal(w, w_ref) and np.array_equal(dt, dt_ref)
+        assert np.abs(a - f).max() > 1e-4              # the rotation is there to be checked
+        gtsam, pim = self._gtsam_pim(bias6)
+        buf.integrate(pim, t_a, t_b)
+        _, ref = self._gtsam_pim(bias6)
+        for ak, wk, dk in zip(a_ref, w_ref, dt_ref):
+            ref.integrateMeasurement(ak, wk, dk)
+        np.testing.assert_allclose(pim.deltaPij(), ref.deltaPij(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(pim.deltaVij(), ref.deltaVij(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(gtsam.Rot3.Logmap(pim.deltaRij()), gtsam.Rot3.Logmap(ref.deltaRij()), rtol=0,
+                                   atol=1e-12)
         delta = np.zeros(10)
         preintegrate(delta, a, w, dt, bias6)
         np.testing.assert_allclose(delta[6:9], pim.deltaVij(), rtol=0, atol=1e-12)
-        np.testing.assert_allclose(delta[:3], gtsam.Rot3.Logmap(pim.deltaRij()), rtol=0, atol=1e-12)
         assert delta[9] == pytest.approx((t_b - t_a) * 1e-9, abs=1e-12)

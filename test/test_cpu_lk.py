@@ -22,6 +22,18 @@ def _detect(img):
     return CpuFastDetector(img.shape[1], img.shape[0]).detect(img).points()
 
 
+def _syn_pair_config():
+    try:
+        from vilib_ros.synthetic import SequenceConfig
+    except ImportError:
+        return None
+    return SequenceConfig(duration_s=0.3, illumination=True, gain_amplitude=0.4, offset_amplitude=25,
+                          illumination_period_s=0.6, stereo=False, seed=3, preset="slow")
+
+
+SYN_PAIR = _syn_pair_config()     # the synthetic pair's generator (a global gain / offset change)
+
+
 @pytest.fixture(scope="module")
 def pairs(euroc_frames):
     """(template pyramid, image pyramid, features, perturbed prediction) on real and synthetic frames."""
@@ -30,9 +42,7 @@ def pairs(euroc_frames):
         a, b = euroc_frames[i], euroc_frames[i + gap]
         out.append((a, b, _detect(a)))
     syn = pytest.importorskip("vilib_ros.synthetic")
-    seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.3, illumination=True, gain_amplitude=0.4,
-                                                   offset_amplitude=25, illumination_period_s=0.6, stereo=False,
-                                                   seed=3, preset="slow"))
+    seq = syn.SyntheticSequence(SYN_PAIR)
     a, b = seq.render(4)[0], seq.render(5)[0]
     out.append((a, b, _detect(a)))
     res = []
@@ -78,10 +88,24 @@ class TestLkTrack:
         assert counts[TrackStatus.TRACKED] > 0.8 * n
 
     def test_illumination_is_estimated(self, pairs):
+        """The pair's global change against the generator's own (gain, offset) of frames 4 and 5:
+        ``I5 = (g5 / g4) T + o5 - (g5 / g4) o4`` = 0.891 T - 11.9. Regression guarded: the test asserted
+        only a spread of the estimates; a tracker that never moved its gain (mode 'offset': median 1.0,
+        offsets spread) passed it. Measured 2026-11-29: median gain 0.934 (IQR 0.068), offset -17.0 (the
+        generator's clipping and noise bias both a little)."""
         tp, ip, pts, pred = pairs[-1]      # synthetic pair with a global gain / offset change
         got = NumbaLKTracker(752, 480, TrackerConfig(mode="gain_offset")).track(tp, ip, pts, pred)
         ok = got.status == TrackStatus.TRACKED
-        assert np.std(got.gain[ok]) > 1e-3 or np.std(got.offset[ok]) > 0.1, "no illumination change estimated"
+        assert ok.sum() > 200
+        syn = pytest.importorskip("vilib_ros.synthetic")
+        seq = syn.SyntheticSequence(SYN_PAIR)                 # the fixture's generator: its truth, not the tracker's
+        (g4, o4), (g5, o5) = seq.photometric(4), seq.photometric(5)
+        ratio, offset = g5 / g4, o5 - g5 / g4 * o4
+        gain = got.gain[ok]
+        assert abs(np.median(gain) - ratio) < 0.06, np.median(gain)
+        q25, q75 = np.percentile(gain, [25, 75])
+        assert q75 - q25 < 0.1, (q25, q75)                  # one global change: about one gain for all
+        assert abs(np.median(got.offset[ok]) - offset) < 8.0, np.median(got.offset[ok])
 
     @pytest.mark.parametrize("osc", [dict(osc_eps=0.0, osc_growth=0.0), dict(osc_eps=0.3, osc_growth=0.0),
                                      dict(osc_eps=0.0, osc_growth=0.25)])

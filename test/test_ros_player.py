@@ -6,6 +6,7 @@ exit with ``exit_when_done``.
 from __future__ import annotations
 
 import json
+import time
 import zlib
 
 import numpy as np
@@ -141,7 +142,7 @@ class TestRateAtRunTime:
         done = []
         client.node.create_subscription(Bool, "player_done", lambda m: done.append(m.data), latched_qos())
         player = NodeProcess("player_node", node_argv("player_node", params={
-            "dataset": str(sequence["asl"]), "rate": 0.05, "wait_for_subscribers": 0, "start_delay_s": 0.0,
+            "dataset": str(sequence["asl"]), "rate": 0.01, "wait_for_subscribers": 0, "start_delay_s": 0.0,
             "progress": False, "exit_when_done": True, "stats_path": str(tmp_path / "stats.json")}), env,
             tmp_path / "player.log")
         try:
@@ -155,10 +156,14 @@ class TestRateAtRunTime:
                 return r.successful, r.reason
 
             ok, reason = set_rate(0.0)
-            assert not ok and "started timed (rate 0.05)" in reason and "restart" in reason, reason
+            assert not ok and "started timed (rate 0.01)" in reason and "restart" in reason, reason
+            t_set = time.monotonic()
             assert set_rate(1000.0) == (True, "")
-            # at 0.05x the 1.5 s replay (IMU margin included) would take ~30 s; at 1000x it ends now
+            # at 0.01x the 1.5 s replay (IMU margin included) takes ~150 s; at 1000x it ends now. A player
+            # that took the value but kept its old rate would still be replaying 20 s later (however long
+            # the start took here: the replay began at most when this test's client did)
             assert player.wait(120) == 0, player.tail()
+            assert time.monotonic() - t_set < 20.0, "the rate set at run time was not applied"
             stats = json.loads((tmp_path / "stats.json").read_text())
             from vilib_ros.datasets import open_dataset
 
