@@ -11,10 +11,15 @@ from vilib_ros.bench.cpu import bench_frontend, same_job_config
 
 
 class TestBenchFrontend:
-    @pytest.mark.parametrize("kind", ["numba", "numba-default", "opencv"])
-    def test_rows(self, generated_frames, kind):
+    @pytest.mark.parametrize("kind, impl", [("numba", "NumbaFastDetector + NumbaLKTracker"),
+                                            ("numba-default", "NumbaFastDetector + NumbaLKTracker"),
+                                            ("numpy", "CpuFastDetector + CpuLKTracker"), ("opencv", "opencv")])
+    def test_rows(self, generated_frames, kind, impl):
+        """Each row measures the implementation it names (a row whose VILIB_ROS_CPU_IMPL was not taken
+        measured the other twin under its name and passed the old checks)."""
         pytest.importorskip("numba", reason="numba not installed")
         r = bench_frontend(generated_frames[:4], kind, 1)
+        assert r["impl"] == impl
         assert r["frames"] == 4 and r["median_ms"] > 0 and r["tracks_per_frame"] > 0
 
     def test_same_job_is_frame_to_frame_without_outlier_rejection(self):

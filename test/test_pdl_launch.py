@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.gpu
+gpu = pytest.mark.gpu      # every test but the setting's "0" (it reads no device) needs one
 
 
 @pytest.fixture
@@ -25,11 +25,13 @@ def pdl_env():
 
 class TestSetting:
     def test_zero_switches_it_off(self, pdl_env):
+        """Runs without a GPU: "0" is read before any device is asked (it was skipped with the module's GPU mark)."""
         from vilib_ros._cuda import pdl_enabled
 
         os.environ["VILIB_ROS_PDL"] = "0"
         assert not pdl_enabled()
 
+    @gpu
     def test_on_where_the_device_has_it(self, pdl_env):
         import cupy as cp
 
@@ -40,6 +42,7 @@ class TestSetting:
         assert pdl_enabled() == (major >= 9)
 
 
+@gpu
 class TestChainInGraph:
     """Regression guard: a kernel without PDL_ENTRY (or with it after an early return) would read
     its predecessor's output before it is written; the chain records what each link read."""
@@ -67,6 +70,7 @@ class TestChainInGraph:
         np.testing.assert_array_equal(trace.get(), links * (replays - 1) + np.arange(links))
 
 
+@gpu
 class TestArguments:
     def test_scalars_and_arrays_as_cupy_passes_them(self, pdl_env):
         """int32 / float32 / float64 / uint64 scalars, a Python int (int64) and arrays, through
@@ -115,6 +119,7 @@ class TestArguments:
             s.end_capture()
 
 
+@gpu
 class TestFrontendSameTracks:
     @pytest.mark.parametrize("stereo", [False, True], ids=["mono", "stereo"])
     def test_identical_with_and_without(self, pdl_env, euroc_frames, stereo):
@@ -139,6 +144,7 @@ class TestFrontendSameTracks:
                 np.testing.assert_array_equal(a[2], b[2])
 
 
+@gpu
 class TestRefusedLaunch:
     """A driver that refuses the attributed launch under capture (here: an attribute id the driver
     does not know) must not cost the graphs: GraphCache captures again without PDL, logs it once,

@@ -105,11 +105,29 @@ class TestReplayEvents:
         assert np.count_nonzero(gaps == imu[1] - imu[0]) == len(gaps) - 2
         assert np.count_nonzero(gaps == period) == 2
 
-    def test_empty_camera(self, tmp_path):
+    def test_max_frames_zero_means_all(self, tmp_path):
         root = make_asl(tmp_path / "seq", _frames(2), t0=T0)
         ds = open_dataset(root)
         n, events = replay_events(ds, max_frames=0, cameras=1)
         assert n == 2 and len([e for e in events if e[0] == "image"]) == 2
+
+    def test_empty_camera(self, tmp_path):
+        """A dataset whose cam0 has no image: nothing to replay, not even its IMU (the test of this name
+        replayed a 2-frame folder; the empty case never ran)."""
+        class NoImages:
+            def __init__(self, ds):
+                self.ds = ds
+
+            def __getattr__(self, k):
+                return getattr(self.ds, k)
+
+            def image_stamps(self, cam):
+                return np.zeros(0, np.int64)
+
+        ds = open_dataset(make_asl(tmp_path / "seq", _frames(2), t0=T0))
+        assert any(ev[0] == "imu" for ev in ds.iter_events())          # there is IMU it could have sent
+        n, events = replay_events(NoImages(ds), max_frames=0, cameras=2)
+        assert n == 0 and list(events) == []
 
 
 class _Hooked:
