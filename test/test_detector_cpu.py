@@ -196,9 +196,11 @@ class TestCellSelection:
         m1[5, 20] = 7
         m0[40, 40] = 7   # same score on level 0 in another cell; and one tie in the same cell:
         m0[12, 33] = 7
+        m1[6, 35] = 5    # a level-1 corner alone in its cell (0, 2): at (70, 12) on level 0
         res = cell_select_cpu([m0, m1], cfg, (2, 3))
-        assert res.level.tolist() == [-1, 0, -1, -1, 0, -1]
+        assert res.level.tolist() == [-1, 0, 1, -1, 0, -1]
         assert (res.x[1], res.y[1]) == (33, 12)      # tie between levels -> lower level wins
+        assert (res.x[2], res.y[2], res.score[2]) == (70, 12, 5)   # the level-1 position scaled by 2
 
 
 class TestConfigAndInput:

@@ -338,7 +338,9 @@ class TestConfigurationErrorAtStart:
 
     Regression: a value inside a parameter's declared range that the node still cannot use (a
     1024 px detector cell in a 752 px image; a shortest keyframe interval above the longest)
-    ended the node with a Python traceback, exit 1, the reason in its last line."""
+    ended the node with a Python traceback, exit 1, the reason in its last line. The calibration
+    files are the generated sequence's (752x480): the tests run where the real EuRoC frames are
+    absent too."""
 
     def _start(self, node: str, *params: str) -> tuple[int, str]:
         env = _env()
@@ -349,9 +351,9 @@ class TestConfigurationErrorAtStart:
         r = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         return r.returncode, r.stderr
 
-    def test_frontend_cell_larger_than_the_image(self, euroc_path):
+    def test_frontend_cell_larger_than_the_image(self, generated_sequence):
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-        rc, err = self._start("frontend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",
+        rc, err = self._start("frontend_node", f"camera_yaml:={generated_sequence / 'mav0' / 'cam0' / 'sensor.yaml'}",
                               "device:=cpu", "stereo:=false", "detector.cell_width:=1024")
         assert rc == 2, err
         assert "FrontendNode: cannot start: image 752x480 is smaller than one cell (1024x32)" in err, err
@@ -368,7 +370,7 @@ class TestConfigurationErrorAtStart:
                 "image_width x image_height (640x480)") in err, err
         assert "set right.* too, or stereo:=false" in err and "Traceback" not in err, err
 
-    def test_frontend_cuda_requested_where_it_cannot_run(self, euroc_path):
+    def test_frontend_cuda_requested_where_it_cannot_run(self, generated_sequence):
         """Regression (bench/node_start_sweep.py): ``device:=cuda`` on a machine without a usable CUDA
         device (no CuPy, no GPU) ended the frontend node with a traceback of CudaUnavailable."""
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
@@ -376,26 +378,26 @@ class TestConfigurationErrorAtStart:
 
         if cuda_available():
             pytest.skip("a CUDA device is usable here: device:=cuda starts")
-        rc, err = self._start("frontend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",
+        rc, err = self._start("frontend_node", f"camera_yaml:={generated_sequence / 'mav0' / 'cam0' / 'sensor.yaml'}",
                               "device:=cuda", "stereo:=false")
         assert rc == 2, err
         assert "FrontendNode: cannot start: device='cuda' requested but" in err, err
         assert "Traceback" not in err, err
 
-    def test_backend_keyframe_intervals(self, euroc_path):
+    def test_backend_keyframe_intervals(self, generated_sequence):
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-        rc, err = self._start("backend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",
-                              f"imu_yaml:={euroc_path / 'mav0' / 'imu0' / 'sensor.yaml'}", "kf_min_interval_s:=5.0")
+        rc, err = self._start("backend_node", f"camera_yaml:={generated_sequence / 'mav0' / 'cam0' / 'sensor.yaml'}",
+                              f"imu_yaml:={generated_sequence / 'mav0' / 'imu0' / 'sensor.yaml'}", "kf_min_interval_s:=5.0")
         assert rc == 2, err
         assert "cannot start: need 0 < kf_min_interval_s <= kf_max_interval_s" in err, err
         assert "Traceback" not in err, err
 
-    def test_backend_stereo_mode_without_the_right_camera(self, euroc_path):
+    def test_backend_stereo_mode_without_the_right_camera(self, generated_sequence):
         """mode:=stereo without stereo:=true names the parameter to set (bench/node_start_sweep.py: it said
         the library's ``mode='stereo' needs cam1``, a name the node's parameters do not have)."""
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
         pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
-        rc, err = self._start("backend_node", f"camera_yaml:={euroc_path / 'mav0' / 'cam0' / 'sensor.yaml'}",
+        rc, err = self._start("backend_node", f"camera_yaml:={generated_sequence / 'mav0' / 'cam0' / 'sensor.yaml'}",
                               "mode:=stereo")
         assert rc == 2, err
         assert "BackendNode: cannot start: mode:=stereo needs stereo:=true" in err, err
@@ -405,12 +407,12 @@ class TestConfigurationErrorAtStart:
         ("garbage: [\n", "cannot read the IMU noise (while parsing a flow node)"),
         (None, "not an IMU's sensor.yaml"),                           # a camera's sensor.yaml
         ("gyr_n: 1.0e-4\nacc_n: abc\n", "could not convert string to float")])
-    def test_backend_imu_yaml_that_is_not_one(self, euroc_path, tmp_path, content, says):
+    def test_backend_imu_yaml_that_is_not_one(self, generated_sequence, tmp_path, content, says):
         """Regression: an imu_yaml that did not parse ended the backend node with a YAML traceback; a
         camera's sensor.yaml given as imu_yaml started silently with EuRoC's IMU noise."""
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
         pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
-        path = euroc_path / "mav0" / "cam0" / "sensor.yaml"
+        path = generated_sequence / "mav0" / "cam0" / "sensor.yaml"
         if content is not None:
             path = tmp_path / "imu.yaml"
             path.write_text(content)
@@ -434,7 +436,7 @@ class TestConfigurationErrorAtStart:
         assert "cannot start:" in err and "Traceback" not in err, err
         assert not out.exists()
 
-    def test_the_runner_names_the_reason(self, euroc_path, tmp_path):
+    def test_the_runner_names_the_reason(self, generated_sequence, tmp_path):
         """``vilib-ros run`` reports a node that exited during start-up with the reason from its
         log, not only its exit code."""
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
@@ -442,7 +444,7 @@ class TestConfigurationErrorAtStart:
         from vilib_ros.pipeline import _death
 
         c = NodeProcess("frontend_node", node_argv("frontend_node", params={
-            "camera_yaml": str(euroc_path / "mav0" / "cam0" / "sensor.yaml"), "device": "cpu", "stereo": False,
+            "camera_yaml": str(generated_sequence / "mav0" / "cam0" / "sensor.yaml"), "device": "cpu", "stereo": False,
             "detector.border": 256}), ros_env(DOMAIN), tmp_path / "frontend_node.log")
         try:
             assert _wait(lambda: c.poll() is not None, 120), c.tail()

@@ -74,10 +74,13 @@ class TestBackendNodeBursts:
             n = client.node
             pub_tracks = n.create_publisher(PointCloud, "tracks", reliable_qos(1000))
             pub_imu = n.create_publisher(Imu, "imu", reliable_qos(5000))
-            n.create_subscription(Header, "backend_processed", lambda b: done.add(header_stamp_ns(b)),
-                                  reliable_qos(1000), raw=True)
-            assert client.spin_until(lambda: not proc.alive or (n.count_subscribers("tracks") >= 1 and n.count_subscribers(
-                "imu") >= 1 and n.count_publishers("backend_processed") >= 1), 120), proc.tail()
+            sub_done = n.create_subscription(Header, "backend_processed", lambda b: done.add(header_stamp_ns(b)),
+                                             reliable_qos(1000), raw=True)
+            # matched endpoints, not only the graph's names: a reliable message sent before its reader
+            # matched is not delivered
+            assert client.spin_until(lambda: not proc.alive or (pub_tracks.get_subscription_count() >= 1 and
+                                     pub_imu.get_subscription_count() >= 1 and sub_done.get_publisher_count() >= 1),
+                                     120), proc.tail()
             assert proc.alive, proc.tail()
             client.spin_for(1.0)
             sent_imu = 0

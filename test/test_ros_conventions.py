@@ -75,9 +75,9 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
             "camera_yaml": str(cam_yaml), "imu_yaml": str(euroc_path / "mav0" / "imu0" / "sensor.yaml"),
             "input_reliability": "reliable", "stats_path": str(tmp / "backend.json")},
             remaps={"tracks": "tracks_fe_fusion"}), env, tmp / "backend.log"))
-        for name in FRONTENDS:
-            node.create_subscription(PointCloud, f"tracks_{name}", lambda m, n=name: got[n].append(m), reliable_qos(200))
-        node.create_subscription(Odometry, "odometry", lambda m: got["odom"].append(m), reliable_qos(200))
+        subs = [node.create_subscription(PointCloud, f"tracks_{name}", lambda m, n=name: got[n].append(m),
+                                         reliable_qos(200)) for name in FRONTENDS]
+        subs.append(node.create_subscription(Odometry, "odometry", lambda m: got["odom"].append(m), reliable_qos(200)))
         node.create_subscription(PathMsg, "path", lambda m: got["path"].append(m), reliable_qos(10))
         node.create_subscription(TFMessage, "/tf", lambda m: got["tf"].append(m), reliable_qos(200))
         node.create_subscription(TFMessage, "/tf_static", lambda m: got["tf_static"].append(m), latched_qos())
@@ -90,6 +90,12 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
                 "/tracks_fe_fusion": 2}
         assert client.wait_for_subscribers(need, 120, procs), "\n".join(p.tail() for p in procs)
         assert client.spin_until(lambda: len(got["tf_static"]) >= 1, 60), procs[-1].tail()
+        # matched endpoints (the graph's names can come first: a reliable message sent before its
+        # reader matched is not delivered)
+        pubs = {pub_img: 3, pub_right: 1, pub_comp: 1, pub_info: 1, pub_imu: 5}
+        assert client.spin_until(lambda: all(p.get_subscription_count() >= k for p, k in pubs.items())
+                                 and all(x.get_publisher_count() >= 1 for x in subs), 60), \
+            "\n".join(p.tail() for p in procs)
         client.spin_for(1.0)
         stamps = image_stamps(euroc_path)
         t_imu, gyro, acc = imu_rows(euroc_path)

@@ -51,8 +51,8 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     client = GraphClient(DOMAIN, "test_params")
     node = client.node
     tracks, odom = [], []
-    node.create_subscription(PointCloud, "tracks", lambda m: tracks.append(m), reliable_qos(300))
-    node.create_subscription(Odometry, "odometry", lambda m: odom.append(m), reliable_qos(300))
+    subs = [node.create_subscription(PointCloud, "tracks", lambda m: tracks.append(m), reliable_qos(300)),
+            node.create_subscription(Odometry, "odometry", lambda m: odom.append(m), reliable_qos(300))]
     pub_img = node.create_publisher(Image, "image", reliable_qos(200))
     pub_imu = node.create_publisher(Imu, "imu", reliable_qos(4000))
     stamps = image_stamps(euroc_path)
@@ -62,6 +62,9 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
         assert client.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 120, procs), fe.tail() + be.tail()
         pc = AsyncParameterClient(node, "frontend_node")
         assert pc.wait_for_services(30)
+        # matched endpoints, not only the graph's names (a reliable message sent before its reader matched is lost)
+        assert client.spin_until(lambda: pub_img.get_subscription_count() >= 1 and pub_imu.get_subscription_count() >= 2
+                                 and all(x.get_publisher_count() >= 1 for x in subs), 60), fe.tail() + be.tail()
         client.spin_for(1.0)
 
         def set_params(params):
