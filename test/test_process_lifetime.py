@@ -332,6 +332,11 @@ class TestStopWhileStarting:
             client.close()
         assert p.returncode == 0, out
         assert "Traceback" not in out, out
+        if "tracker warmed up" in out:
+            # the clean stop above holds, but the regression lives in the warm-up: say it was not reached
+            pytest.skip("the warm-up had finished before the SIGINT (a fast machine): the stop during it was not "
+                        "exercised")
+
 
 class TestConfigurationErrorAtStart:
     """A node that cannot start with its parameters says why in one line and exits 2.

@@ -126,3 +126,34 @@ class TestReceivedMonotonic:
         b = system_minus_monotonic()                       # the kept one
         assert a == b
         assert abs(a - (time.time() - time.monotonic())) < 0.05
+
+    def test_tightest_bracket_chosen_and_kept_for_its_age(self, monkeypatch):
+        """On scripted clocks: of 8 bracketed readings the one with the narrowest monotonic bracket gives
+        the offset (the others are off by up to 70 ms, as a preemption between the reads makes them),
+        it is kept while younger than ``max_age_s`` and measured again after. The test above holds for
+        the one-call ``time.time() - time.monotonic()`` too; this one does not."""
+        import types
+
+        from vilib_ros.nodes import _common
+
+        def readings(t0, tight_at):
+            mono, wall = [t0], []                          # the age check's reading, then 8 brackets
+            for k in range(8):
+                m0 = t0 + 0.1 * (k + 1)
+                width = 1e-6 if k == tight_at else 1e-3 * (k + 2)
+                mono += [m0, m0 + width]
+                wall.append(5000.0 + m0 + 0.5 * width + (0.0 if k == tight_at else 0.01 * (k + 1)))
+            return mono, wall
+
+        clock = {"mono": [], "wall": []}
+        fake = types.SimpleNamespace(monotonic=lambda: clock["mono"].pop(0), time=lambda: clock["wall"].pop(0))
+        monkeypatch.setattr(_common, "time", fake)
+        monkeypatch.setattr(_common, "_CLOCK_OFFSET", [float("-inf"), 0.0])
+        clock["mono"], clock["wall"] = readings(100.0, tight_at=5)
+        assert _common.system_minus_monotonic(max_age_s=0.25) == pytest.approx(5000.0, abs=1e-9)
+        assert clock["mono"] == [] and clock["wall"] == []
+        clock["mono"] = [100.2]                            # 0.2 s later: the kept value, nothing read
+        assert _common.system_minus_monotonic(max_age_s=0.25) == pytest.approx(5000.0, abs=1e-9)
+        clock["mono"], clock["wall"] = readings(100.3, tight_at=2)
+        clock["wall"] = [w + 1.0 for w in clock["wall"]]   # the system clock stepped by 1 s meanwhile
+        assert _common.system_minus_monotonic(max_age_s=0.25) == pytest.approx(5001.0, abs=1e-9)
