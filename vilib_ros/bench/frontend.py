@@ -496,7 +496,7 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
     dev = [cp.asarray(f) for f in frames]
     cp.cuda.Device().synchronize()
     res["mono_device_input"] = run_process(ft, dev, n)
-    res["mono_original_work_device_input"] = run_process(original_work_tracker(), dev, n)
+    res["mono_original_work_device_input"] = run_process(orig, dev, n)
     del dev
     res.update({
         "process_p50_us": res["mono"]["p50_us"], "process_p90_us": res["mono"]["p90_us"],
