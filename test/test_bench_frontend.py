@@ -18,7 +18,7 @@ class TestMarkdown:
                                       "frontend_per_frame_run_0618.json", "frontend_per_frame_run_0645.json",
                                       "frontend_per_frame_run_1304.json", "frontend_per_frame_run_0354.json",
                                       "frontend_per_frame_run_0408.json", "frontend_per_frame_run_0946.json",
-                                      "frontend_per_frame_run_0025.json"])
+                                      "frontend_per_frame_run_0025.json", "frontend_per_frame_run_0228.json"])
     def test_committed_results_render(self, name):
         res = json.loads((RESULTS / name).read_text())
         md = markdown(res)
