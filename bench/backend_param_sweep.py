@@ -105,7 +105,7 @@ def main(argv=None) -> int:
           f"{counts['no estimate']} never initialised, {len(bad)} raised or gave a non-finite trajectory "
           f"({time.time() - t_start:.0f} s)")
     if a.out:
-        from vilib_ros.bench import results
+        from bench import results
 
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)

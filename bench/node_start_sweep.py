@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     counts = {o: sum(r["outcome"] == o for r in rows) for o in ("ran", "refused", "FAILED")}
     print(f"{len(rows)} cases in {time.time() - t_start:.0f} s: {counts}")
     if a.out:
-        from vilib_ros.bench import results
+        from bench import results
 
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)

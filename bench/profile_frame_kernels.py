@@ -50,7 +50,7 @@ def main():
     from vilib_ros._cuda import device_name, get_module, launch
     from vilib_ros.camera import euroc_cam0
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
-    from vilib_ros.bench.frontend import graph_times
+    from bench.frontend import graph_times
 
     frames = load_frames()
     ft = FeatureTracker(euroc_cam0(), FrontendConfig(), device="cuda")

@@ -5,12 +5,12 @@
 #   3. the tracker / frontend benchmark (OpenCV LK in the same run);
 #   4. the whole-VIO benchmark (offline runner: GPU frontend + backend overlapping; the previous
 #      backend defaults in turns with today's, --compare-previous) and the trajectory-accuracy
-#      benchmark (bench-accuracy), where gtsam imports (a machine without internet can be given the
+#      benchmark (python -m bench accuracy), where gtsam imports (a machine without internet can be given the
 #      backend wheels: ../shared/tools/gpu-machine-wheels.sh .whl backend, ~40 MB, then
 #      pip install --target DIR, PYTHONPATH; they and the EuRoC frames (~38 MB) do not fit one
 #      64 MB transfer together: run `tests` with the frames and `bench` with the wheels);
-#   5. node: decode threads and the GIL (bench/decode_gil_probe.py), the frontend node's tracker outside ROS (vilib-ros bench-node-process) and the node over
-#      real DDS (vilib-ros bench-node --device cuda). The GPU machine
+#   5. node: the frontend node's tracker outside ROS (python -m bench node-process) and the node over
+#      real DDS (python -m bench node --device cuda). The GPU machine
 #      has no ROS: carry the wheels in .whl (../shared/tools/gpu-machine-wheels.sh .whl ros); they
 #      are installed from there when rclpy does not import.
 # Usage: bash bench/run_gpu.sh [tests|bench|node|all] ; results go to $OUT (default bench/out), the
@@ -34,34 +34,31 @@ if [[ $what == tests || $what == all ]]; then
     | grep -E "GPU vs CPU|passed|failed" | tee -a "$OUT/gpu_tests.log"
 fi
 if [[ $what == bench || $what == all ]]; then
-  python3 -m vilib_ros bench --out "$OUT" 2>&1 | tee "$LOGDIR/bench_detector.log" || rc=1
-  if python3 -c "import vilib_ros.bench.tracker" 2>/dev/null; then
+  python3 -m bench detector --out "$OUT" 2>&1 | tee "$LOGDIR/bench_detector.log" || rc=1
+  if python3 -c "import bench.tracker" 2>/dev/null; then
     # the LK tracker, the whole frontend and the per-frame table (frontend_per_frame.json)
-    python3 -m vilib_ros bench-tracker --out "$OUT" 2>&1 | tee "$LOGDIR/bench_tracker.log" || rc=1
+    python3 -m bench tracker --out "$OUT" 2>&1 | tee "$LOGDIR/bench_tracker.log" || rc=1
   fi
   if python3 -c "import gtsam" 2>/dev/null; then
-    python3 -m vilib_ros bench-vio --device cuda --compare-previous --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$LOGDIR/bench_vio.log" || rc=1
+    python3 -m bench vio --device cuda --compare-previous --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" | tee "$LOGDIR/bench_vio.log" || rc=1
     # trajectory accuracy (real V1_01 ground truth + IMU rendered in stereo; needs the EuRoC folder's
     # V101_groundtruth_tum.txt and imu0); cuVSLAM rows are skipped there unless dim_odom imports
-    python3 -m vilib_ros bench-accuracy --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_accuracy.log" || rc=1
+    python3 -m bench accuracy --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_accuracy.log" || rc=1
   fi
 fi
 if [[ $what == node || $what == all ]]; then
-  # decode threads and the GIL on this host (the player's decoding; no ROS needed): 30 s mono sequence
-  python3 -m vilib_ros generate --duration 30 --mono --quiet --overwrite "$OUT/decode_seq" >/dev/null 2>&1 \
-    && python3 bench/decode_gil_probe.py "$OUT/decode_seq" --workers 8 --out "$OUT" 2>&1 | tee "$LOGDIR/decode_gil_probe.log"
   if ! python3 -c "import rclpy" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl 2>&1 | tail -3
   fi
   export AMENT_PREFIX_PATH=${AMENT_PREFIX_PATH:-$(python3 -c 'import sys; print(sys.prefix)')}
   export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
   if python3 -c "import rclpy, sensor_msgs.msg" 2>/dev/null; then
-    # the node's tracker and per-frame steps outside ROS: process() as bench-tracker times it against the node's path
-    python3 -m vilib_ros bench-node-process --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_node_process.log" || rc=1
+    # the node's tracker and per-frame steps outside ROS: process() as the tracker benchmark times it against the node's path
+    python3 -m bench node-process --device cuda --out "$OUT" 2>&1 | tee "$LOGDIR/bench_node_process.log" || rc=1
     # --trace-dir: every frame's latency split into publisher / transport / executor / node / back (CSV)
-    python3 -m vilib_ros bench-node --device cuda --out "$OUT" --trace-dir "$OUT/node_trace" 2>&1 | tee "$LOGDIR/bench_node.log" || rc=1
+    python3 -m bench node --device cuda --out "$OUT" --trace-dir "$OUT/node_trace" 2>&1 | tee "$LOGDIR/bench_node.log" || rc=1
   else
-    echo "node: rclpy not importable and no .whl/*.whl to install: bench-node skipped" | tee "$LOGDIR/bench_node.log"
+    echo "node: rclpy not importable and no .whl/*.whl to install: the node benchmark skipped" | tee "$LOGDIR/bench_node.log"
     rc=1
   fi
 fi

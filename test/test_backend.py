@@ -824,7 +824,7 @@ class TestSmootherShape:
         """bench-backend --changes: a sequence it does not know reads as a message (exit 2), not a traceback."""
         import argparse
 
-        from vilib_ros.bench import backend as bb
+        from bench import backend as bb
 
         p = argparse.ArgumentParser()
         bb.configure_parser(p)
@@ -836,8 +836,8 @@ class TestSmootherShape:
         """--rows names rows by index or by a part of their label; one that matches nothing is a message."""
         import argparse
 
-        from vilib_ros.bench import backend as bb
-        from vilib_ros.bench import backend_changes as bc
+        from bench import backend as bb
+        from bench import backend_changes as bc
 
         p = argparse.ArgumentParser()
         bb.configure_parser(p)
@@ -851,7 +851,7 @@ class TestSmootherShape:
         """bench-backend --changes runs every row in a process of its own (RemoteEstimator): a row with
         today's defaults must give exactly the estimate of an estimator fed the same way in this
         process, and a row's overrides must reach its process (a different window, a different estimate)."""
-        from vilib_ros.bench.backend_changes import run_lockstep
+        from bench.backend_changes import run_lockstep
 
         s = synthetic60
         frames, (st, data) = s["frames"][:240], s["imu"]

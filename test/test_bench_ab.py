@@ -1,4 +1,4 @@
-"""``vilib-ros bench-ab``: each arm runs the code it names, in ABBA order.
+"""``python -m bench ab``: each arm runs the code it names, in ABBA order.
 
 Regression guarded: two "before / after" tables of 2026-11-25 (the GPU machine, a staging-buffer
 change and a stream-fork change) compared the same code with itself. Each arm ran
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vilib_ros.bench import ab
+from bench import ab
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,6 +27,7 @@ def other_code(tmp_path_factory) -> Path:
     """A second copy of this package (with its compiled caches) in a folder of its own."""
     root = tmp_path_factory.mktemp("other_code")
     shutil.copytree(REPO / "vilib_ros", root / "vilib_ros", ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copytree(REPO / "bench", root / "bench", ignore=shutil.ignore_patterns("*.pyc", "results", "out"))
     return root
 
 
@@ -41,7 +42,7 @@ class TestOrder:
 
         p = argparse.ArgumentParser()
         ab.configure_parser(p)
-        assert p.parse_args(["--against", "x", "--", "bench-backend"]).rounds == 4
+        assert p.parse_args(["--against", "x", "--", "backend"]).rounds == 4
 
 
 class TestLookup:
@@ -123,7 +124,7 @@ class TestHostControl:
 
 def _cli(args, cwd, timeout=600):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "vilib_ros", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -132,9 +133,9 @@ class TestBenchAb:
     def test_two_arms_of_one_benchmark(self, other_code, tmp_path):
         pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
         out = tmp_path / "ab"
-        p = _cli(["bench-ab", "--against", str(other_code), "--rounds", "1", "--out", str(out),
+        p = _cli(["ab", "--against", str(other_code), "--rounds", "1", "--out", str(out),
                   "--keys", "runs.0.keyframe_ms.median,runs.0.ate_m,runs.0.keyframes", "--",
-                  "bench-backend", "--duration", "3", "--no-sweep", "--no-profile"], cwd=tmp_path)
+                  "backend", "--duration", "3", "--no-sweep", "--no-profile"], cwd=tmp_path)
         assert p.returncode == 0, p.stderr[-3000:]
         res = json.loads((out / "ab.json").read_text())
         assert [r["arm"] for r in res["runs"]] == ["this", "other"]
@@ -154,11 +155,11 @@ class TestBenchAb:
         assert "Host control" in (out / "ab.md").read_text()
 
     def test_out_in_the_command_is_refused(self, other_code, tmp_path):
-        p = _cli(["bench-ab", "--against", str(other_code), "--out", str(tmp_path / "ab"), "--",
-                  "bench-backend", "--out", "x"], cwd=tmp_path, timeout=120)
+        p = _cli(["ab", "--against", str(other_code), "--out", str(tmp_path / "ab"), "--",
+                  "backend", "--out", "x"], cwd=tmp_path, timeout=120)
         assert p.returncode == 2 and "leave --out to bench-ab" in p.stderr
 
     def test_against_a_folder_without_the_package(self, tmp_path):
-        p = _cli(["bench-ab", "--against", str(tmp_path), "--out", str(tmp_path / "ab"), "--", "bench-backend"],
+        p = _cli(["ab", "--against", str(tmp_path), "--out", str(tmp_path / "ab"), "--", "backend"],
                  cwd=tmp_path, timeout=120)
         assert p.returncode == 2 and "no vilib_ros package" in p.stderr

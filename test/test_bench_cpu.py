@@ -1,4 +1,4 @@
-"""``vilib-ros bench-cpu``'s frontend rows on a few frames (not a speed test).
+"""``python -m bench cpu``'s frontend rows on a few frames (not a speed test).
 
 Regression guarded: after the frontend became a facade over a CPU / GPU pipeline, the bench
 still read ``FeatureTracker.detector`` and failed before measuring anything; no test ran it.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from vilib_ros.bench.cpu import bench_frontend, same_job_config
+from bench.cpu import bench_frontend, same_job_config
 
 
 class TestBenchFrontend:

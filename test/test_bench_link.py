@@ -1,4 +1,4 @@
-"""``vilib-ros bench-link``: the frame's way over PCIe (vilib_ros.bench.link)."""
+"""``python -m bench link``: the frame's way over PCIe (bench.link)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _bench_link(tmp_path, *extra):
-    return subprocess.run([sys.executable, "-m", "vilib_ros", "bench-link", "--out", str(tmp_path), *extra],
+    return subprocess.run([sys.executable, "-m", "bench", "link", "--out", str(tmp_path), *extra],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
 

@@ -1,4 +1,4 @@
-"""``vilib-ros bench-node`` end to end on a tiny configuration (real processes, real DDS).
+"""``python -m bench node`` end to end on a tiny configuration (real processes, real DDS).
 
 Not a speed test (speed is what the benchmark reports): it checks that the benchmark runs,
 that every frame it sends at backpressure comes back as tracks, and that node_bench.json
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,10 +26,10 @@ def test_bench_node_small(euroc_path, tmp_path):
 
     env = ros_env(DOMAIN)
     env["VILIB_ROS_EUROC"] = str(euroc_path)
-    r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-node", "--device", "cpu", "--rates", "bp,bp4",
+    r = subprocess.run([sys.executable, "-m", "bench", "node", "--device", "cpu", "--rates", "bp,bp4",
                         "--modes", "mono,stereo", "--frames", "12", "--burst", "40", "--out", str(tmp_path),
                         "--domain-id", str(DOMAIN), "--replay-duration", "2",
-                        "--backend-duration", "2"], env=env, capture_output=True, text=True, timeout=600)
+                        "--backend-duration", "2"], env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads((tmp_path / "node_bench.json").read_text())
     for key in ("device", "date", "overhead_p50_ms", "stereo_overhead_p50_ms", "mono_sustained_fps",

@@ -1,4 +1,4 @@
-"""``vilib-ros bench-node-process``: the frontend node's tracker and per-frame steps outside ROS
+"""``python -m bench node-process``: the frontend node's tracker and per-frame steps outside ROS
 (no DDS, CPU here). Not a speed test: it checks that the tool builds the node's tracker and that
 every variant runs real frames to tracks."""
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 
 class TestBenchNodeProcess:
-    """``vilib-ros bench-node-process``: the node's tracker outside ROS (no DDS)."""
+    """``python -m bench node-process``: the node's tracker outside ROS (no DDS)."""
 
     def test_node_tracker_and_steps(self, euroc_path, tmp_path):
         """It builds the tracker the node builds from the same parameter values (the node's
@@ -19,7 +20,7 @@ class TestBenchNodeProcess:
 
         import numpy as np
 
-        from vilib_ros.bench.node_process import NODE_OVERRIDES, NodeSteps
+        from bench.node_process import NODE_OVERRIDES, NodeSteps
         from vilib_ros.camera import CameraModel
         from vilib_ros.frontend import FrontendConfig
         from vilib_ros.nodes.frontend_setup import default_values
@@ -37,9 +38,10 @@ class TestBenchNodeProcess:
         cam = CameraModel.from_euroc_yaml(yaml)
         for f in dataclasses.fields(cam):
             assert np.array_equal(getattr(steps.cam, f.name), getattr(cam, f.name)), f.name
-        r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-node-process", "--device", "cpu",
+        r = subprocess.run([sys.executable, "-m", "bench", "node-process", "--device", "cpu",
                             "--data", str(euroc_path), "--frames", "3", "--round", "3", "--gaps", "1",
-                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
+                           cwd=Path(__file__).resolve().parents[1])
         assert r.returncode == 0, r.stderr[-3000:]
         d = json.loads((tmp_path / "node_process.json").read_text())
         assert d["device"] == "cpu"

@@ -53,15 +53,21 @@ class TestLazyCommands:
         docstring said they load only when their command runs."""
         mods = _loaded(["--help"])
         assert "vilib_ros.cli" in mods
-        assert not mods & {"cv2", "vilib_ros.pipeline", "vilib_ros.evaluation", "vilib_ros.bench.detector",
-                           "vilib_ros.bench.tracker", "vilib_ros.bench.backend", "vilib_ros.bench.vio",
+        assert not mods & {"cv2", "vilib_ros.pipeline", "vilib_ros.evaluation", "vilib_ros.benchmark",
                            "vilib_ros.synthetic.cli", "rclpy", "gtsam", "matplotlib"}, mods
 
     def test_a_command_loads_only_its_module(self):
         mods = _loaded(["eval", "--help"])
         assert "vilib_ros.evaluation" in mods
-        assert not mods & {"vilib_ros.pipeline", "vilib_ros.bench.detector", "vilib_ros.bench.tracker",
-                           "vilib_ros.synthetic.cli", "rclpy"}, mods
+        assert not mods & {"vilib_ros.pipeline", "vilib_ros.benchmark", "vilib_ros.synthetic.cli", "rclpy"}, mods
+
+    def test_the_laboratory_is_not_installed(self):
+        """The benchmarks of the checkout's ``bench/`` are no ``vilib-ros`` command and no module of the package."""
+        import vilib_ros
+        from vilib_ros.cli import COMMANDS
+
+        assert not [c for c in COMMANDS if c.startswith("bench-")], COMMANDS
+        assert not (Path(vilib_ros.__file__).parent / "bench").exists()
 
 
 class TestUserErrors:
@@ -71,9 +77,7 @@ class TestUserErrors:
         (["run", "--domain-id", "250"], "--domain-id must be in 0..232"),
         (["eval", "/no/such/est.txt", "/no/such/gt.txt"], "no such trajectory file"),
         (["generate", "/tmp/x", "--duration", "0"], "duration"),
-        (["bench-vio", "--device", "cpu", "--variant", "no_such_key=1"], "not KEY=VALUE with a backend parameter"),
-        (["bench-vio", "--device", "cpu", "--variant", "window_s=abc"], "window_s takes a float, got 'abc'"),
-        (["bench-vio", "--device", "cpu", "--variant", "mono_solver=foo"], "mono_solver must be 'isam2' or 'schur'"),
+        (["bench", "--device", "cpu", "--frames", "5", "--data", "/tmp/x"], "--frames must be >= 100"),
     ])
     def test_message_and_exit_2_without_traceback(self, argv, needle, tmp_path):
         """Regression: every user error printed a Python traceback before its message."""
@@ -144,3 +148,19 @@ logging.getLogger('vilib_ros.datasets').debug('our debug')
 """)
         assert "our info" in r.stderr
         assert "third party info" not in r.stderr and "our debug" not in r.stderr
+
+
+class TestLaboratory:
+    """``python -m bench COMMAND`` from the checkout: the same error conventions as ``vilib-ros``."""
+
+    @pytest.mark.parametrize("argv,needle", [
+        (["vio", "--device", "cpu", "--variant", "no_such_key=1"], "not KEY=VALUE with a backend parameter"),
+        (["vio", "--device", "cpu", "--variant", "window_s=abc"], "window_s takes a float, got 'abc'"),
+        (["vio", "--device", "cpu", "--variant", "mono_solver=foo"], "mono_solver must be 'isam2' or 'schur'"),
+    ])
+    def test_message_and_exit_2_without_traceback(self, argv, needle, tmp_path):
+        r = subprocess.run([sys.executable, "-m", "bench", *argv, "--out", str(tmp_path / "out")], capture_output=True,
+                           text=True, timeout=300, cwd=REPO)
+        assert r.returncode == 2, r.stderr
+        assert f"bench {argv[0]}: error: " in r.stderr and needle in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr

@@ -3,7 +3,7 @@ import os
 import signal
 import time
 
-from vilib_ros.bench.host_stalls import HostStallSampler, stall_overlap
+from bench.host_stalls import HostStallSampler, stall_overlap
 
 
 class TestHostStallSampler:

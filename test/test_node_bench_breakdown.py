@@ -1,4 +1,4 @@
-"""``vilib-ros bench-node``'s latency breakdown (no ROS: the arithmetic on recorded times)."""
+"""``python -m bench node``'s latency breakdown (no ROS: the arithmetic on recorded times)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ class TestLatencyBreakdown:
     """bench.node.latency_breakdown against segments worked out by hand."""
 
     def test_segments(self):
-        from vilib_ros.bench.node import latency_breakdown
+        from bench.node import latency_breakdown
 
         # frame a: sent at 10.000 s (publish() returned at 10.0002), received by the node's middleware
         # at 10.001, the executor busy with another callback until 10.003, its callback at 10.0035,
@@ -31,7 +31,7 @@ class TestLatencyBreakdown:
         assert w["worst"][0]["index"] == 0 and w["busy"]["max"] == pytest.approx(2.0)
 
     def test_frames_the_node_did_not_trace_are_left_out(self):
-        from vilib_ros.bench.node import latency_breakdown
+        from bench.node import latency_breakdown
 
         assert latency_breakdown([[1, 1.0, 1.0]], {1: 1.1}, None) == {}
         frames = {"stamp_ns": [1], "dds_received": [None], "previous_callback_end": [None], "callback": [1.01],

@@ -226,10 +226,10 @@ class TestReplayBackend:
 @pytest.mark.slow
 class TestBenchVioVariant:
     def test_a_variant_runs_after_the_defaults_and_is_not_the_target(self, tmp_path):
-        """``bench-vio --variant``: each mode again with backend parameters, labelled and kept out of the target line."""
+        """``python -m bench vio --variant``: each mode again with backend parameters, labelled and kept out of the target line."""
         pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
         out = tmp_path / "out"
-        r = subprocess.run([sys.executable, "-m", "vilib_ros", "bench-vio", "--device", "cpu", "--duration", "6",
+        r = subprocess.run([sys.executable, "-m", "bench", "vio", "--device", "cpu", "--duration", "6",
                             "--modes", "mono", "--variant", "mono_solver=schur", "--cache", str(tmp_path / "cache"),
                             "--out", str(out)], env=_env(), capture_output=True, text=True, timeout=900, cwd=tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]

@@ -123,7 +123,7 @@ class TestArguments:
 class TestFrontendSameTracks:
     @pytest.mark.parametrize("stereo", [False, True], ids=["mono", "stereo"])
     def test_identical_with_and_without(self, pdl_env, euroc_frames, stereo):
-        from vilib_ros.bench.frontend import _stamp, _tracker
+        from bench.frontend import _stamp, _tracker
 
         frames = euroc_frames[:40]
         runs = {}
@@ -152,7 +152,7 @@ class TestRefusedLaunch:
 
     def test_graphs_captured_again_without(self, pdl_env, euroc_frames, monkeypatch, caplog):
         from vilib_ros import _cuda
-        from vilib_ros.bench.frontend import _stamp, _tracker
+        from bench.frontend import _stamp, _tracker
 
         os.environ["VILIB_ROS_PDL"] = "1"
         if not _cuda.pdl_enabled():

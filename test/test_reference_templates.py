@@ -217,7 +217,7 @@ class TestTracksBenchVariants:
     def test_every_variant_is_a_distinct_valid_config(self):
         """Each row of bench/results/tracks_quality.md is one valid FrontendConfig, and no two share
         one (their tracks are cached by the config's repr)."""
-        from vilib_ros.bench.tracks import VARIANTS, frontend_config, parse_variants
+        from bench.tracks import VARIANTS, frontend_config, parse_variants
 
         cfgs = [frontend_config(n) for n in parse_variants("all")]
         assert len(cfgs) == len(VARIANTS) and len({repr(c) for c in cfgs}) == len(cfgs)
@@ -228,7 +228,7 @@ class TestTracksBenchVariants:
     def test_cli_refuses_tracks_only_without_variants(self, capsys):
         import argparse
 
-        from vilib_ros.bench.accuracy import configure_parser, run_command
+        from bench.accuracy import configure_parser, run_command
 
         p = argparse.ArgumentParser()
         configure_parser(p)
@@ -245,7 +245,7 @@ class TestTemplatesBench:
         import json
         from pathlib import Path
 
-        from vilib_ros.bench.templates import VARIANTS, markdown
+        from bench.templates import VARIANTS, markdown
 
         res = json.loads((Path(__file__).resolve().parents[1] / "bench/results/frontend_templates.json").read_text())
         md = markdown(res)
@@ -257,7 +257,7 @@ class TestTemplatesBench:
         """--templates-only measures the GPU path only: a message and exit status 2 on the CPU."""
         import argparse
 
-        from vilib_ros.bench.tracker import configure_parser, run_command
+        from bench.tracker import configure_parser, run_command
 
         p = argparse.ArgumentParser()
         configure_parser(p)

@@ -41,7 +41,7 @@ class TestBackendNodeBursts:
         from std_msgs.msg import Header
 
         from vilib_ros.backend import BackendConfig, VioEstimator
-        from vilib_ros.bench.backend_node import _sequence, _write_calibration
+        from bench.backend_node import _sequence, _write_calibration
         from vilib_ros.nodes._common import reliable_qos
         from vilib_ros.nodes.cdr import header_stamp_ns
         from vilib_ros.nodes.conversions import TracksEncoder, arrays_to_imu, pointcloud_to_trackframe

@@ -24,44 +24,37 @@ import traceback
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("vilib_ros.pipeline", "replay a dataset (or a generated one) through player, frontend and backend"),
     "generate": ("vilib_ros.synthetic.cli", "render a synthetic EuRoC-format sequence with exact ground truth"),
-    "bench": ("vilib_ros.bench.detector", "benchmark the FAST detector and grid NMS against OpenCV"),
-    "bench-tracker": ("vilib_ros.bench.tracker", "benchmark the LK tracker and the whole frontend"),
-    "bench-cpu": ("vilib_ros.bench.cpu", "benchmark the CPU frontend (compiled, NumPy) against an OpenCV-native one"),
-    "bench-backend": ("vilib_ros.bench.backend", "benchmark the VIO backend per keyframe"),
-    "bench-vio": ("vilib_ros.bench.vio", "benchmark the whole VIO (frontend + backend) on a synthetic sequence"),
-    "bench-accuracy": ("vilib_ros.bench.accuracy", "trajectory accuracy: exact tracks, our tracks and cuVSLAM on one sequence"),
-    "bench-node": ("vilib_ros.bench.node", "benchmark the frontend node over real DDS (latency, overhead, drops)"),
-    "bench-node-process": ("vilib_ros.bench.node_process", "the frontend node's tracker and per-frame steps outside ROS, timed"),
-    "bench-link": ("vilib_ros.bench.link", "the frame's way over PCIe: DMA and mapped reads by size and by how recently written"),
-    "bench-ab": ("vilib_ros.bench.ab", "run a benchmark command by this code and by another checkout's, in turns (ABBA)"),
+    "bench": ("vilib_ros.benchmark", "how fast this machine runs it: the frontend per frame beside OpenCV, the whole VIO"),
     "eval": ("vilib_ros.evaluation", "APE/RPE of a trajectory against ground truth"),
 }
 
 #: Commands that time the backend in their own process: one OpenBLAS thread, as the backend's processes
-#: run (:mod:`vilib_ros.nodes._single_blas`, set before NumPy loads; the user's value wins). With a pool
-#: of two threads on the 2-core machine a stereo keyframe took 5.8-6.3 ms against 2.8-3.4 ms with one
-#: (2026-11-28): the benchmark measured a thread pool the backend never runs with.
-SINGLE_BLAS = ("bench-backend", "bench-accuracy")
+#: run (:mod:`vilib_ros.nodes._single_blas`, set before NumPy loads; the user's value wins), so that
+#: the benchmark measures the thread pool the backend runs with.
+SINGLE_BLAS = ("bench",)
 
 #: Exceptions that mean "the user asked for something that cannot be done", not a bug.
 USER_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
                ValueError)
 
 
-def command_of(argv: list[str]) -> str | None:
+def command_of(argv: list[str], commands: dict | None = None) -> str | None:
     """The sub-command named in ``argv`` (the first argument that is not an option), if any."""
+    commands = COMMANDS if commands is None else commands
     for a in argv:
         if not a.startswith("-"):
-            return a if a in COMMANDS else None
+            return a if a in commands else None
     return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, commands: dict | None = None, prog: str = "vilib-ros",
+                 description: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s module is imported, to add that command's arguments."""
-    parser = argparse.ArgumentParser(prog="vilib-ros", description=__doc__.splitlines()[0])
+    commands = COMMANDS if commands is None else commands
+    parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (module, help_text) in commands.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
         if name == command:
@@ -85,10 +78,18 @@ def configure_logging(verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if command_of(argv) in SINGLE_BLAS:
+    return run(sys.argv[1:] if argv is None else list(argv))
+
+
+def run(argv: list[str], commands: dict | None = None, prog: str = "vilib-ros",
+        single_blas: tuple = SINGLE_BLAS, description: str | None = None) -> int:
+    """Parse ``argv`` against ``commands`` (name -> (module, help)) and run the command named; the
+    checkout's laboratory (``python -m bench``) runs its commands through this too."""
+    commands = COMMANDS if commands is None else commands
+    command = command_of(argv, commands)
+    if command in single_blas:
         import vilib_ros.nodes._single_blas  # noqa: F401 - before the command's module loads NumPy
-    parser = build_parser(command_of(argv))
+    parser = build_parser(command, commands, prog, description)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     # Python installs its KeyboardInterrupt handler only where SIGINT was not ignored at start-up;
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    prog = f"vilib-ros {args.command}"
+    prog = f"{prog} {args.command}"
     if getattr(args, "_import_error", None):
         print(f"{prog}: error: cannot load {args._module}: {args._import_error}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """The frontend node's parameters and tracker, without rclpy: what ``frontend_node`` declares
-and builds, so that a tool (``python -m vilib_ros.bench.node_process``) can build the very same
+and builds, so that a tool (``python -m bench.node_process``) can build the very same
 tracker from the same values outside ROS.
 
 * :func:`parameter_table` - every parameter the node declares (node parameters, then the

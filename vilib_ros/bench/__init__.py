@@ -1,1 +1,0 @@
-"""Benchmark commands (scripts, never timed asserts)."""
