@@ -8,7 +8,7 @@ package_name = "vilib_ros"
 setup(
     name=package_name,
     version="0.1.0",
-    packages=find_packages(exclude=["test", "test.*"]),
+    packages=find_packages(include=["vilib_ros", "vilib_ros.*"]),
     package_data={package_name: ["kernels/*.cu", "kernels/*.cuh", "nodes/fastdds_profile.xml"]},
     include_package_data=True,
     data_files=[
