@@ -163,7 +163,7 @@ def _cached(path: Path, make):
 
 def exact_tracks(seq, sigma: float, cache: Path):
     """(a): occlusion-aware projections of the scene points, ``sigma`` px noise, no outliers."""
-    from vilib_ros.backend.simulation import synthetic_track_frames
+    from vilib_ros.synthetic.tracks import synthetic_track_frames
 
     p = cache / f"exact_{seq.config.name}_{_key(asdict(seq.config), sigma)}.pkl"
     return _cached(p, lambda: synthetic_track_frames(seq, pixel_sigma=sigma, drop_prob=0.01, max_tracks=200,

@@ -1,7 +1,7 @@
 """``python -m bench backend``: VIO backend time per keyframe on the synthetic 60 s sequence.
 
 Input: the synthetic generator's 60 s stereo-inertial sequence as ground-truth projections of
-its scene points (1 px noise, dropouts, 1 % outliers; see :mod:`vilib_ros.backend.simulation`) and
+its scene points (1 px noise, dropouts, 1 % outliers; see :mod:`vilib_ros.synthetic.tracks`) and
 its IMU, so that only the backend is timed. For every keyframe the estimator records the wall
 time of the whole keyframe update (``total``), of the gtsam calls (``IncrementalFixedLagSmoother
 .update`` + ``calculateEstimate``: ``gtsam``) and the rest (factor construction, gating,
@@ -86,7 +86,7 @@ PREVIOUS = "(iSAM2 defaults until 2026-11-27)"
 _AGAINST_CODE = """
 import json, logging, sys
 logging.disable(logging.WARNING)
-from vilib_ros.backend.simulation import synthetic_track_frames
+from vilib_ros.synthetic.tracks import synthetic_track_frames
 from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
 from bench.backend import run_once
 seq = SyntheticSequence(SequenceConfig(duration_s=float(sys.argv[1]), seed=0))
@@ -167,7 +167,7 @@ def keyframe_breakdown(seq, frames, imu, mode: str) -> dict:
     import gtsam
 
     from vilib_ros.backend import BackendConfig
-    from vilib_ros.backend.fixed_lag import RootedFixedLagSmoother
+    from vilib_ros.backend.isam2_smoother import RootedFixedLagSmoother
 
     def make():
         return _Est(BackendConfig(mode=mode), seq.camera(0), seq.camera(1) if mode == "stereo" else None,
@@ -333,7 +333,7 @@ def configure_parser(p) -> None:
 
 def run_command(args) -> int:
     from vilib_ros.backend.config import BackendConfig
-    from vilib_ros.backend.simulation import synthetic_track_frames
+    from vilib_ros.synthetic.tracks import synthetic_track_frames
     from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
 
     if args.changes:

@@ -2,7 +2,7 @@
 
 Isolates the backend node from the frontend: the synthetic generator's stereo-inertial sequence
 (the one ``vilib-ros run`` generates, seed 0) gives ground-truth projections of its scene points
-as tracks (1 px noise, dropouts, outliers: :func:`vilib_ros.backend.simulation.synthetic_track_frames`)
+as tracks (1 px noise, dropouts, outliers: :func:`vilib_ros.synthetic.tracks.synthetic_track_frames`)
 and its 200 Hz IMU. In the same run:
 
 * offline: :class:`vilib_ros.backend.VioEstimator` fed in time order in this process (IMU
@@ -31,7 +31,7 @@ import numpy as np
 
 
 def _sequence(duration: float):
-    from vilib_ros.backend.simulation import synthetic_track_frames
+    from vilib_ros.synthetic.tracks import synthetic_track_frames
     from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
 
     seq = SyntheticSequence(SequenceConfig(duration_s=duration, seed=0))

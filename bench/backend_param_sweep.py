@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="only parameters whose name contains this")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
-    from vilib_ros.backend.simulation import synthetic_track_frames
+    from vilib_ros.synthetic.tracks import synthetic_track_frames
     from vilib_ros.synthetic import SequenceConfig, SyntheticSequence
 
     logging.disable(logging.WARNING)

@@ -1,4 +1,6 @@
-"""Backend configuration and the state record it outputs."""
+"""Backend configuration (:class:`BackendConfig`, validated once by the estimator, and the options that
+differ between stereo and mono resolved once for its mode: :class:`ModeSettings`) and the records it
+outputs (:class:`VioState`, :class:`StateCovariance`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,16 +12,14 @@ import numpy as np
 class BackendConfig:
     # --- sliding window ---
     window_s: float = 2.0               # the smoother's lag, seconds (solver 'schur' ends a landmark when its
-                                        # first state leaves: a longer window keeps it longer; iSAM2's
-                                        # default was 1.0, whose time grows with the window)
-    mono_window_s: float = 2.5          # mono mode uses max(window_s, mono_window_s): scale needs it (6 s, then
-                                        # 3 s before; with the grid below 2.5 s kept the ATE, backend_changes.md)
+                                        # first state leaves: a longer window keeps it longer; iSAM2's update
+                                        # time grows with the window)
+    mono_window_s: float = 2.5          # mono mode uses max(window_s, mono_window_s): the metric scale needs
+                                        # a longer window
     marginalise_every_s: float = 1.0    # old states leave the smoother in batches, this often: the window
                                         # then spans window_s .. window_s + this (0 = every keyframe); the
                                         # updates between batches do not re-eliminate the whole window
-                                        # (0 before; backend_changes.md)
-    mono_marginalise_every_s: float = 1.5  # mono mode's marginalise_every_s (its 2.5 s window; 1 s beside it in
-                                        # backend_changes.md)
+    mono_marginalise_every_s: float = 1.5  # mono mode's marginalise_every_s (in proportion to its longer window)
     mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given;
                                         # in the backend node: stereo:=true)
     # --- keyframe selection ---
@@ -35,9 +35,10 @@ class BackendConfig:
     max_landmarks_per_kf: int = 60      # observations added per keyframe (longest tracks first)
     landmark_grid: int = 0              # > 0: spread them over a grid of this many cells per side (each
                                         # cell's longest track first, then each cell's second, ...)
-    mono_max_landmarks_per_kf: int = 45  # mono mode's max_landmarks_per_kf (60 before; with the grid, 45 gave a
-                                        # lower ATE in less time, backend_changes.md)
-    mono_landmark_grid: int = 4         # mono mode's landmark_grid (stereo: off, its ATE on v101 went up)
+    mono_max_landmarks_per_kf: int = 45  # mono mode's max_landmarks_per_kf (spread over the grid below, fewer
+                                        # observations are as accurate at less update time)
+    mono_landmark_grid: int = 4         # mono mode's landmark_grid (stereo leaves it off: it made stereo less
+                                        # accurate)
     min_depth: float = 0.3
     max_depth: float = 25.0
     min_disparity_px: float = 1.0
@@ -54,13 +55,12 @@ class BackendConfig:
     landmark_max_span_s: float = 0.0   # a landmark older than this is ended, its track starts a new one (0 = never)
     # --- IMU ---
     # The sensor.yaml densities are datasheet values of a sensor at rest; on a flying multicopter
-    # rotor vibration makes the effective white noise far larger (EuRoC V1_01 in flight: gyro
-    # 6-29x, accelerometer 15-56x), and the biases drift faster (temperature, vibration).
-    # VINS-Fusion's EuRoC configuration inflates by 50-60x. With the datasheet values the
-    # estimator trusts the IMU over exact stereo tracks (ATE 5.6 cm against 1.0 cm on the V1_01
-    # trajectory; bench/results/accuracy.md). imu_noise_measured: the white-noise density of the
-    # last imu_noise_window_s of samples (first differences, robust) per keyframe interval, so a
-    # quiet sensor keeps its datasheet noise and a vibrating one gets what it shows.
+    # rotor vibration makes the effective white noise many times larger, and the biases drift
+    # faster (temperature, vibration); VINS-Fusion's EuRoC configuration inflates by 50-60x. With
+    # the datasheet values the estimator trusts the IMU over exact stereo tracks.
+    # imu_noise_measured: the white-noise density of the last imu_noise_window_s of samples (first
+    # differences, robust) per keyframe interval, so a quiet sensor keeps its datasheet noise and a
+    # vibrating one gets what it shows.
     imu_noise_measured: bool = True     # measure the white-noise density from the IMU stream
     imu_noise_scale: float = 1.0        # fixed white-noise multiplier where imu_noise_measured is false
     imu_noise_window_s: float = 1.0     # samples the measured scale looks at
@@ -78,24 +78,23 @@ class BackendConfig:
     dynamic_init_frames: int = 20       # stereo: frames for the moving-start alignment
     mono_init_window_s: float = 2.0     # mono: window for the moving-start alignment
     # --- optimisation ---
-    relinearize_threshold: float = 0.01  # 0.05 left cm-level linearisation errors in the window
-    relinearize_threshold_landmarks: float = 0.01  # landmarks' own threshold (m); 0.1 cut 2-5 % of the time and
-                                        # lowered the ATE in most columns of backend_changes.md, but raised it
-                                        # in three (V1_01 mono 4.03 -> 4.15 cm): not the default
+    relinearize_threshold: float = 0.01  # larger ones leave linearisation errors of the order of the accuracy
+    relinearize_threshold_landmarks: float = 0.01  # landmarks' own threshold (m); a larger one saves update time
+                                        # at some cost in accuracy on some sequences
     relinearize_skip: int = 1
     partial_relinearization_check: bool = False
     extra_updates: int = 0              # extra iSAM2 iterations per keyframe
     solver: str = "schur"               # stereo mode's smoother: 'schur', our own Gauss-Newton with the landmarks
                                         # eliminated (schur_smoother; a landmark leaves with the first state that
-                                        # saw it); 'isam2', gtsam's iSAM2 (fixed_lag.RootedFixedLagSmoother)
-    mono_solver: str = "isam2"          # mono mode's smoother ('schur' cost mono accuracy: backend_changes.md)
+                                        # saw it); 'isam2', gtsam's iSAM2 (isam2_smoother)
+    mono_solver: str = "isam2"          # mono mode's smoother ('schur' is less accurate in mono)
     schur_keep_landmarks: int = 0       # solver 'schur' marginalisation: > 0: a landmark a leaving state saw is
                                         # marginalised all the same and then goes on in the window from its
                                         # estimate where at least this many of its observations are by remaining
-                                        # states (VINS-Mono's depth shift; less accurate: backend_changes_2026-11-28.md);
+                                        # states (VINS-Mono's depth shift; less accurate here);
                                         # 0: it leaves with the first state that saw it
     rooted_smoother: bool = True        # the newest state in the Bayes tree's root: its covariance without a
-                                        # shortcut (fixed_lag.RootedFixedLagSmoother); false: gtsam's
+                                        # shortcut (isam2_smoother.RootedFixedLagSmoother); false: gtsam's
                                         # IncrementalFixedLagSmoother
     # --- failure handling ---
     max_speed: float = 30.0             # m/s
@@ -135,6 +134,34 @@ class BackendConfig:
             raise ValueError("need imu_noise_scale > 0, imu_walk_scale > 0, imu_noise_window_s > 0, "
                              "imu_noise_scale_max >= 1")
         return self
+
+    def for_mode(self, has_right_camera: bool) -> "ModeSettings":
+        """The options of the mode this configuration runs in: ``mode`` ('auto': stereo where a right camera
+        is given), and where mono has its own field (``mono_window_s``, ``mono_max_landmarks_per_kf``,
+        ``mono_landmark_grid``, ``mono_marginalise_every_s``, ``mono_solver``), that one in mono."""
+        mode = self.mode
+        if mode == "auto":
+            mode = "stereo" if has_right_camera else "mono"
+        if mode == "stereo" and not has_right_camera:
+            raise ValueError("mode='stereo' needs cam1")
+        if mode == "mono":
+            return ModeSettings(mode, max(self.window_s, self.mono_window_s), self.mono_max_landmarks_per_kf,
+                                self.mono_landmark_grid, self.mono_marginalise_every_s, self.mono_solver)
+        return ModeSettings(mode, self.window_s, self.max_landmarks_per_kf, self.landmark_grid,
+                            self.marginalise_every_s, self.solver)
+
+
+@dataclass(frozen=True)
+class ModeSettings:
+    """What the estimator's mode takes of a :class:`BackendConfig` (:meth:`BackendConfig.for_mode`): its
+    members read these, never the mono / stereo pairs of fields."""
+
+    mode: str                   # 'stereo' | 'mono'
+    window_s: float             # the smoother's lag, s
+    max_obs_per_kf: int         # observations added per keyframe
+    landmark_grid: int          # > 0: those observations spread over this many image cells per side
+    marginalise_every_s: float  # batch marginalisation period (0: every keyframe)
+    solver: str                 # 'schur' | 'isam2'
 
 
 @dataclass

@@ -1,11 +1,18 @@
-"""IMU buffer, noise parameters and integration helpers."""
+"""IMU input (:class:`ImuInput`: the checks every sample passes), buffer, noise parameters and
+integration helpers."""
 from __future__ import annotations
+
+import logging
+import math
 
 import numba
 import numpy as np
 
-from .schur import so3_exp
-from .simulation import EUROC_IMU_NOISE
+from ..datasets.common import EUROC_IMU_NOISE
+from .config import BackendConfig
+from .schur_kernels import so3_exp
+
+log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
 
 #: the four EuRoC names of the IMU noise and the other names a sensor.yaml may give them
 IMU_NOISE_ALIASES = {
@@ -19,7 +26,7 @@ IMU_NOISE_ALIASES = {
 def normalise_imu_noise(noise: dict | None) -> dict:
     """Map a dataset's ``imu_noise`` dict (EuRoC sensor.yaml names or common aliases) to the
     four EuRoC names; missing entries take the EuRoC ADIS16448 defaults."""
-    out = dict(EUROC_IMU_NOISE)
+    out = {name: EUROC_IMU_NOISE[name] for name in IMU_NOISE_ALIASES}
     for name, aliases in IMU_NOISE_ALIASES.items():
         for a in aliases:
             if noise and a in noise and noise[a] is not None:
@@ -55,7 +62,7 @@ def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float 
 def _diff_mad(t_ns, data):
     """(median spacing of ``t_ns``, per column of ``data`` (n, 6) the median absolute deviation of its
     first differences): :func:`effective_noise_scale`'s statistics, compiled (they run on every
-    keyframe; NumPy's per-call overhead made them 0.14 ms there). The same values as NumPy's medians."""
+    keyframe, where NumPy's per-call overhead would dominate). The same values as NumPy's medians."""
     n = t_ns.shape[0]
     col = np.empty(n - 1)
     for i in range(n - 1):
@@ -88,7 +95,7 @@ def effective_noise_scale(t_ns: np.ndarray, data: np.ndarray, noise: dict) -> tu
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def measured_noise_scales(t_ns, data, gyro_density, acc_density):
     """:func:`effective_noise_scale` on at least 20 samples with the datasheet densities given as
-    numbers, compiled (every keyframe; the NumPy steps took ~0.1 ms there). The same expression, in the
+    numbers, compiled (every keyframe). The same expression, in the
     same order: the same values."""
     dt, mad = _diff_mad(t_ns, data)
     r2, s = np.sqrt(2.0), np.sqrt(dt * 1e-9)
@@ -120,7 +127,7 @@ def _interp(t, d, x, out):
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _pieces(t, d, t_a, t_b):
-    """:meth:`ImuBuffer.pieces` compiled (it runs on every frame; ~15 NumPy calls took 26 us): the
+    """:meth:`ImuBuffer.pieces` compiled (it runs on every frame): the
     same arithmetic in the same order, so the same values to the last bit."""
     i0 = np.searchsorted(t, t_a, side="right")
     i1 = np.searchsorted(t, t_b)
@@ -178,7 +185,7 @@ def preintegrate(delta, a, w, dt, bias):
     (K,) s, corrected by ``bias`` (6: accelerometer, gyroscope, as ``ConstantBias.vector()``), into
     ``delta`` (10: theta, position, velocity, elapsed time) in place:
     ``theta += Jr^-1(theta) w dt``, ``p += v dt + R(theta) a dt^2 / 2``, ``v += R(theta) a dt``.
-    What a non-keyframe's prediction needs, without ~10 calls into gtsam per frame; equal to gtsam's
+    What a non-keyframe's prediction needs, without calls into gtsam per frame; equal to gtsam's
     ``deltaRij / deltaPij / deltaVij`` to rounding (test_backend_compiled)."""
     R = np.empty((3, 3))
     for k in range(dt.shape[0]):
@@ -256,9 +263,9 @@ def _max_gap(t, t_a, t_b):
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def batch_ok(t, d, last, max_gyro, max_acc):
-    """Whether every sample of a batch passes :meth:`VioEstimator.add_imu`'s checks (finite, within the
+    """Whether every sample of a batch passes :meth:`ImuInput.add`'s checks (finite, within the
     sensor's range, stamps increasing and after ``last``; ``last`` < 0: no sample before), in one
-    compiled pass (the NumPy checks took ~30 us per frame's batch)."""
+    compiled pass (every frame's batch)."""
     n = t.shape[0]
     if n and last >= 0 and t[0] <= last:
         return False
@@ -394,9 +401,8 @@ def propagate_imu(R, p, v, bg, ba, m, dt, gravity):
     """The state (R world <- body, p, v) carried through the IMU pieces ``m`` (K, 6: gyro, acc) of
     ``dt`` (K,) s with biases ``bg``, ``ba`` (:meth:`VioEstimator.propagate`, the IMU-rate output):
     position and velocity by the step's world acceleration (gravity ``gravity`` m/s^2 along -z),
-    then the rotation by Rodrigues' formula of the bias-corrected rate over the step. Compiled: at
-    200 Hz it ran ~13 us of NumPy per piece (67 us for 5 on the 2-core machine, 2 us now). Returns
-    new (R, p, v)."""
+    then the rotation by Rodrigues' formula of the bias-corrected rate over the step. Compiled: it
+    runs at the IMU rate. Returns new (R, p, v)."""
     R, p, v = R.copy(), p.copy(), v.copy()
     E, Rn = np.empty((3, 3)), np.empty((3, 3))
     for k in range(dt.shape[0]):
@@ -417,7 +423,7 @@ def propagate_imu(R, p, v, bg, ba, m, dt, gravity):
 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the compiled helpers here now (the estimator calls it at
-    construction: a cold cache costs ~1 s, not to be paid by the first keyframe)."""
+    construction: a cold cache's compilation is not to be paid by the first keyframe)."""
     t, d = np.arange(3, dtype=np.int64), np.zeros((3, 6))
     measured_noise_scales(t, d, 1.0, 1.0)
     m, dt = _pieces(t, d, 0, 2)
@@ -430,3 +436,74 @@ def warm_up() -> None:
     batch_ok(t, d, -1, 1.0, 1.0)
     gaps_over(t, -1, 10)
     propagate_imu(np.eye(3), np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3), d, np.ones(3) * 0.01, 9.81)
+
+
+class ImuInput:
+    """The estimator's IMU input: every sample checked (finite, within the sensor's range
+    ``imu_max_gyro`` / ``imu_max_acc``, later than the last one) and counted in ``stats``
+    (``imu_samples``, ``imu_skipped``, ``imu_out_of_range``, ``imu_gaps``), a bad one skipped with a
+    throttled warning (``warn``: :class:`vilib_ros.log_throttle.ThrottledWarnings`); the good ones in
+    ``buffer``. A hole longer than ``imu_max_gap_s`` is counted and said: nothing integrates across it."""
+
+    def __init__(self, config: BackendConfig, stats: dict, warn):
+        self.config = config
+        self.stats = stats
+        self._warn = warn
+        self.buffer = ImuBuffer()
+
+    def add(self, t_ns: int, gyro, acc) -> None:
+        try:
+            g0, g1, g2 = gyro
+            a0, a1, a2 = acc
+            s = (float(g0), float(g1), float(g2), float(a0), float(a1), float(a2))
+        except (TypeError, ValueError):
+            g = np.asarray(gyro, dtype=np.float64).reshape(-1)
+            a = np.asarray(acc, dtype=np.float64).reshape(-1)
+            if g.shape != (3,) or a.shape != (3,):
+                raise ValueError(f"gyro and acc must have 3 elements, got {g.shape} and {a.shape}") from None
+            s = tuple(float(x) for x in (*g, *a))
+        t_ns = int(t_ns)
+        cfg = self.config
+        if not all(map(math.isfinite, s)):
+            self.stats["imu_skipped"] += 1
+            self._warn("imu_nan", "skipping non-finite IMU sample at %d", t_ns)
+            return
+        mg, ma = max(map(abs, s[:3])), max(map(abs, s[3:]))
+        if mg > cfg.imu_max_gyro or ma > cfg.imu_max_acc:
+            self.stats["imu_skipped"] += 1
+            self.stats["imu_out_of_range"] += 1
+            self._warn("imu_range", "skipping IMU sample at %d beyond the sensor range (|gyro| <= %g rad/s, |acc| <= %g m/s^2): "
+                       "max |gyro| %.3g, max |acc| %.3g", t_ns, cfg.imu_max_gyro, cfg.imu_max_acc, mg, ma)
+            return
+        last = self.buffer.last_t
+        if not self.buffer.add(t_ns, s):
+            self.stats["imu_skipped"] += 1
+            self._warn("imu_order", "skipping non-monotonic IMU sample at %d", t_ns)
+            return
+        if last is not None and t_ns - last > cfg.imu_max_gap_s * 1e9:
+            self._note_gap(last, t_ns)
+        self.stats["imu_samples"] += 1
+
+    def add_batch(self, t_ns, data) -> None:
+        """Many samples at once (stamps (N,), [gyro, acc] (N, 6)): the same checks, counts and warnings
+        as :meth:`add` per sample, vectorised where every sample is good."""
+        t = np.ascontiguousarray(t_ns, np.int64).reshape(-1)
+        d = np.ascontiguousarray(data, np.float64).reshape(len(t), 6)
+        if not len(t):
+            return
+        cfg = self.config
+        last = self.buffer.last_t
+        lst = -1 if last is None else last
+        if not batch_ok(t, d, lst, cfg.imu_max_gyro, cfg.imu_max_acc):
+            for ti, di in zip(t.tolist(), d):
+                self.add(ti, di[:3], di[3:])
+            return
+        self.buffer.extend(t, d)
+        for k in gaps_over(t, lst, int(cfg.imu_max_gap_s * 1e9)):
+            self._note_gap(int(t[k - 1]) if k else lst, int(t[k]))
+        self.stats["imu_samples"] += len(t)
+
+    def _note_gap(self, last: int, t_ns: int) -> None:
+        self.stats["imu_gaps"] += 1
+        log.warning("IMU gap of %.3f s (%d -> %d) is longer than imu_max_gap_s = %g: not integrated across",
+                    (t_ns - last) * 1e-9, last, t_ns, self.config.imu_max_gap_s)

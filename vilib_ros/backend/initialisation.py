@@ -24,6 +24,13 @@
 * Fallback when the alignment keeps failing (too little parallax/points for 4 windows):
   gravity from the averaged accelerometer (biased by the mean linear acceleration), zero
   velocity with a loose prior (``dynamic_accel``).
+
+:class:`Initialiser`, the estimator's member, keeps the frames until one of these succeeds and gives
+the state to start the smoother from. After a hole in the IMU (:meth:`Initialiser.restart`) it
+initialises again on the IMU and frames after the hole only, anchored at the last keyframe's position
+and heading (gravity direction, velocity and gyro bias are estimated afresh): the vehicle moved by an
+unknown amount during the hole, so the trajectory continues from where it was last known, with a
+fresh velocity, instead of from an integration of nothing.
 """
 from __future__ import annotations
 
@@ -32,7 +39,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .config import BackendConfig
+from .imu import ImuBuffer
+from .rig import CameraRig
+
 log = logging.getLogger(__name__)
+est_log = logging.getLogger("vilib_ros.backend.estimator")   # the estimator's parts say what they do there
 RANSAC_SEED = 20201025
 
 
@@ -372,3 +384,122 @@ def estimate_gyro_bias(imu_buffer, params, t0, stamps, R_vis, eps=1e-3):
     if not np.all(np.isfinite(bg)) or np.linalg.norm(bg) > 0.2:
         return np.zeros(3)
     return bg
+
+
+@dataclass
+class Start:
+    """What the smoother starts from: the first frame's stamp and state (pose ``T``, velocity ``v``, bias
+    ``bias6`` [acc, gyro]) with the priors' sigmas; ``first``: the first initialisation (else after an
+    IMU hole); ``frames``: the frames kept until now, to be processed in order."""
+
+    t_ns: int
+    T: np.ndarray
+    v: np.ndarray
+    bias6: np.ndarray
+    rot_sigma: float
+    v_sigma: float
+    bg_sigma: float
+    first: bool
+    frames: list
+
+
+class Initialiser:
+    """See the module docstring. ``mode``: 'stereo' | 'mono'; ``imu``: the estimator's IMU buffer;
+    ``params``: gtsam's preintegration parameters; counts ``init_attempts``, ``frames_skipped`` and
+    ``init_kind`` in ``stats``; says a start that keeps failing through ``warn`` (throttled)."""
+
+    #: failed initialisation attempts before it says so (a normal start takes a few)
+    ATTEMPTS_BEFORE_WARNING = 20
+
+    def __init__(self, config: BackendConfig, mode: str, rig: CameraRig, imu: ImuBuffer, params, stats: dict,
+                 warn):
+        self.config = config
+        self.mode = mode
+        self.rig = rig
+        self.imu = imu
+        self.params = params
+        self.stats = stats
+        self._warn = warn
+        self.frames: list = []                      # the frames since the (re)start, oldest first
+        self.anchor: np.ndarray | None = None       # last known pose before an IMU hole
+
+    def restart(self, frame, anchor: np.ndarray) -> None:
+        """Initialise again from ``frame`` on, anchored at the pose ``anchor`` (after an IMU hole)."""
+        self.anchor = anchor
+        self.frames = [frame]
+
+    def add(self, frame) -> Start | None:
+        """Keep ``frame``; the start once an initialisation succeeds (None until then)."""
+        self.frames.append(frame)
+        res = self._try()
+        if res is None:
+            return None
+        t0 = self.frames[0].stamp_ns
+        self.stats["init_kind"] = res.kind
+        est_log.info("initialised (%s) at %d: v=%s bg=%s", res.kind, t0, np.round(res.v_w, 3), np.round(res.bg, 4))
+        T = np.eye(4)
+        T[:3, :3] = res.R_wb
+        v_w = res.v_w
+        anchor, self.anchor = self.anchor, None
+        if anchor is not None:      # re-initialisation after an IMU hole: continue from the last known position and heading
+            M = anchor[:3, :3] @ res.R_wb.T
+            psi = np.arctan2(M[1, 0] - M[0, 1], M[0, 0] + M[1, 1])
+            Rz = np.array([[np.cos(psi), -np.sin(psi), 0], [np.sin(psi), np.cos(psi), 0], [0, 0, 1.0]])
+            T[:3, :3] = Rz @ res.R_wb
+            T[:3, 3] = anchor[:3, 3]
+            v_w = Rz @ v_w
+        frames, self.frames = self.frames, []
+        return Start(t0, T, v_w, np.concatenate([res.ba, res.bg]), res.rot_sigma, res.v_sigma,
+                     0.003 if res.kind == "static" else 0.01, anchor is None, frames)
+
+    def _try(self) -> InitResult | None:
+        cfg = self.config
+        frames, imu = self.frames, self.imu
+        t0 = frames[0].stamp_ns
+        W = int(cfg.init_window_s * 1e9)
+        first_imu = imu.t[0]
+        last_imu = imu.last_t
+        before_ok = first_imu <= t0 - W and imu.max_gap(t0 - W, t0) <= cfg.imu_max_gap_s * 1e9
+        if before_ok:
+            _, win = imu.window(t0 - W, t0)
+        elif last_imu >= t0 + W or frames[-1].stamp_ns >= t0 + W:
+            _, win = imu.window(first_imu if self.anchor is None else t0, t0 + W)
+        else:
+            return None
+        if is_static(win, cfg, cfg.gravity):
+            return static_init(win)
+        if self.mode == "stereo":
+            if len(frames) < cfg.dynamic_init_frames:
+                return None
+            self.stats["init_attempts"] += 1
+            res = dynamic_init_stereo(frames, imu, self.rig.cam0, self.rig.cam1, self.params, cfg.gravity)
+            if res is None and len(frames) > 4 * cfg.dynamic_init_frames:
+                res = accel_init(win)
+        else:
+            span = (frames[-1].stamp_ns - t0) * 1e-9
+            if span < cfg.mono_init_window_s:
+                return None
+            self.stats["init_attempts"] += 1
+            res = dynamic_init_mono(frames, imu, self.rig.cam0, self.params, cfg.gravity)
+            if res is None and span > 4 * cfg.mono_init_window_s:
+                res = accel_init(win)
+        if res is None:
+            frames.pop(0)      # slide the window and try again
+            self.stats["frames_skipped"] += 1
+            self._not_yet(win)
+        return res
+
+    def _not_yet(self, win: np.ndarray) -> None:
+        """Say (throttled) that the initialisation keeps failing, and where the accelerometer's mean
+        disagrees with the configured gravity, that too."""
+        n = self.stats["init_attempts"]
+        if n < self.ATTEMPTS_BEFORE_WARNING:
+            return
+        g = self.config.gravity
+        a = float(np.linalg.norm(win[:, 3:].mean(axis=0))) if len(win) else float("nan")
+        hint = ""
+        if np.isfinite(a) and abs(a - g) > 0.2 * max(g, 1.0):
+            hint = (f"; the accelerometer's mean |a| over the window is {a:.2f} m/s^2 against gravity = {g:g}: "
+                    "check the gravity parameter and the IMU's units")
+        self._warn("init", "not initialised yet after %d attempts (%s): no solution from the first frames%s",
+                   n, self.mode, hint)

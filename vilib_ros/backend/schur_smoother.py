@@ -1,15 +1,15 @@
-"""A fixed-lag smoother of our own for the visual-inertial window: Gauss-Newton with the landmarks
-eliminated in closed form, states dense (``BackendConfig.solver = 'schur'``).
+"""The smoother of ``solver = 'schur'`` (stereo's default), our own for the visual-inertial window:
+Gauss-Newton with the landmarks eliminated in closed form, states dense.
 
-gtsam's iSAM2 re-eliminated ~150 of the window's ~160 variables on every keyframe update (the new
-keyframe observes landmarks that tie it to every pose of the window): the update was a batch solve
-by a general sparse solver, 2-3 ms of a 4-5 ms stereo keyframe on the 2-core machine. The window's
-structure is known in advance: ~13 keyframe states (15 dimensions each: pose, velocity, bias)
-densely coupled, ~200 landmarks (3 each) that touch only poses. So per update:
+In a visual-inertial window every keyframe observes landmarks that tie it to every pose of the
+window, so gtsam's iSAM2 re-eliminates nearly all of the window on every keyframe update: a batch
+solve by a general sparse solver. The window's structure is known in advance: a few keyframe states
+(15 dimensions each: pose, velocity, bias) densely coupled, many landmarks (3 each) that touch only
+poses. So per update:
 
-1. linearise: the visual factors compiled (:mod:`.schur`: gtsam's stereo and projection factors,
-   Huber), every time; the inertial ones (``CombinedImuFactor``, priors, zero-velocity factors:
-   gtsam factor objects) by gtsam, and only where one of their variables moved more than the
+1. linearise: the visual factors compiled (:mod:`.schur_kernels`: gtsam's stereo and projection
+   factors, Huber), every time; the inertial ones (``CombinedImuFactor``, priors, zero-velocity
+   factors: gtsam factor objects) by gtsam, and only where one of their variables moved more than the
    relinearisation threshold since (iSAM2's rule; otherwise their last linearisation, carried to
    the estimate); the marginal priors as the linear factors they are;
 2. eliminate each landmark (its 3x3 block: the Schur complement) into the states' dense system,
@@ -18,32 +18,32 @@ densely coupled, ~200 landmarks (3 each) that touch only poses. So per update:
 3. marginalise what left the lag: the leaving states and with them every landmark one of them
    observed, its observations from the remaining states included, so that the marginal is a dense
    prior on states alone (VINS-Mono's marginalisation). gtsam's smoother instead keeps such a
-   landmark and couples it densely to the remaining states: ~70 landmarks, ~210 more dense unknowns
-   in a solver like this one. The estimator ends those landmarks' tracks at the same moment, so a
-   track seen on starts a new landmark; with a 2 s window (1 s for iSAM2) the trajectory is as
-   accurate or more (``bench/results/backend_changes.md``).
+   landmark and couples it densely to the remaining states, which would make a solver like this one
+   carry three more dense unknowns per landmark. The estimator ends those landmarks' tracks at the
+   same moment, so a track seen on starts a new landmark; with a longer window than iSAM2's the
+   trajectory stays as accurate.
 
-The interface is the part of :class:`.fixed_lag.RootedFixedLagSmoother` the estimator uses
-(``update``, ``estimate``, ``marginalCovariance``, ``setSmootherLag``, ``timestamps``), plus the
-visual input without gtsam objects: :meth:`SchurSmoother.add_landmark` and
-:meth:`SchurSmoother.obs_adder`. A system that is not positive definite raises
-:class:`IndeterminantSystem` (the estimator resets, as after gtsam's exception). The window's
-parts (landmark table, state factors with their cached linearisations, marginal priors) are in
-:mod:`.schur_window`.
+The interface is the estimator's smoother interface (:mod:`.smoother`): the part of gtsam's
+``IncrementalFixedLagSmoother`` it uses (``update``, ``estimate``, ``marginalCovariance``,
+``setSmootherLag``, ``timestamps``), plus the visual input without gtsam objects:
+:meth:`SchurSmoother.add_landmark` and :meth:`SchurSmoother.obs_adder`, and ``removed_landmarks``. A
+system that is not positive definite raises :class:`IndeterminantSystem` (the estimator resets, as
+after gtsam's exception). The window's parts (landmark table, state factors with their cached
+linearisations, marginal priors) are in :mod:`.schur_window`.
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
 
-from . import schur
-from .schur import STATE_DIM
+from .schur_kernels import STATE_DIM, landmark_steps, retract_states, states_local, visual_normal_equations
+from .schur_kernels import warm_up as kernels_warm_up
 from .schur_window import IDX_MASK as _IDX_MASK
 from .schur_window import OFFSET as _OFFSET
 from .schur_window import LandmarkTable, MarginalPrior, StateFactors
 
 _X, _V, _B, _L = (ord(c) for c in "xvbl")
-# LAPACK's Cholesky directly (scipy's cho_factor / cho_solve add ~10-20 us of checks per call)
+# LAPACK's Cholesky directly (scipy's cho_factor / cho_solve add checks to every call)
 _potrf, _potrs = scipy.linalg.get_lapack_funcs(("potrf", "potrs"), (np.zeros(1),))
 
 
@@ -84,7 +84,7 @@ class SchurSmoother:
         self._bufs: dict = {}               # work arrays kept between updates (_buf)
         self.removed_landmarks: set = set()  # landmark keys marginalised by the last update
         self.last_obs_used = 0
-        schur.warm_up()
+        kernels_warm_up()
 
     # ------------------------------------------------------------------ inputs
     def setSmootherLag(self, lag: float) -> None:  # noqa: N802 - gtsam's name
@@ -112,8 +112,8 @@ class SchurSmoother:
         ones after it (``update()`` without arguments, ``extra_updates``) marginalised, for the
         estimator to end those tracks' landmarks."""
         if graph is not None or values is not None or stamps:
-            # a keyframe's update starts the set; an extra step adds to it (regression: it was reset there,
-            # the estimator lost the first update's removals and read a removed landmark: KeyError)
+            # a keyframe's update starts the set; an extra step adds to it (the estimator must see the
+            # first update's removals too, or it reads a removed landmark)
             self.removed_landmarks = set()
         if values is not None and values.size():
             self._add_states(values)
@@ -177,7 +177,7 @@ class SchurSmoother:
                 continue
             slots = np.array([self._slot_of[i] for i in p.kf], np.int64)
             d0 = np.empty(len(p.g))
-            schur.states_local(slots, p.R, p.t, p.v, p.b, *st, d0)
+            states_local(slots, p.R, p.t, p.v, p.b, *st, d0)
             if np.all(np.diff(slots) == 1):         # consecutive slots (as a marginalisation leaves them)
                 a = STATE_DIM * int(slots[0])
                 sl = slice(a, a + len(p.g))
@@ -201,15 +201,15 @@ class SchurSmoother:
         self._Hll_inv = self._buf("Hll_inv", (L, 3, 3))
         self._gl = self._buf("gl", (L, 3))
         self._Hpl = self._buf("Hpl", (O, 6, 3))
-        self.last_obs_used = schur.visual_normal_equations(
+        self.last_obs_used = visual_normal_equations(
             self._Rs, self._ts, self._Rbs, self._tbs, self._baseline, t.P, lm_on, t.prior_H, t.prior_g, t.prior_P,
             st, lm, kind, z, obs_on, self._sigma, self._huber, len(self._slots), H, g, self._Hll_inv, self._gl,
             self._Hpl)
 
     def _buf(self, name: str, shape: tuple, zero: bool = False) -> np.ndarray:
         """A work array of ``shape`` in memory kept between updates: a fresh ``np.zeros`` of the
-        window's system (~300 KB) was new pages every time, and their first touch (page faults)
-        cost more than the kernels that filled them (~0.2 ms per update on the 2-core machine)."""
+        window's system would be new pages every time, and their first touch (page faults) costs more
+        than the kernels that fill them."""
         size = int(np.prod(shape))
         b = self._bufs.get(name)
         if b is None or b.size < size:
@@ -238,9 +238,9 @@ class SchurSmoother:
             raise IndeterminantSystem("the window's step is not finite")
         self._H = (c, list(self._slots))
         dP = np.zeros_like(t.P)
-        schur.landmark_steps(d, self._Hll_inv, self._gl, self._Hpl, t.o_state, t.o_lm, obs_on, lm_on, dP)
+        landmark_steps(d, self._Hll_inv, self._gl, self._Hpl, t.o_state, t.o_lm, obs_on, lm_on, dP)
         t.P += dP
-        schur.retract_states(self._Rs, self._ts, self._vs, self._bs, d)
+        retract_states(self._Rs, self._ts, self._vs, self._bs, d)
 
     # ------------------------------------------------------------------ marginalisation
     def _marginalise(self) -> None:

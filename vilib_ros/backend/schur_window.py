@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import schur
-from .schur import STATE_DIM
+from .schur_kernels import STATE_DIM, factor_normal_equations, pose_local
 
 _X, _V, _B, _L = (ord(c) for c in "xvbl")
 OFFSET = {_X: (0, 6), _V: (6, 3), _B: (9, 6)}     # a state key's rows in its slot
@@ -128,7 +127,7 @@ class StateFactors:
     one state slot or two consecutive ones, with its last linearisation (15 rows per slot: ``H``
     = ``A^T A``, ``c`` = ``A^T b``) and where it was taken. Linearised by gtsam again only where a
     variable moved more than the relinearisation threshold from that point
-    (:func:`.schur.factor_normal_equations`). The arrays hold ``n`` factors in a larger capacity."""
+    (:func:`.schur_kernels.factor_normal_equations`). The arrays hold ``n`` factors in a larger capacity."""
 
     _ARRAYS = (("s0", (), np.int64), ("two", (), np.bool_), ("rows", (30,), np.bool_), ("H", (30, 30), float),
                ("c", (30,), float), ("R", (2, 3, 3), float), ("t", (2, 3), float), ("v", (2, 3), float),
@@ -203,7 +202,7 @@ class StateFactors:
         for j in np.flatnonzero(self.fresh & on):
             self._linearise(int(j), st)
         stale = np.zeros(n, np.bool_)
-        schur.factor_normal_equations(self.s0, self.two, self.rows, self.H, self.c, self.R, self.t, self.v, self.b,
+        factor_normal_equations(self.s0, self.two, self.rows, self.H, self.c, self.R, self.t, self.v, self.b,
                                       *st, thresh, on, H, g, stale)
         for j in np.flatnonzero(stale):
             self._linearise(int(j), st)
@@ -222,7 +221,7 @@ class StateFactors:
             s, i = int(cap["s0"][j]) + q, self.kf[j][q]
             R0, t0, v0, b0 = self._at[i]
             # every step moves every state a little: bring theta's value to the estimate
-            schur.pose_local(R0, t0, Rs[s], ts[s], d)
+            pose_local(R0, t0, Rs[s], ts[s], d)
             vv.insert(_X << 56 | i, d.copy())
             vv.insert(_V << 56 | i, vs[s] - v0)
             vv.insert(_B << 56 | i, bs[s] - b0)

@@ -1,141 +1,96 @@
-"""Initialisation, smoother life cycle and resets of :class:`vilib_ros.backend.VioEstimator`:
-the first (or post-IMU-hole) initialisation, starting the IncrementalFixedLagSmoother with its
-priors, resets from the last good state, the preintegration noise per keyframe interval."""
+"""The estimator's smoother (:class:`Smoother`): the states' factors of the window and the fixed-lag
+solver they go to, one of two behind one interface.
+
+Graph, one set of variables per keyframe k: pose X(k) (body in world), velocity V(k), IMU bias B(k),
+linked by ``CombinedImuFactor`` (preintegrated between keyframes, :mod:`.preintegration`); landmarks
+L(n) in world coordinates with their visual factors (:mod:`.landmarks`). :class:`Smoother` builds the
+state factors: the priors that start the window (yaw and position are unobservable: a tight prior
+anchors the gauge), each keyframe's IMU factor and, at rest, its zero-velocity prior and no-motion
+pose factor; it batches the marginalisation and reads the new state back.
+
+The solver (``solver``, mono: ``mono_solver``) keeps ``window_s`` seconds (mono: the longer
+``mono_window_s``: the metric scale needs it):
+
+* ``'schur'``, stereo's default: :class:`~.schur_smoother.SchurSmoother`, our own (one Gauss-Newton
+  step per keyframe with the landmarks eliminated in closed form, the states dense; a landmark leaves
+  the window with the first state that observed it, and the landmark map then ends its track's
+  landmark, the track seen on starting a new one; ``schur_keep_landmarks``: VINS-Mono's depth shift
+  instead);
+* ``'isam2'``, mono's default: :class:`~.isam2_smoother.Isam2Smoother`, gtsam's iSAM2 (with
+  ``rooted_smoother``: landmarks eliminated first, the newest state last, in the root clique, so that
+  its covariance is cheap).
+
+Both take the same input and give the same output (the solver interface): ``add_landmark(key, p,
+prior_sigma)`` and ``obs_adder()`` (``add_obs(X, L, xy, xr_rect, xr_raw)``) for the visual input,
+``update(graph, values, stamps, newest)`` with the state factors (gtsam factors on state keys) and
+their stamps [s] (without arguments: one more iteration), ``estimate()`` (``exists``, ``atPose3``,
+``atVector``, ``atConstantBias``, ``points(keys)``), ``setSmootherLag``, ``marginalCovariance``,
+``timestamps`` and ``removed_landmarks`` (the landmarks the last update marginalised).
+
+With ``marginalise_every_s`` (mono: ``mono_marginalise_every_s``) the states older than the window
+leave it in batches, so that only one update per batch pays for the marginalisation (the window then
+spans ``window_s`` to ``window_s + marginalise_every_s``).
+
+Any exception from an update (gtsam's IndeterminantLinearSystemException, the own smoother's
+IndeterminantSystem, other RuntimeErrors) and a diverged state (:func:`diverged`: speed, bias bounds,
+NaN) make the estimator restart the smoother from the last good state propagated with the IMU
+(:func:`restart_state`).
+"""
 from __future__ import annotations
 
-import logging
+import math
 
 import numpy as np
 
-from ..types import TrackFrame
-from .fixed_lag import RootedFixedLagSmoother
+from .config import BackendConfig, ModeSettings
+from .isam2_smoother import Isam2Smoother
+from .rig import CameraRig
 from .schur_smoother import SchurSmoother
-from .imu import make_preintegration_params, measured_noise_scales, preintegrate
-from .initialisation import accel_init, dynamic_init_mono, dynamic_init_stereo, is_static, static_init
-from .keyframes import _Keyframe
-from .landmarks import _Landmark
-
-log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
+from .window import B0, V0, X0, Keyframe
 
 
-class SmootherMixin:
-    """Initialisation and the smoother's life cycle (a part of VioEstimator; uses its state)."""
+class KeyframeFactors:
+    """The state factors (``graph``), values and stamps of one keyframe update: keyframe ``k`` at ``ts``
+    [s], its keys ``X``, ``V``, ``B``."""
 
-    #: failed initialisation attempts before the estimator says so (a normal start takes a few)
-    INIT_ATTEMPTS_BEFORE_WARNING = 20
+    __slots__ = ("k", "ts", "X", "V", "B", "graph", "values", "stamps")
 
-    def _init_not_yet(self, win: np.ndarray) -> None:
-        """Say (throttled) that the initialisation keeps failing, and where the accelerometer's mean
-        disagrees with the configured gravity, that too (regression: gravity 0, inside its declared
-        range, left the backend without an estimate and without a word for the whole run)."""
-        n = self.stats["init_attempts"]
-        if n < self.INIT_ATTEMPTS_BEFORE_WARNING:
-            return
-        g = self.config.gravity
-        a = float(np.linalg.norm(win[:, 3:].mean(axis=0))) if len(win) else float("nan")
-        hint = ""
-        if np.isfinite(a) and abs(a - g) > 0.2 * max(g, 1.0):
-            hint = (f"; the accelerometer's mean |a| over the window is {a:.2f} m/s^2 against gravity = {g:g}: "
-                    "check the gravity parameter and the IMU's units")
-        self._warn("init", "not initialised yet after %d attempts (%s): no solution from the first frames%s",
-                   n, self.mode, hint)
+    def __init__(self, k: int, ts: float, graph, values):
+        self.k, self.ts = k, ts
+        self.X, self.V, self.B = X0 | k, V0 | k, B0 | k
+        self.graph, self.values = graph, values
+        self.stamps = {self.X: ts, self.V: ts, self.B: ts}
 
-    def _try_initialise(self) -> bool:
-        cfg = self.config
-        f0 = self._pending_frames[0]
-        t0 = f0.stamp_ns
-        W = int(cfg.init_window_s * 1e9)
-        first_imu = self._imu.t[0]
-        last_imu = self._imu.last_t
-        before_ok = first_imu <= t0 - W and self._imu.max_gap(t0 - W, t0) <= cfg.imu_max_gap_s * 1e9
-        if before_ok:
-            _, win = self._imu.window(t0 - W, t0)
-        elif last_imu >= t0 + W or self._pending_frames[-1].stamp_ns >= t0 + W:
-            _, win = self._imu.window(first_imu if self._reinit_anchor is None else t0, t0 + W)
-        else:
-            return False
-        if is_static(win, cfg, cfg.gravity):
-            res = static_init(win)
-        elif self.mode == "stereo":
-            if len(self._pending_frames) < cfg.dynamic_init_frames:
-                return False
-            self.stats["init_attempts"] += 1
-            res = dynamic_init_stereo(self._pending_frames, self._imu, self.cam0, self.cam1, self._params,
-                                      cfg.gravity)
-            if res is None:
-                if len(self._pending_frames) > 4 * cfg.dynamic_init_frames:
-                    res = accel_init(win)
-                else:
-                    self._pending_frames.pop(0)      # slide the window and try again
-                    self.stats["frames_skipped"] += 1
-                    self._init_not_yet(win)
-                    return False
-        else:
-            span = (self._pending_frames[-1].stamp_ns - t0) * 1e-9
-            if span < cfg.mono_init_window_s:
-                return False
-            self.stats["init_attempts"] += 1
-            res = dynamic_init_mono(self._pending_frames, self._imu, self.cam0, self._params, cfg.gravity)
-            if res is None:
-                if span > 4 * cfg.mono_init_window_s:
-                    res = accel_init(win)
-                else:
-                    self._pending_frames.pop(0)
-                    self.stats["frames_skipped"] += 1
-                    self._init_not_yet(win)
-                    return False
-        self.stats["init_kind"] = res.kind
-        log.info("initialised (%s) at %d: v=%s bg=%s", res.kind, t0, np.round(res.v_w, 3), np.round(res.bg, 4))
-        T = np.eye(4)
-        T[:3, :3] = res.R_wb
-        v_w = res.v_w
-        anchor, self._reinit_anchor = self._reinit_anchor, None
-        if anchor is None:
-            self._t0_ns = t0
-        else:   # re-initialisation after an IMU hole: continue from the last known position and heading
-            M = anchor[:3, :3] @ res.R_wb.T
-            psi = np.arctan2(M[1, 0] - M[0, 1], M[0, 0] + M[1, 1])
-            Rz = np.array([[np.cos(psi), -np.sin(psi), 0], [np.sin(psi), np.cos(psi), 0], [0, 0, 1.0]])
-            T[:3, :3] = Rz @ res.R_wb
-            T[:3, 3] = anchor[:3, 3]
-            v_w = Rz @ v_w
-        self._start_smoother(t0, T, v_w, np.concatenate([res.ba, res.bg]),
-                             rot_sigma=res.rot_sigma, pos_sigma=1e-3, v_sigma=res.v_sigma,
-                             ba_sigma=0.1, bg_sigma=0.003 if res.kind == "static" else 0.01, first=anchor is None)
-        self._initialised = True
-        return True
 
-    def _reset_bookkeeping(self):
-        self._lm: dict[int, _Landmark] = {}
-        self._pending: dict[int, list] = {}
-        self._outliers: dict[int, int] = {}
-        self._blacklist: set[int] = set()
-        self._kfs: dict[int, _Keyframe] = {}
+class Smoother:
+    """See the module docstring. ``solver``: the current solver (a new one on every :meth:`start`)."""
 
-    def _ts(self, t_ns: int) -> float:
-        return (int(t_ns) - self._t0_ns) * 1e-9
+    def __init__(self, config: BackendConfig, settings: ModeSettings, rig: CameraRig):
+        import gtsam
 
-    def _start_smoother(self, t_ns, T, v, bias6, rot_sigma, pos_sigma, v_sigma, ba_sigma, bg_sigma, first=False):
+        self._g = gtsam
+        self.config = config
+        self.settings = settings
+        self.rig = rig
+        self.solver = None
+        self._marg_ts = 0.0         # stamp of the last batch marginalisation
+
+    def _new_solver(self):
+        cfg, s, rig = self.config, self.settings, self.rig
+        if s.solver == "schur":
+            return SchurSmoother(s.window_s, rig.sigma, cfg.huber_k, rig.T_BS0, rig.baseline, rig.T_BS1,
+                                 relinearize_threshold=cfg.relinearize_threshold,
+                                 keep_landmarks=cfg.schur_keep_landmarks)
+        return Isam2Smoother(s.window_s, cfg, rig)
+
+    def start(self, k: int, ts: float, T, v, bias6, rot_sigma, pos_sigma, v_sigma, ba_sigma, bg_sigma) -> None:
+        """A new solver whose window holds keyframe ``k``'s state at ``ts`` [s] (pose ``T``, velocity ``v``,
+        bias ``bias6`` [acc, gyro]) under priors of the given sigmas."""
         gtsam = self._g
-        if self.solver == "schur":
-            self._smoother = SchurSmoother(self.window_s, self._sigma_n, self.config.huber_k, self._T_BS0,
-                                           getattr(self, "_baseline", 0.0),
-                                           self.cam1.T_BS if self.cam1 is not None else None,
-                                           relinearize_threshold=self.config.relinearize_threshold,
-                                           keep_landmarks=self.config.schur_keep_landmarks)
-        elif self.config.rooted_smoother:
-            self._smoother = RootedFixedLagSmoother(self.window_s, self._isam2_params())
-        else:
-            self._smoother = gtsam.IncrementalFixedLagSmoother(self.window_s, self._isam2_params())
-        if first:
-            self._kf_idx = 0
-        else:
-            self._kf_idx += 1
-        self._reset_bookkeeping()
-        k = self._kf_idx
-        X, V, B = gtsam.symbol("x", k), gtsam.symbol("v", k), gtsam.symbol("b", k)
-        graph = gtsam.NonlinearFactorGraph()
-        vals = gtsam.Values()
+        self.solver = self._new_solver()
+        batch = KeyframeFactors(k, ts, gtsam.NonlinearFactorGraph(), gtsam.Values())
+        X, V, B = batch.X, batch.V, batch.B
+        graph, vals = batch.graph, batch.values
         pose = gtsam.Pose3(T)
         bias = gtsam.imuBias.ConstantBias(bias6[:3], bias6[3:])
         # yaw and position are unobservable: a tight prior anchors the gauge
@@ -147,98 +102,102 @@ class SmootherMixin:
         vals.insert(X, pose)
         vals.insert(V, np.asarray(v, float))
         vals.insert(B, bias)
-        ts = self._ts(t_ns)
-        self._marg_ts = ts                  # last batch marginalisation (KeyframeMixin._set_lag)
-        self._smoother_update(graph, vals, {X: ts, V: ts, B: ts}, (X, V, B))
-        self._kfs[k] = _Keyframe(k, int(t_ns), T.copy(), np.asarray(v, float).copy(), np.asarray(bias6, float).copy())
-        self._kf_final[k] = T.copy()
-        self._last_kf = self._kfs[k]
-        self._new_pim(t_ns, bias)
-        self.stats["keyframes"] += 1
+        self._marg_ts = ts
+        self.solver.update(graph, vals, batch.stamps, (X, V, B))
 
-    def _new_pim(self, t_ns: int, bias) -> None:
-        """A new preintegration from ``t_ns`` with ``bias`` (a gtsam ``ConstantBias``): gtsam's, for the next
-        keyframe's ``CombinedImuFactor``, and its mean, compiled (:func:`.imu.preintegrate`), that the frames in
-        between are predicted from. The frames' IMU steps go into the compiled mean at once and are kept
-        (``_pim_steps``); gtsam's integrates them, the same steps in the same order, only when a keyframe needs
-        it (:meth:`KeyframeMixin._predict`): ~10 calls into gtsam per frame were a third of a non-keyframe."""
-        self._pim = self._g.PreintegratedCombinedMeasurements(self._pim_params(t_ns), bias)
-        self._pim_t = int(t_ns)
-        self._pim_bias = np.asarray(bias.vector(), np.float64)       # accelerometer, gyroscope
-        self._pim_delta = np.zeros(10)
-        self._pim_steps = []
+    def keyframe(self, prev: Keyframe, k: int, ts: float, T_pred, v_pred, pim) -> KeyframeFactors:
+        """Keyframe ``k``'s state at ``ts`` [s], predicted (``T_pred``, ``v_pred``), linked to the previous
+        keyframe ``prev`` by the IMU factor of gtsam's preintegration ``pim``."""
+        gtsam = self._g
+        batch = KeyframeFactors(k, ts, gtsam.NonlinearFactorGraph(), gtsam.Values())
+        Xp, Vp, Bp = X0 | prev.idx, V0 | prev.idx, B0 | prev.idx
+        batch.graph.add(gtsam.CombinedImuFactor(Xp, Vp, batch.X, batch.V, Bp, batch.B, pim))
+        batch.values.insert(batch.X, gtsam.Pose3(T_pred))
+        batch.values.insert(batch.V, v_pred)
+        batch.values.insert(batch.B, gtsam.imuBias.ConstantBias(prev.bias[:3], prev.bias[3:]))
+        return batch
 
-    def _integrate_to(self, t_ns: int) -> None:
-        """The IMU steps from the end of the preintegration to ``t_ns`` into its compiled mean (and kept for
-        gtsam's)."""
-        a, w, dt = self._imu.steps(self._pim_t, t_ns, self._pim_bias[3:])
-        if len(dt):
-            preintegrate(self._pim_delta, a, w, dt, self._pim_bias)
-            self._pim_steps.append((a, w, dt))
-        self._pim_t = int(t_ns)
+    def add_rest(self, batch: KeyframeFactors, prev: Keyframe, dt: float) -> None:
+        """At rest since ``prev`` (``dt`` s ago): a zero-velocity prior and a no-motion pose factor."""
+        gtsam = self._g
+        sigma = self.config.still_velocity_sigma
+        batch.graph.add(gtsam.PriorFactorVector(batch.V, np.zeros(3), gtsam.noiseModel.Isotropic.Sigma(3, sigma)))
+        batch.graph.add(gtsam.BetweenFactorPose3(X0 | prev.idx, batch.X, gtsam.Pose3(), gtsam.noiseModel.Diagonal.Sigmas(
+            np.array([1e-3] * 3 + [sigma * dt + 1e-4] * 3))))
 
-    def _smoother_update(self, graph, vals, stamps, newest) -> None:
-        """One smoother update; ``newest``: the new state's keys (the root clique of
-        :class:`RootedFixedLagSmoother`, where its marginal covariance is cheap)."""
-        if self.config.rooted_smoother or self.solver == "schur":
-            self._smoother.update(graph, vals, stamps, newest)
-        else:
-            self._smoother.update(graph, vals, stamps)
+    def ends_first_seen_landmarks(self, ts: float) -> bool:
+        """Whether the update at ``ts`` [s] marginalises in the own smoother, which then takes a landmark
+        first seen by a leaving state with it (``schur_keep_landmarks`` 0)."""
+        every = self.settings.marginalise_every_s
+        return self.settings.solver == "schur" and self.config.schur_keep_landmarks == 0 and (
+            every <= 0 or ts - self._marg_ts >= every)
 
-    def _isam2_params(self):
-        cfg = self.config
-        p = self._g.ISAM2Params()
-        # per variable type (the key's character): landmarks have their own threshold
-        th = self._g.ISAM2ThresholdMap()
-        for c, dim in (("x", 6), ("v", 3), ("b", 6)):
-            th.insert((c, np.full(dim, cfg.relinearize_threshold)))
-        th.insert(("l", np.full(3, cfg.relinearize_threshold_landmarks)))
-        p.setRelinearizeThreshold(th)
-        p.relinearizeSkip = cfg.relinearize_skip
-        p.enablePartialRelinearizationCheck = cfg.partial_relinearization_check
-        # the smoother removes the marginalised factors every keyframe: reuse their slots instead of
-        # growing the factor list with empty ones (gtsam's advice for fixed-lag smoothing; same
-        # results, 8 % less update time, bench/results/backend_changes.md)
-        p.findUnusedFactorSlots = True
-        return p
+    def set_lag(self, ts: float) -> None:
+        """Batch marginalisation (``marginalise_every_s``, mono: ``mono_marginalise_every_s``): the solver's
+        lag is window_s + the batch period, except on the update where a batch is due. An update that
+        marginalises re-eliminates the leaving states' part of the window, so doing it for several
+        keyframes at once makes most updates cheaper."""
+        every = self.settings.marginalise_every_s
+        if every <= 0:
+            return
+        due = ts - self._marg_ts >= every
+        self.solver.setSmootherLag(self.settings.window_s if due else self.settings.window_s + every)
+        if due:
+            self._marg_ts = ts
 
-    def _reset(self, reason: str, t_ns: int, T, v, bias6):
-        self.stats["resets"] += 1
-        log.warning("backend reset #%d at %d: %s", self.stats["resets"], t_ns, reason)
-        bias6 = np.asarray(bias6, float).copy()
-        if not np.all(np.isfinite(bias6)) or np.abs(bias6[:3]).max() > self.config.max_acc_bias \
-                or np.abs(bias6[3:]).max() > self.config.max_gyro_bias:
-            bias6[:] = 0.0
-        v = np.asarray(v, float)
-        if not np.all(np.isfinite(v)) or np.linalg.norm(v) > self.config.max_speed:
-            v = np.zeros(3)
-        self._start_smoother(t_ns, T, v, bias6, rot_sigma=0.01, pos_sigma=0.01, v_sigma=0.2,
-                             ba_sigma=0.1, bg_sigma=0.01)
+    def update(self, batch: KeyframeFactors) -> None:
+        """The keyframe's update (and ``extra_updates`` more iterations)."""
+        self.solver.update(batch.graph, batch.values, batch.stamps, (batch.X, batch.V, batch.B))
+        for _ in range(self.config.extra_updates):
+            self.solver.update()
 
-    def _pim_params(self, t_ns: int):
-        """Preintegration noise for the interval starting at ``t_ns``: measured from the last
-        ``imu_noise_window_s`` of samples (``imu_noise_measured``) or fixed (``imu_noise_scale``)."""
-        cfg = self.config
-        if not cfg.imu_noise_measured:
-            return self._params
-        st, d = self._imu.window(int(t_ns) - int(cfg.imu_noise_window_s * 1e9), int(t_ns))
-        if len(st) < 20:
-            return self._params
-        n = self.imu_noise                  # normalised at construction
-        g, a = measured_noise_scales(st, d, n["gyroscope_noise_density"], n["accelerometer_noise_density"])
-        g, a = min(g, cfg.imu_noise_scale_max), min(a, cfg.imu_noise_scale_max)
-        self.imu_noise_scales = (g, a)
-        return make_preintegration_params(self.imu_noise, cfg.gravity, g, cfg.imu_walk_scale, acc_scale=a)
+    def estimate(self):
+        return self.solver.estimate()
 
-    def _imu_gap_reset(self, fr: TrackFrame):
-        """After an IMU hole: re-initialise, anchored at the last keyframe pose (module docstring)."""
-        kf = self._last_kf
-        gap_s = self._imu.max_gap(self._pim_t, fr.stamp_ns) * 1e-9
-        self.stats["imu_gap_resets"] += 1
-        self.stats["resets"] += 1
-        log.warning("backend reset #%d at %d: IMU hole of %.3f s before this frame; re-initialising from the "
-                    "IMU and frames after it, continuing from the last keyframe pose (%.2f s old)",
-                    self.stats["resets"], fr.stamp_ns, gap_s, (fr.stamp_ns - kf.t_ns) * 1e-9)
-        self._reinit_anchor = kf.T.copy()
-        self._initialised = False
-        self._pending_frames = [fr]
+    @property
+    def removed_landmarks(self):
+        """The landmark keys the last update marginalised (the own smoother's; none in iSAM2's)."""
+        return self.solver.removed_landmarks
+
+    def covariance(self, k: int):
+        """(pose, velocity) marginal covariance of keyframe ``k`` (raises where the solver cannot give it)."""
+        gtsam = self._g
+        S_pose = np.asarray(self.solver.marginalCovariance(gtsam.symbol("x", k)))
+        S_vel = np.asarray(self.solver.marginalCovariance(gtsam.symbol("v", k)))
+        return S_pose, S_vel
+
+
+def read_state(est, k: int):
+    """(pose 4x4, velocity, bias [acc, gyro]) of keyframe ``k`` from a solver's estimate."""
+    return (est.atPose3(X0 | k).matrix(), np.asarray(est.atVector(V0 | k)),
+            np.asarray(est.atConstantBias(B0 | k).vector()))
+
+
+def diverged(T, v, b, config: BackendConfig) -> str:
+    """Why a new estimate is unusable ('' if it is not): non-finite, faster than ``max_speed``, a bias
+    beyond ``max_gyro_bias`` / ``max_acc_bias``. On plain floats (once per keyframe)."""
+    vl, bl = v.tolist(), b.tolist()
+    if not (math.isfinite(float(T.sum())) and math.isfinite(sum(vl)) and math.isfinite(sum(bl))):
+        return "non-finite state"
+    speed = math.sqrt(vl[0] * vl[0] + vl[1] * vl[1] + vl[2] * vl[2])
+    if speed > config.max_speed:
+        return f"speed {speed:.1f} m/s > {config.max_speed}"
+    bg, ba = max(map(abs, bl[3:])), max(map(abs, bl[:3]))
+    if bg > config.max_gyro_bias:
+        return f"gyro bias {bg:.3f} rad/s > {config.max_gyro_bias}"
+    if ba > config.max_acc_bias:
+        return f"accelerometer bias {ba:.3f} m/s^2 > {config.max_acc_bias}"
+    return ""
+
+
+def restart_state(v, bias6, config: BackendConfig):
+    """(velocity, bias) to restart from: each as given where it is finite and within the bounds
+    (``max_speed``; ``max_acc_bias``, ``max_gyro_bias``), else zero."""
+    bias6 = np.asarray(bias6, float).copy()
+    if not np.all(np.isfinite(bias6)) or np.abs(bias6[:3]).max() > config.max_acc_bias \
+            or np.abs(bias6[3:]).max() > config.max_gyro_bias:
+        bias6[:] = 0.0
+    v = np.asarray(v, float)
+    if not np.all(np.isfinite(v)) or np.linalg.norm(v) > config.max_speed:
+        v = np.zeros(3)
+    return v, bias6

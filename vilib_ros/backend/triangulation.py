@@ -1,9 +1,8 @@
 """Triangulation of a keyframe's new landmarks: linear (DLT) over all their rays, outliers dropped.
 
-One compiled call (numba) per keyframe for all candidate landmarks: a keyframe creates ~20-30,
-and the per-candidate NumPy version (a few dozen small-array operations each, an SVD per outlier
-round) cost 0.4-0.7 ms of a 3.5 ms stereo keyframe on the 2-core machine; this costs ~0.15 ms,
-packing included (~0.06 ms for the kernel).
+One compiled call (numba) per keyframe for all candidate landmarks: a keyframe creates many, and
+a per-candidate NumPy version (a few dozen small-array operations each, an SVD per outlier round)
+would be a large part of the keyframe's time.
 
 Per candidate (its observations flat, in the order they were made):
 
@@ -13,7 +12,7 @@ Per candidate (its observations flat, in the order they were made):
   cam0 projection ``P``, every kept right ray two rows of ``T_c1c0 P``, each row scaled to a unit
   normal; the point is the null vector of the rows: the eigenvector of the smallest eigenvalue of
   A^T A (4x4; the right singular vector of A's smallest singular value, which the reference takes
-  from an SVD: the same point to ~1e-9, at a third of the time);
+  from an SVD: the same point to rounding, in less time);
 * gate: an observation whose squared reprojection error (normalised coordinates; left + right
   where it has a right ray) exceeds its chi2 bound (``gate``: chi2 x sigma^2, x4 for the current
   keyframe, whose pose is only IMU-predicted) or whose depth lies outside [min_depth, max_depth]
@@ -198,7 +197,7 @@ def triangulate_reference(Pl, xy, xr, has_r, gate, stereo, T_c1c0, min_depth, ma
 def warm_up() -> None:
     """Compile (or load from numba's cache) :func:`triangulate_candidates` now: the estimator
     calls it at construction, so that the first keyframe with new landmarks does not pay the
-    ~2 s compilation of a cold cache."""
+    compilation of a cold cache."""
     z = np.zeros
     triangulate_candidates(z((0, 3, 4)), z(0, np.int64), z((0, 2)), z((0, 2)), z(0, np.bool_), z(0),
                            z(1, np.int64), True, np.eye(4), 0.3, 25.0, 1.5, z((0, 3)), z(0, np.bool_),

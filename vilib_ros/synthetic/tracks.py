@@ -1,12 +1,13 @@
 """Ground-truth feature tracks for testing and benchmarking the backend without images.
 
-Two sources, both producing :class:`vilib_ros.types.TrackFrame` objects as the frontend would:
+Three sources, all producing :class:`vilib_ros.types.TrackFrame` objects as the frontend would:
 
-* :class:`MiniSim` - the backend's own minimal simulation: a room of random 3D points,
-  an analytic smooth trajectory (optionally starting at rest), and a 200 Hz IMU with
-  EuRoC-like white noise and bias random walk.
-* :func:`tracks_from_points` - projections of any set of world points through any pose
-  function (used on the synthetic generator's scene, see ``test/test_backend.py``).
+* :class:`MiniSim` - a minimal simulation of its own: a room of random 3D points, an analytic
+  smooth trajectory (optionally starting at rest), and a 200 Hz IMU with EuRoC-like white noise and
+  bias random walk;
+* :func:`synthetic_track_frames` - the points of a generated sequence's scene
+  (:class:`~.sequence.SyntheticSequence`) seen along its trajectory, hidden ones left out;
+* :func:`tracks_from_points` - projections of any set of world points through any pose function.
 
 Tracks are ground-truth projections with Gaussian pixel noise (default 1 px), realistic
 dropouts (each track is lost with a small per-frame probability and gets a new id when it
@@ -20,14 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..camera import CameraModel, euroc_cam0
+from ..datasets.common import EUROC_IMU_NOISE
 from ..types import TrackFrame
 
-EUROC_IMU_NOISE = {
-    "gyroscope_noise_density": 1.6968e-04,
-    "gyroscope_random_walk": 1.9393e-05,
-    "accelerometer_noise_density": 2.0e-3,
-    "accelerometer_random_walk": 3.0e-3,
-}
 GRAVITY = 9.81
 
 
@@ -280,7 +276,7 @@ def tracks_from_points(points_w, pose_wb, stamps_ns, cam0: CameraModel, cam1: Ca
 
 def scene_points(seq, density: float = 12.0, seed: int = 0) -> np.ndarray:
     """Points sampled uniformly (``density`` per m^2) on every textured quad of a
-    :class:`vilib_ros.synthetic.SyntheticSequence` scene (walls, floor, ceiling, boxes)."""
+    :class:`~.sequence.SyntheticSequence` scene (walls, floor, ceiling, boxes)."""
     rng = np.random.default_rng(seed)
     pts = []
     for q in seq.scene.quads:
