@@ -24,7 +24,7 @@ def _stream(rng, n=400, rate=200.0, jitter=True):
 
 
 def _pieces_reference(t, d, t_a, t_b):
-    """ImuBuffer.pieces before it was compiled (NumPy)."""
+    """ImuBuffer.pieces in plain NumPy: the compiled version's reference."""
     def at(x):
         i = int(np.searchsorted(t, x, side="left"))
         if i <= 0:
@@ -140,7 +140,8 @@ class TestBatchChecks:
 
 
 def _parallax_reference(kf_ids, kf_xy, ids, xy, R_cc):
-    """_parallax_uncached before it was compiled (NumPy; its nan_median), in normalised units."""
+    """KeyframePolicy's parallax in plain NumPy (with nan_median), in normalised units: the compiled
+    parallax_px's reference."""
     order = np.argsort(kf_ids, kind="stable")
     srt = kf_ids[order]
     pos = np.searchsorted(srt, ids)
@@ -185,7 +186,7 @@ class TestParallax:
 
 
 def _propagate_reference(R, p, v, bg, ba, m, dt, gravity):
-    """VioEstimator.propagate's NumPy loop as it was before it was compiled."""
+    """VioEstimator.propagate's integration as a NumPy loop: the compiled propagate_imu's reference."""
     g = np.array([0, 0, -gravity])
     for k in range(len(dt)):
         w, a, h = m[k, :3] - bg, m[k, 3:] - ba, float(dt[k])

@@ -1,7 +1,7 @@
-"""Odometry covariance from the smoother's marginals (vilib_ros.backend.covariance), issue 15.
+"""Odometry covariance from the smoother's marginals (vilib_ros.backend.covariance).
 
-The backend runs on the package's own minimal simulation (analytic trajectory, IMU with noise
-and bias, stereo tracks); after 6 s the tracks are removed (vision lost). Checked: the pose and
+The backend runs on a minimal simulation (vilib_ros.synthetic.tracks.MiniSim: analytic trajectory, IMU
+with noise and bias, stereo tracks); after 6 s the tracks are removed (vision lost). Checked: the pose and
 twist covariances are symmetric positive definite, and the position uncertainty grows while
 only the IMU constrains the estimate (an IMU-only pose drifts; a visual one does not).
 """
@@ -26,7 +26,7 @@ def _strip(fr):
 def covariances():
     from vilib_ros.backend import BackendConfig, VioEstimator
     from vilib_ros.backend.covariance import odometry_covariance
-    from vilib_ros.backend.simulation import MiniSim, MiniSimConfig
+    from vilib_ros.synthetic.tracks import MiniSim, MiniSimConfig
 
     sim = MiniSim(MiniSimConfig(duration_s=11, static_s=1.0, seed=3))
     est = VioEstimator(BackendConfig(), sim.cam0, sim.cam1)
@@ -73,7 +73,7 @@ class TestStateCovariance:
         import gtsam
 
         from vilib_ros.backend import BackendConfig, StateCovariance, VioEstimator
-        from vilib_ros.backend.simulation import MiniSim, MiniSimConfig
+        from vilib_ros.synthetic.tracks import MiniSim, MiniSimConfig
 
         sim = MiniSim(MiniSimConfig(duration_s=5, static_s=1.0, seed=3))
         # iSAM2's graph (the own smoother's covariance against gtsam's Marginals: test_schur_smoother.py)
@@ -92,7 +92,7 @@ class TestStateCovariance:
         c = est.state_covariance()
         assert isinstance(c, StateCovariance) and c.pose.shape == (6, 6) and c.velocity.shape == (3, 3)
         assert c.stamp_ns == last_kf
-        sm = est._smoother
+        sm = est.smoother.solver.fixed_lag
         graph = _smoother_graph(sm)
         marg = gtsam.Marginals(graph, sm.getLinearizationPoint())
         k = max(gtsam.Symbol(key).index() for key in sm.getLinearizationPoint().keys()
@@ -117,7 +117,7 @@ def _smoother_graph(sm):
 
 def _run_minisim(duration_s: float, **cfg):
     from vilib_ros.backend import BackendConfig, VioEstimator
-    from vilib_ros.backend.simulation import MiniSim, MiniSimConfig
+    from vilib_ros.synthetic.tracks import MiniSim, MiniSimConfig
 
     sim = MiniSim(MiniSimConfig(duration_s=duration_s, static_s=1.0, seed=3))
     cfg.setdefault("solver", "isam2")       # the iSAM2 smoother's shape (stereo's default solver is 'schur')
@@ -137,8 +137,8 @@ def _run_minisim(duration_s: float, **cfg):
 
 
 class TestRootedSmoother:
-    """vilib_ros.backend.fixed_lag.RootedFixedLagSmoother (issue 12: the odometry covariance cost
-    ~6 ms per keyframe because the newest pose sat below the Bayes tree's root)."""
+    """vilib_ros.backend.isam2_smoother.RootedFixedLagSmoother: the newest state at the Bayes tree's root,
+    so that the odometry covariance is read from the root clique."""
 
     def test_covariance_against_dense_hessian(self):
         """state_covariance (the root clique's marginal) against a dense reference: the smoother's
@@ -148,7 +148,7 @@ class TestRootedSmoother:
 
         est, _ = _run_minisim(4.0)
         c = est.state_covariance()
-        sm = est._smoother
+        sm = est.smoother.solver.fixed_lag
         graph = _smoother_graph(sm)
         lin = sm.getLinearizationPoint()
         keys = list(lin.keys())
@@ -160,22 +160,22 @@ class TestRootedSmoother:
             off += d
         assert H.shape == (off, off)
         S = np.linalg.inv(H)
-        k = est._last_kf.idx
+        k = est.window.last.idx
         X, V = gtsam.symbol("x", k), gtsam.symbol("v", k)
         np.testing.assert_allclose(c.pose, S[pos[X], pos[X]], rtol=1e-6, atol=1e-12)
         np.testing.assert_allclose(c.velocity, S[pos[V], pos[V]], rtol=1e-6, atol=1e-12)
 
     def test_newest_state_is_the_root_clique(self, tmp_path):
-        """Regression (issue 12): iSAM2 eliminated the keys of the new factors last, the ~60
-        landmarks of the keyframe among them; the newest pose ended below a root of landmarks
-        and every marginal needed the Bayes tree's shortcut. Now the root clique holds the
-        newest pose, velocity and bias, and no landmark."""
+        """Regression: iSAM2 eliminated the keys of the new factors last, the keyframe's landmarks
+        among them; the newest pose ended below a root of landmarks and every marginal needed the
+        Bayes tree's shortcut. The root clique holds the newest pose, velocity and bias, and no
+        landmark."""
         import gtsam
 
         est, _ = _run_minisim(4.0)
-        k = est._last_kf.idx
+        k = est.window.last.idx
         dot = tmp_path / "tree.dot"
-        est._smoother.getISAM2().saveGraph(str(dot))
+        est.smoother.solver.fixed_lag.getISAM2().saveGraph(str(dot))
         roots = [ln for ln in dot.read_text().splitlines() if "label=" in ln]
         root = roots[0].split('label="', 1)[1].split('"', 1)[0]
         frontals = [s.strip() for s in root.split(":")[0].split(",")]

@@ -62,8 +62,8 @@ class TestIntegrateGyro:
 
 
 def _integrate_reference(g, t0, t1):
-    """integrate_gyro as it was written first (NumPy arrays, one so3_exp and one 3x3 product per
-    sub-interval in a Python loop): the reference of the faster version."""
+    """integrate_gyro in NumPy arrays, one so3_exp and one 3x3 product per sub-interval in a Python
+    loop: the reference of the plain-float version."""
     g = np.asarray(g, np.float64)
     t = g[:, 0]
     if np.any(np.diff(t) <= 0):
@@ -82,10 +82,9 @@ def _integrate_reference(g, t0, t1):
 
 
 class TestIntegrateGyroAgainstTheLoop:
-    """Regression: integrate_gyro multiplied one so3_exp per sub-interval in a Python loop of NumPy
-    calls (~0.25 ms a frame with 10 samples on the H100 host, inside the frontend node's process():
-    process() 0.49 ms against 0.18 without gyro); the plain-float quaternion chain must give the
-    loop's rotation, wherever the samples lie."""
+    """integrate_gyro's plain-float quaternion chain (a loop of NumPy calls per sub-interval would cost
+    the frontend node's process() more than the rest of its frame) must give the loop's rotation,
+    wherever the samples lie."""
 
     T0, T1 = 1_500_000_000_000_000_000, 1_500_000_000_050_000_000      # stamps as the node's
 
@@ -149,8 +148,7 @@ class TestPredictPoints:
 
 
 class TestGyroPredictor:
-    """GyroPredictor is what FeatureTracker uses for its IMU prediction (this test used to check
-    only zero rotation, on a class no production code used)."""
+    """GyroPredictor is what FeatureTracker uses for its IMU prediction: a real rotation, not only zero."""
 
     def test_rotation_and_prediction_of_far_points(self):
         cam = euroc_cam0()
