@@ -764,7 +764,6 @@ class TestImuFaults:
         assert ate < 0.05 and est.stats["resets"] == 0
 
 
-
 class TestSmootherShape:
     """What the estimator asks of its smoother (the time per keyframe at equal accuracy)."""
 

@@ -12,10 +12,12 @@ The estimator orchestrates members that own their state (after OpenVINS's ``VioM
   or gtsam's iSAM2, one interface);
 * :class:`~.trajectory.TrajectoryRecord`: the output, causal and smoothed.
 
-They share two objects that do not change hands: the :class:`~.rig.CameraRig` (fixed) and the
-:class:`~.window.KeyframeWindow` (the keyframe states in the window, which the estimator alone writes),
-and the ``stats`` counters. The configuration is validated once here; what differs between stereo and
-mono is resolved once (:meth:`~.config.BackendConfig.for_mode`).
+No member holds the estimator or another member; each is given what it reads at construction: the
+:class:`~.rig.CameraRig` (fixed), the :class:`~.window.KeyframeWindow` (the keyframe states in the
+window, which the estimator alone writes), the IMU buffer (which :class:`~.imu.ImuInput` alone
+writes) and the ``stats`` counters; the landmark map gets the smoother's solver with each keyframe.
+The configuration is validated once here; what differs between stereo and mono is resolved once
+(:meth:`~.config.BackendConfig.for_mode`).
 
 Per frame: a frame before the initialisation is kept by the initialiser; after it, the frame's state is
 predicted from the last keyframe with the IMU; a keyframe (the policy's decision) gets gtsam's IMU factor,
@@ -132,6 +134,7 @@ def _rot_to_quat_xyzw(R: np.ndarray) -> np.ndarray:
     if q[3] < 0:
         n = -n
     return np.array((q[0] / n, q[1] / n, q[2] / n, q[3] / n))
+
 
 def clean_frame(f: TrackFrame, stereo: bool) -> _Frame:
     """The estimator's copy of a frame: its finite tracks (right points only in stereo)."""

@@ -472,8 +472,9 @@ class ImuInput:
         if mg > cfg.imu_max_gyro or ma > cfg.imu_max_acc:
             self.stats["imu_skipped"] += 1
             self.stats["imu_out_of_range"] += 1
-            self._warn("imu_range", "skipping IMU sample at %d beyond the sensor range (|gyro| <= %g rad/s, |acc| <= %g m/s^2): "
-                       "max |gyro| %.3g, max |acc| %.3g", t_ns, cfg.imu_max_gyro, cfg.imu_max_acc, mg, ma)
+            self._warn("imu_range", "skipping IMU sample at %d beyond the sensor range (|gyro| <= %g rad/s, "
+                       "|acc| <= %g m/s^2): max |gyro| %.3g, max |acc| %.3g", t_ns, cfg.imu_max_gyro, cfg.imu_max_acc,
+                       mg, ma)
             return
         last = self.buffer.last_t
         if not self.buffer.add(t_ns, s):

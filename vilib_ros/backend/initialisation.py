@@ -441,7 +441,7 @@ class Initialiser:
         T[:3, :3] = res.R_wb
         v_w = res.v_w
         anchor, self.anchor = self.anchor, None
-        if anchor is not None:      # re-initialisation after an IMU hole: continue from the last known position and heading
+        if anchor is not None:      # after an IMU hole: continue from the last known position and heading
             M = anchor[:3, :3] @ res.R_wb.T
             psi = np.arctan2(M[1, 0] - M[0, 1], M[0, 0] + M[1, 1])
             Rz = np.array([[np.cos(psi), -np.sin(psi), 0], [np.sin(psi), np.cos(psi), 0], [0, 0, 1.0]])

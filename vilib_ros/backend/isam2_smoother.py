@@ -139,7 +139,7 @@ class Isam2Smoother:
         if self._observed:
             graph.push_back(self._graph)
             values.insert(self._values)
-            now = max(stamps.values())
+            now = max(stamps.values()) if stamps else max(self.timestamps().values())
             for key in self._observed:
                 stamps[key] = now
             self._graph, self._values, self._observed = g.NonlinearFactorGraph(), g.Values(), {}

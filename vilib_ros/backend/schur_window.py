@@ -203,7 +203,7 @@ class StateFactors:
             self._linearise(int(j), st)
         stale = np.zeros(n, np.bool_)
         factor_normal_equations(self.s0, self.two, self.rows, self.H, self.c, self.R, self.t, self.v, self.b,
-                                      *st, thresh, on, H, g, stale)
+                                *st, thresh, on, H, g, stale)
         for j in np.flatnonzero(stale):
             self._linearise(int(j), st)
             b = STATE_DIM * int(self.s0[j])

@@ -21,9 +21,10 @@ The solver (``solver``, mono: ``mono_solver``) keeps ``window_s`` seconds (mono:
   its covariance is cheap).
 
 Both take the same input and give the same output (the solver interface): ``add_landmark(key, p,
-prior_sigma)`` and ``obs_adder()`` (``add_obs(X, L, xy, xr_rect, xr_raw)``) for the visual input,
-``update(graph, values, stamps, newest)`` with the state factors (gtsam factors on state keys) and
-their stamps [s] (without arguments: one more iteration), ``estimate()`` (``exists``, ``atPose3``,
+prior_sigma)`` and ``obs_adder()`` (``add_obs(X, L, xy, xr_rect, xr_raw)``) for the visual input, which
+joins the next update (an adder serves that update only); ``update(graph, values, stamps, newest)``
+with the state factors (gtsam factors on state keys) and their stamps [s] (without arguments: one more
+iteration); ``estimate()`` (``exists``, ``atPose3``,
 ``atVector``, ``atConstantBias``, ``points(keys)``), ``setSmootherLag``, ``marginalCovariance``,
 ``timestamps`` and ``removed_landmarks`` (the landmarks the last update marginalised).
 
@@ -122,8 +123,9 @@ class Smoother:
         gtsam = self._g
         sigma = self.config.still_velocity_sigma
         batch.graph.add(gtsam.PriorFactorVector(batch.V, np.zeros(3), gtsam.noiseModel.Isotropic.Sigma(3, sigma)))
-        batch.graph.add(gtsam.BetweenFactorPose3(X0 | prev.idx, batch.X, gtsam.Pose3(), gtsam.noiseModel.Diagonal.Sigmas(
-            np.array([1e-3] * 3 + [sigma * dt + 1e-4] * 3))))
+        batch.graph.add(gtsam.BetweenFactorPose3(X0 | prev.idx, batch.X, gtsam.Pose3(),
+                                                 gtsam.noiseModel.Diagonal.Sigmas(
+                                                     np.array([1e-3] * 3 + [sigma * dt + 1e-4] * 3))))
 
     def ends_first_seen_landmarks(self, ts: float) -> bool:
         """Whether the update at ``ts`` [s] marginalises in the own smoother, which then takes a landmark

@@ -49,5 +49,6 @@ class TrajectoryRecord:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as f:
             for ti, pi, qi in zip(t, p, q):
-                f.write(f"{ti // 1_000_000_000}.{ti % 1_000_000_000:09d} " + " ".join(f"{x:.9f}" for x in (*pi, *qi)) + "\n")
+                f.write(f"{ti // 1_000_000_000}.{ti % 1_000_000_000:09d} "
+                        + " ".join(f"{x:.9f}" for x in (*pi, *qi)) + "\n")
         return path

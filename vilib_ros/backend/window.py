@@ -98,4 +98,3 @@ class KeyframeWindow:
     def first_index_from(self, horizon_ns: int, default: int) -> int:
         """The oldest keyframe at or after ``horizon_ns`` (``default`` where there is none)."""
         return min((i for i, f in self.kfs.items() if f.t_ns >= horizon_ns), default=default)
-
