@@ -145,8 +145,8 @@ def profile_top(seq, frames, imu, n=12) -> list[dict]:
 _PY_GROUPS = [
     ("factor construction (gtsam constructors through pybind)", ("add_obs",)),
     ("triangulation of new landmarks", ("_triangulate_batch",)),
-    ("landmark bookkeeping (pending observations, selection, grid)", ("_record_pending", "_spread")),
-    ("keyframe decision (parallax, rest test)", ("_parallax_uncached", "_is_still")),
+    ("landmark bookkeeping (pending observations, selection, grid)", ("record_pending", "_spread")),
+    ("keyframe decision (parallax, rest test)", ("_parallax_uncached", "is_still")),
 ]
 
 
@@ -176,13 +176,20 @@ def keyframe_breakdown(seq, frames, imu, mode: str) -> dict:
     from vilib_ros.backend import VioEstimator
 
     class _Est(VioEstimator):
+        """The estimator, recording after each smoother update what iSAM2 re-eliminated."""
         reel: list = []
 
-        def _smoother_update(self, graph, vals, stamps, newest):
-            super()._smoother_update(graph, vals, stamps, newest)
-            r = getattr(self._smoother, "last_result", None)
-            if r is not None:
-                self.reel.append((r.getVariablesReeliminated(), self._smoother.getISAM2().getLinearizationPoint().size()))
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            update = self.smoother.update
+
+            def recorded(batch):
+                update(batch)
+                fl = getattr(self.smoother.solver, "fixed_lag", None)
+                r = getattr(fl, "last_result", None)
+                if r is not None:
+                    self.reel.append((r.getVariablesReeliminated(), fl.getISAM2().getLinearizationPoint().size()))
+            self.smoother.update = recorded
 
     st, data = imu
     ev = sorted([(int(t), 0, i) for i, t in enumerate(st)] + [(f.stamp_ns, 1, k) for k, f in enumerate(frames)],
@@ -202,7 +209,7 @@ def keyframe_breakdown(seq, frames, imu, mode: str) -> dict:
     med = {k: 1e3 * float(np.median([x[k] for x in kt])) for k in ("total_s", "update_s", "visual_s", "bookkeeping_s")}
     med["estimate_s"] = 1e3 * float(np.median([x["smoother_s"] - x["update_s"] for x in kt]))
     reel = np.array(est.reel, float) if est.reel else np.zeros((0, 2))
-    sm = est._smoother
+    sm = getattr(est.smoother.solver, "fixed_lag", None)
     floor = {}
     if isinstance(sm, RootedFixedLagSmoother):
         fs, lin = sm.getFactors(), sm.getLinearizationPoint()
@@ -234,7 +241,7 @@ def keyframe_breakdown(seq, frames, imu, mode: str) -> dict:
                    if name in names and where in fn.replace("\\", "/"))
 
     groups = [{"what": "the whole keyframe", "ms": 1e3 * cum(("_add_keyframe",)) / nkf},
-              {"what": "iSAM2 update", "ms": 1e3 * cum(("_smoother_update",), "backend/smoother.py") / nkf}]
+              {"what": "iSAM2 update", "ms": 1e3 * cum(("update",), "backend/smoother.py") / nkf}]
     for label, names in _PY_GROUPS:
         groups.append({"what": label, "ms": 1e3 * cum(names) / nkf})
     return {"mode": mode, "keyframes": len(kt), "median_ms": med,
@@ -252,9 +259,10 @@ def breakdown_markdown(rows: list) -> list[str]:
         m, f = r["median_ms"], r["batch_floor"]
         fl = (f"{f['linearize_ms']:.2f} + {f['eliminate_ms']:.2f} ms ({f['factors']} factors, {f['variables']} "
               "variables)") if f else "-"
+        reel = (f"{r['reeliminated_median']:.0f} / {r['variables_median']:.0f}"
+                if r["reeliminated_median"] is not None else "- (not iSAM2)")
         L.append(f"| {r['mode']} | {m['total_s']:.2f} ms | {m['update_s']:.2f} ms | {m['estimate_s']:.2f} ms | "
-                 f"{m['visual_s']:.2f} ms | {m['bookkeeping_s']:.2f} ms | {r['reeliminated_median']:.0f} / "
-                 f"{r['variables_median']:.0f} | {fl} |")
+                 f"{m['visual_s']:.2f} ms | {m['bookkeeping_s']:.2f} ms | {reel} | {fl} |")
     L += ["", "Under cProfile, per keyframe (the profiler inflates Python): " + "; ".join(
         f"{r['mode']}: " + ", ".join(f"{g['what']} {g['ms']:.2f} ms" for g in r["profile_shares"]) for r in rows), ""]
     return L

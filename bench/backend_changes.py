@@ -246,28 +246,46 @@ def estimator_class(isam: dict):
     """VioEstimator with ISAM2Params fields set as given (a bench-only subclass: these are
     measured here, not offered as parameters)."""
     from vilib_ros.backend import VioEstimator
+    from vilib_ros.backend import isam2_smoother
 
     if not isam:
         return VioEstimator
 
-    class _Tuned(VioEstimator):
-        def _isam2_params(self):
-            import gtsam
+    def tuned(config):
+        import gtsam
 
-            p = super()._isam2_params()
-            for k, v in isam.items():
-                if k == "factorization":
-                    p.setFactorization(v)
-                elif k == "wildfireThreshold":
-                    p.setOptimizationParams(gtsam.ISAM2GaussNewtonParams(v))
-                elif k == "relinearizeThreshold":     # {variable character: threshold}: per variable type
-                    m = gtsam.ISAM2ThresholdMap()
-                    for c, th in v.items():
-                        m.insert((c, np.full({"x": 6, "v": 3, "b": 6, "l": 3}[c], float(th))))
-                    p.setRelinearizeThreshold(m)
-                else:
-                    setattr(p, k, v)
-            return p
+        p = default_params(config)
+        for k, v in isam.items():
+            if k == "factorization":
+                p.setFactorization(v)
+            elif k == "wildfireThreshold":
+                p.setOptimizationParams(gtsam.ISAM2GaussNewtonParams(v))
+            elif k == "relinearizeThreshold":     # {variable character: threshold}: per variable type
+                m = gtsam.ISAM2ThresholdMap()
+                for c, th in v.items():
+                    m.insert((c, np.full({"x": 6, "v": 3, "b": 6, "l": 3}[c], float(th))))
+                p.setRelinearizeThreshold(m)
+            else:
+                setattr(p, k, v)
+        return p
+
+    default_params = isam2_smoother.isam2_params
+
+    class _Tuned(VioEstimator):
+        """Its iSAM2 solvers are built with the tuned parameters (the module's function swapped only
+        while the smoother makes a solver)."""
+
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            new_solver = self.smoother._new_solver
+
+            def tuned_solver():
+                isam2_smoother.isam2_params = tuned
+                try:
+                    return new_solver()
+                finally:
+                    isam2_smoother.isam2_params = default_params
+            self.smoother._new_solver = tuned_solver
 
     return _Tuned
 
