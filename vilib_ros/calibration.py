@@ -146,6 +146,11 @@ class Calibration:
 
 
 # ----------------------------------------------------------------------------- readers
+def _where(path) -> str:
+    """A source's path as the report names it (absolute: a relative one says nothing later)."""
+    return str(Path(path).resolve())
+
+
 def _load(path: Path, what: str) -> dict:
     import yaml
 
@@ -237,23 +242,23 @@ def read_kalibr_camchain(path: str | Path) -> CalibrationSet:
         c = d[name]
         if not isinstance(c, dict):
             raise CalibrationError(f"{path}: '{name}' is not a mapping")
-        cam = CameraCalibration(_kalibr_camera(path, name, c), (str(path), f"Kalibr {name}"))
+        cam = CameraCalibration(_kalibr_camera(path, name, c), (_where(path), f"Kalibr {name}"))
         topic = c.get("rostopic")
         cam.rostopic = str(topic) if isinstance(topic, str) and topic else None
         where = f"{path} ({name})"
         if c.get("T_cam_imu") is not None:
             T_cam_imu[i] = rigid(where, "T_cam_imu", c["T_cam_imu"])
-            cam.T_BS, cam.T_BS_from = inverse(T_cam_imu[i]), (str(path), f"Kalibr {name} T_cam_imu, inverted")
+            cam.T_BS, cam.T_BS_from = inverse(T_cam_imu[i]), (_where(path), f"Kalibr {name} T_cam_imu, inverted")
             if c.get("T_imu_cam") is not None and not np.allclose(
                     rigid(where, "T_imu_cam", c["T_imu_cam"]), cam.T_BS, atol=1e-6):
                 raise CalibrationError(f"{where}: T_cam_imu and T_imu_cam are not each other's inverse")
         elif c.get("T_imu_cam") is not None:
-            cam.T_BS, cam.T_BS_from = rigid(where, "T_imu_cam", c["T_imu_cam"]), (str(path), f"{name} T_imu_cam")
+            cam.T_BS, cam.T_BS_from = rigid(where, "T_imu_cam", c["T_imu_cam"]), (_where(path), f"{name} T_imu_cam")
             T_cam_imu[i] = inverse(cam.T_BS)
         elif i > 0 and c.get("T_cn_cnm1") is not None and (i - 1) in T_cam_imu:
             T_cam_imu[i] = rigid(where, "T_cn_cnm1", c["T_cn_cnm1"]) @ T_cam_imu[i - 1]
             cam.T_BS = inverse(T_cam_imu[i])
-            cam.T_BS_from = (str(path), f"Kalibr {name} T_cn_cnm1 after cam{i - 1}'s T_cam_imu")
+            cam.T_BS_from = (_where(path), f"Kalibr {name} T_cn_cnm1 after cam{i - 1}'s T_cam_imu")
         shift = c.get("timeshift_cam_imu")
         if isinstance(shift, (int, float)) and shift != 0:
             out.notes.append(f"{path}: {name} timeshift_cam_imu {float(shift):g} s is not applied (the stamps are "
@@ -270,9 +275,9 @@ def read_euroc_camera(path: str | Path, cam: int = 0) -> CalibrationSet:
         model = CameraModel.from_euroc_yaml(path)
     except ValueError as exc:
         raise CalibrationError(str(exc)) from None
-    c = CameraCalibration(model, (str(path), "EuRoC sensor.yaml"))
+    c = CameraCalibration(model, (_where(path), "EuRoC sensor.yaml"))
     if d.get("T_BS") is not None:
-        c.T_BS, c.T_BS_from = rigid(path, "T_BS", d["T_BS"]), (str(path), "EuRoC sensor.yaml T_BS")
+        c.T_BS, c.T_BS_from = rigid(path, "T_BS", d["T_BS"]), (_where(path), "EuRoC sensor.yaml T_BS")
     return CalibrationSet(cameras={cam: c})
 
 
@@ -324,7 +329,7 @@ def read_imu_calibration(path: str | Path) -> CalibrationSet:
             raise CalibrationError(f"{path}: key 'update_rate' must be a number, got {rate!r}") from None
     topic = d.get("rostopic")
     how = "Kalibr imu.yaml" if kalibr else "EuRoC sensor.yaml"
-    return CalibrationSet(imu_noise=noise, imu_noise_from=(str(path), how),
+    return CalibrationSet(imu_noise=noise, imu_noise_from=(_where(path), how),
                           imu_rostopic=str(topic) if isinstance(topic, str) and topic else None)
 
 

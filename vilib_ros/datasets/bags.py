@@ -436,15 +436,16 @@ class BagDataset(Dataset):
             info = info_topic(topic)
             if i in self._infos:
                 cam.intrinsics = camera_from_info(self._infos[i], where=f"{self.path}: {info}")
-                cam.intrinsics_from = (str(self.path), info)
+                cam.intrinsics_from = (str(self.path.resolve()), info)
             else:
                 found.why_missing[f"cam{i}"] = f"no {info} in the bag{euroc}"
             frame = self._frames[i]
             for imu_frame in dict.fromkeys(x for x in (self._imu_frame, *IMU_FRAMES) if x):
-                for cam_frame in dict.fromkeys(x for x in (frame, f"cam{i}") if x):
+                for cam_frame in (frame or f"cam{i}",):       # EuRoC's frame name where the image has none
                     T = tf_chain(self._tf, imu_frame, cam_frame)
                     if T is not None and cam.T_BS is None:
-                        cam.T_BS, cam.T_BS_from = T, (str(self.path), f"/tf_static {imu_frame} -> {cam_frame}")
+                        cam.T_BS = T
+                        cam.T_BS_from = (str(self.path.resolve()), f"/tf_static {imu_frame} -> {cam_frame}")
             if cam.T_BS is None:
                 found.why_missing[f"T_BS{i}"] = (f"no /tf_static from the IMU's frame "
                                                  f"{self._imu_frame or '?'} to {frame or '?'} in the bag{euroc}")
