@@ -413,8 +413,10 @@ def resolve(found: CalibrationSet, given: CalibrationSet | None = None, n_camera
             hints.remove(GIVE_CAMERA1)
             hints[hints.index(GIVE_CAMERA)] = GIVE_BOTH
         raise CalibrationMissing(prefix + " and ".join(missing) + ": give " + ", and ".join(hints))
+    if not need_imu:
+        noise = None
     if noise is not None:
         noise = dict(noise)
         sources.append(("IMU noise", *noise_from, ", ".join(f"{k} {noise[k]:.4g}" for k in IMU_NOISE_KEYS)))
-    return Calibration(cameras, noise if need_imu else None, sources, defaults,
+    return Calibration(cameras, noise, sources, defaults,
                        euroc_defaults or "", list(dict.fromkeys(src.notes)))
