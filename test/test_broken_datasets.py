@@ -5,7 +5,7 @@ problem (exit 2, ``vilib-ros run: error: ...``, no traceback, no output folder) 
 Regression (issues 14 and 17): a corrupt, zero-byte or missing PNG in the middle of a sequence
 made the player exit 1 and the whole run FAIL; a truncated bag could not be opened at all;
 user errors printed a Python traceback; a missing ``sensor.yaml`` silently used EuRoC's
-calibration; NaN intrinsics were accepted; malformed calibration failed with ``KeyError`` or a
+calibration (now refused, naming the ways to give it); NaN intrinsics were accepted; malformed calibration failed with ``KeyError`` or a
 reshape error; an empty ``data.csv`` started every node and ended "0/0 frames tracked"; the
 output folder was created for a dataset that could not be opened.
 
@@ -143,6 +143,10 @@ def missing_sensor_yaml(root):
     (root / "mav0" / "cam0" / "sensor.yaml").unlink()
 
 
+def missing_imu_sensor_yaml(root):
+    (root / "mav0" / "imu0" / "sensor.yaml").unlink()
+
+
 def nonsense_sensor_yaml(root):
     (root / "mav0" / "cam0" / "sensor.yaml").write_text("intrinsics: [this, is, not, calibration]\n")
 
@@ -235,7 +239,10 @@ CASES = {
     "nan_imu": (nan_imu, WARN, "non-finite", N),
     "missing_imu": (missing_imu, WARN, "no IMU", N),
     "gap_of_seconds": (gap_of_seconds, SKIP, None, N),
-    "missing_sensor_yaml": (missing_sensor_yaml, WARN, "sensor.yaml missing: using the EuRoC", N),
+    "missing_sensor_yaml": (missing_sensor_yaml, ERROR, "no calibration for mav0/cam0 (no mav0/cam0/sensor.yaml): "
+                            "give --calibration camchain-imucam.yaml (Kalibr)", None),
+    "missing_imu_sensor_yaml": (missing_imu_sensor_yaml, ERROR, "no IMU noise for mav0/imu0 (no mav0/imu0/sensor.yaml)",
+                                None),
     "nonsense_sensor_yaml": (nonsense_sensor_yaml, ERROR, "key 'intrinsics' must hold 4 numbers", None),
     "nan_intrinsics": (nan_intrinsics, ERROR, "key 'intrinsics' has a non-finite value", None),
     "t_bs_15_numbers": (t_bs_15_numbers, ERROR, "key 'T_BS' must hold 16 numbers, got 15", None),

@@ -75,6 +75,9 @@ class TestUserErrors:
         (["run", "/no/such/dataset"], "dataset not found: /no/such/dataset"),
         (["run", "--duration", "-1"], "duration_s"),
         (["run", "--domain-id", "250"], "--domain-id must be in 0..232"),
+        (["run", "--calibration", "/tmp/x/camchain.yaml"], "--calibration applies to a DATASET"),
+        (["run", "--offline", "--image-topic", "/cam"], "--image-topic applies to a DATASET"),
+        (["run", "/tmp/x/none.bag", "--calibration", "/tmp/x/camchain.yaml"], "dataset not found"),
         (["eval", "/no/such/est.txt", "/no/such/gt.txt"], "no such trajectory file"),
         (["generate", "/tmp/x", "--duration", "0"], "duration"),
         (["bench", "--device", "cpu", "--frames", "5", "--data", "/tmp/x"], "--frames must be >= 100"),
@@ -99,7 +102,7 @@ class TestUserErrors:
         from vilib_ros.pipeline import _config_dict
         from vilib_ros.synthetic import SequenceConfig
 
-        ds = tmp_path / "vilib_ros_output" / "synthetic" / "dataset"
+        ds = tmp_path / "vilib_ros_output" / "generated" / "synthetic_10s"
         (ds / "mav0").mkdir(parents=True)
         (ds / "synthetic.yaml").write_text(yaml.safe_dump(_config_dict(SequenceConfig())))
         r = _cli("run", "--duration", "-1", cwd=tmp_path)

@@ -16,8 +16,9 @@ def _raw_csv_rows(path: Path) -> list[list[str]]:
 
 
 def make_asl(root: Path, frames: list[np.ndarray], t0: int = 1_000_000_000_000, cams: int = 1,
-             imu_n: int = 50, gt: bool = True) -> Path:
-    """A tiny ASL folder written with plain file I/O (independent of the code under test)."""
+             imu_n: int = 50, gt: bool = True, calibration: bool = False) -> Path:
+    """A tiny ASL folder written with plain file I/O (independent of the code under test);
+    ``calibration``: with EuRoC's cam0/cam1 ``sensor.yaml`` values and an imu0 ``sensor.yaml``."""
     mav = root / "mav0"
     for c in range(cams):
         d = mav / f"cam{c}" / "data"
@@ -35,6 +36,16 @@ def make_asl(root: Path, frames: list[np.ndarray], t0: int = 1_000_000_000_000, 
     for i in range(imu_n):
         rows.append(f"{t0 + i * 5_000_000},{0.01 * i},{-0.02 * i},{0.5},{9.8},{0.1 * i},{-1.5}")
     (imu / "data.csv").write_text("\n".join(rows) + "\n")
+    if calibration:
+        import json
+
+        from vilib_ros.camera import euroc_cam0, euroc_cam1
+
+        for c in range(cams):
+            cam = euroc_cam0() if c == 0 else euroc_cam1()
+            (mav / f"cam{c}" / "sensor.yaml").write_text(json.dumps(cam.to_euroc_dict()))    # JSON is YAML
+        (imu / "sensor.yaml").write_text("gyroscope_noise_density: 1.6968e-04\ngyroscope_random_walk: 1.9393e-05\n"
+                                         "accelerometer_noise_density: 2.0e-3\naccelerometer_random_walk: 3.0e-3\n")
     if gt:
         g = mav / "state_groundtruth_estimate0"
         g.mkdir()
@@ -117,8 +128,8 @@ class TestIterEvents:
 class TestSmallAsl:
     def test_stereo_and_groundtruth_csv(self, tmp_path, generated_frames):
         root = make_asl(tmp_path / "seq", generated_frames[:3], cams=2)
-        ds = open_dataset(root)
-        assert len(ds.cameras) == 2 and ds.cameras[1].fx == pytest.approx(457.587)  # EuRoC cam1 default
+        ds = open_dataset(root)     # no sensor.yaml: the streams open, the calibration is refused (below)
+        assert ds.num_cameras == 2
         np.testing.assert_array_equal(ds.load_image(1, 2), generated_frames[2][:, ::-1])
         gt = ds.groundtruth
         np.testing.assert_allclose(gt.q_xyzw[0], [0.5, -0.5, 0.5, 0.5])  # from w, x, y, z columns
@@ -222,9 +233,63 @@ class TestBadInput:
             real.image_stamps(1)
 
     def test_wrong_image_size(self, tmp_path, generated_frames):
-        root = make_asl(tmp_path / "seq", [f[:240, :376].copy() for f in generated_frames[:2]])
-        ds = open_dataset(root)  # no sensor.yaml -> EuRoC defaults (752x480)
-        with pytest.raises(FrameError, match="differs from the calibration") as err:
-            ds.load_image(0, 0)
+        """A frame of another size than the camera's first is a counted skip (size_mismatch)."""
+        root = make_asl(tmp_path / "seq", generated_frames[:3])
+        f = sorted((root / "mav0" / "cam0" / "data").glob("*.png"))[1]
+        cv2.imwrite(str(f), generated_frames[1][:240, :376])
+        ds = open_dataset(root)
+        np.testing.assert_array_equal(ds.load_image(0, 0), generated_frames[0])
+        with pytest.raises(FrameError, match="differs from the camera's other images") as err:
+            ds.load_image(0, 1)
         assert err.value.reason == "size_mismatch"
-        assert any("sensor.yaml missing" in w for w in ds.warnings)
+        assert ds.image_size(0) == (752, 480)
+
+
+class TestAslCalibration:
+    """Regression: an ASL folder without ``cam0/sensor.yaml`` was estimated with EuRoC's cam0 calibration
+    (and without ``imu0/sensor.yaml`` with EuRoC's IMU noise), saying so only in a warning."""
+
+    def test_missing_sensor_yaml_is_refused_naming_the_ways_to_give_it(self, tmp_path, generated_frames):
+        from vilib_ros.calibration import CalibrationMissing
+
+        root = make_asl(tmp_path / "seq", generated_frames[:3], cams=2)
+        ds = open_dataset(root)
+        with pytest.raises(CalibrationMissing) as err:
+            ds.resolve_calibration()
+        msg = str(err.value)
+        assert "\n" not in msg
+        assert msg.startswith(f"{root}: no calibration for mav0/cam0 (no mav0/cam0/sensor.yaml) and no calibration "
+                              "for mav0/cam1 (no mav0/cam1/sensor.yaml) and no IMU noise for mav0/imu0 "
+                              "(no mav0/imu0/sensor.yaml): give --calibration camchain-imucam.yaml"), msg
+        assert "--imu-calibration imu.yaml (Kalibr)" in msg and "--mono" in msg
+        with pytest.raises(CalibrationMissing):
+            ds.cameras      # the dataset's own calibration: the same refusal
+
+    def test_a_sensor_yaml_whose_resolution_does_not_fit_the_images(self, tmp_path, generated_frames):
+        import json
+
+        from vilib_ros.calibration import CalibrationError
+        from vilib_ros.camera import euroc_cam0
+
+        root = make_asl(tmp_path / "seq", [f[:240, :376].copy() for f in generated_frames[:2]])
+        (root / "mav0" / "cam0" / "sensor.yaml").write_text(json.dumps(euroc_cam0().to_euroc_dict()))   # 752x480
+        ds = open_dataset(root)
+        with pytest.raises(CalibrationError, match=r"mav0/cam0 .* is 752x480, its images are 376x240"):
+            ds.resolve_calibration()
+
+    def test_sensor_yaml_values_and_sources(self, real, euroc_path):
+        cal = real.resolve_calibration()
+        assert cal.defaults == []
+        rows = {what: (where, how) for what, where, how, _ in cal.sources}
+        assert rows["cam0 intrinsics"] == (str(euroc_path / "mav0" / "cam0" / "sensor.yaml"), "EuRoC sensor.yaml")
+        assert rows["IMU noise"][0] == str(euroc_path / "mav0" / "imu0" / "sensor.yaml")
+        assert cal.imu_noise["gyroscope_random_walk"] == pytest.approx(1.9393e-05)
+
+    def test_imu_sensor_yaml_without_a_noise_key_is_refused(self, tmp_path, generated_frames):
+        from vilib_ros.calibration import CalibrationError
+
+        root = make_asl(tmp_path / "seq", generated_frames[:2])
+        (root / "mav0" / "imu0" / "sensor.yaml").write_text(
+            "gyroscope_noise_density: 1.0e-4\ngyroscope_random_walk: 1.0e-5\naccelerometer_noise_density: 2.0e-3\n")
+        with pytest.raises(CalibrationError, match="missing accelerometer_random_walk"):
+            open_dataset(root).found_calibration

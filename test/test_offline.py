@@ -34,9 +34,9 @@ def _env():
     return env
 
 
-def _run(args, timeout=600):
+def _run(args, timeout=600, cwd=REPO):
     return subprocess.run([sys.executable, "-m", "vilib_ros", "run", *args], env=_env(), capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO)
+                          text=True, timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ class TestOfflineRun:
         for f in ("report.md", "trajectory_tum.txt", "odometry_tum.txt", "trajectory.png", "timing.json",
                   "groundtruth_tum.txt", "recorded.jsonl"):
             assert (out / f).is_file() and (out / f).stat().st_size > 0, f
-        assert (out / "tracks.mp4").is_file() or (out / "tracks.gif").is_file()
+        assert (out / "tracks.mp4").is_file() or (out / "tracks.webm").is_file() or (out / "tracks.gif").is_file()
         n = len((short_sequence / "mav0" / "cam0" / "data.csv").read_text().splitlines()) - 1
         for f in ("trajectory_tum.txt", "odometry_tum.txt"):
             t, p, _ = _read_tum(out / f)
@@ -83,6 +83,9 @@ class TestOfflineRun:
         report = (out / "report.md").read_text()
         assert "frames/s" in report and "ATE (SE3, evo) of the causal trajectory" in report
         assert "params.yaml" not in report            # no node parameters offline: not listed
+        assert "Time to the first frame: **" in report and "; replay " in report
+        # the bar starts with the first frame: no 0 % line whose rate (and ETA) counted the start-up
+        assert "seq:   0%" not in r.stderr and "seq: 100%" in r.stderr
 
     @pytest.mark.ros
     @pytest.mark.slow
@@ -164,6 +167,54 @@ class TestOfflineRun:
         batch = json.loads((out / "summary.json").read_text())["batch"]
         assert batch["jobs"] == 2 and batch["frames"] == 60
         assert batch["aggregate_frames_per_s"] == pytest.approx(60 / batch["wall_s"])
+
+
+class TestRunFolders:
+    """Each run its own folder. Regression: every run of a sequence wrote into one folder, an offline
+    run overwrote a ROS run's report, trajectory and video and left its params.yaml and logs, and
+    logs appended across runs; a reused generated sequence was not announced."""
+
+    COMMON = ["--offline", "--device", "cpu", "--max-frames", "4", "--no-video", "--no-backend"]
+
+    def test_default_folder_is_new_per_run(self, short_sequence, tmp_path):
+        firsts = []
+        for _ in range(2):
+            r = _run([str(short_sequence), *self.COMMON], cwd=tmp_path)
+            assert r.returncode == 0, r.stderr[-3000:]
+            start = next(ln for ln in r.stderr.splitlines() if "output folder " in ln).split("output folder ")[1]
+            end = r.stderr.strip().splitlines()[-1]
+            assert end.endswith(f"outputs in {start}"), end
+            firsts.append(Path(start))
+        assert firsts[0] != firsts[1] and firsts[0].parent == firsts[1].parent == tmp_path / "vilib_ros_output" / "seq"
+        assert all((f / "report.md").is_file() for f in firsts)
+        assert (firsts[0].parent / "latest").resolve() == firsts[1].resolve()
+
+    def test_out_must_be_new_or_empty_unless_overwrite(self, short_sequence, tmp_path):
+        out = tmp_path / "out"
+        out.mkdir()
+        (out / "stale.txt").write_text("from an earlier run")
+        r = _run([str(short_sequence), *self.COMMON, "--out", str(out)], cwd=tmp_path)
+        assert r.returncode == 2, r.stderr[-3000:]
+        assert (f"vilib-ros run: error: --out {out} exists and is not empty: give --overwrite to replace what is in "
+                "it, or another --out") in r.stderr
+        assert (out / "stale.txt").is_file()
+        r = _run([str(short_sequence), *self.COMMON, "--out", str(out), "--overwrite"], cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert not (out / "stale.txt").exists() and (out / "report.md").is_file()
+
+    def test_generated_sequence_lives_apart_and_its_reuse_is_said(self, tmp_path):
+        args = ["--offline", "--duration", "0.5", "--device", "cpu", "--max-frames", "3", "--no-video",
+                "--no-backend"]
+        gen = Path("vilib_ros_output") / "generated" / "synthetic_0.5s"
+        r = _run(args, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"generating a 0.5 s synthetic stereo sequence in {gen}" in r.stderr
+        r = _run(args, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"reusing the sequence generated in {gen} (same settings)" in r.stderr
+        assert "generating" not in r.stderr
+        runs = [p for p in (tmp_path / "vilib_ros_output" / "synthetic").iterdir() if p.name != "latest"]
+        assert len(runs) == 2 and not any((p / "dataset").exists() for p in runs)
 
 
 class TestReplayBackend:

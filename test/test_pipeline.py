@@ -2,8 +2,9 @@
 
 One run on a 3 s synthetic stereo sequence must write every output file, with content
 checked against the generator's ground truth read independently (the dataset's own csv
-files); then the same dataset is replayed again and interrupted (SIGINT: exit code 130,
-no child left) and again with the frontend killed (non-zero exit, no child left).
+files), and say where its calibration came from and how long the first frame took; then the
+same dataset is replayed again and interrupted (SIGINT: exit code 130, no child left) and again
+with the frontend killed (non-zero exit, no child left).
 """
 from __future__ import annotations
 
@@ -41,17 +42,19 @@ def _children_of(params_file: Path) -> list[int]:
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-    out = tmp_path_factory.mktemp("pipeline") / "out"
+    cwd = tmp_path_factory.mktemp("pipeline")
+    out = cwd / "out"
     t0 = time.monotonic()
     proc = popen([sys.executable, "-m", "vilib_ros", "run", "--out", str(out), "--duration", "3",
                   "--domain-id", str(DOMAIN), "--namespace", f"pipeline_{os.getpid()}", "--timeout", "400"],
-                 env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
     try:
         _, err = proc.communicate(timeout=500)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return {"out": out, "rc": proc.returncode, "stderr": err, "wall": time.monotonic() - t0}
+    return {"out": out, "rc": proc.returncode, "stderr": err, "wall": time.monotonic() - t0,
+            "dataset": cwd / "vilib_ros_output" / "generated" / "synthetic_3s"}
 
 
 def _gt_positions(dataset: Path):
@@ -70,19 +73,22 @@ class TestRunEndToEnd:
                   "recorded.jsonl", "params.yaml", "logs/frontend_node.log", "logs/backend_node.log",
                   "logs/player_node.log"):
             assert (out / f).is_file() and (out / f).stat().st_size > 0, f
-        assert (out / "tracks.mp4").is_file() or ((out / "tracks.gif").is_file() and (out / "tracks_frames").is_dir())
+        video = [f for f in ("tracks.mp4", "tracks.webm") if (out / f).is_file()]
+        assert video or ((out / "tracks.gif").is_file() and (out / "tracks_frames").is_dir())
         assert not _children_of(out / "params.yaml")
+        assert not (out / "dataset").exists()      # the generated sequence lives apart from the runs
 
     def test_every_frame_tracked_and_in_the_video(self, first_run):
         import cv2
 
         out = first_run["out"]
-        n_images = len(list((out / "dataset" / "mav0" / "cam0" / "data").glob("*.png")))
+        n_images = len(list((first_run["dataset"] / "mav0" / "cam0" / "data").glob("*.png")))
         assert n_images == 61   # 3 s at 20 Hz
         report = (out / "report.md").read_text()
         assert f"recorder got {n_images}/{n_images}" in report
-        if (out / "tracks.mp4").exists():
-            cap = cv2.VideoCapture(str(out / "tracks.mp4"))
+        video = [out / f for f in ("tracks.mp4", "tracks.webm") if (out / f).exists()]
+        if video:
+            cap = cv2.VideoCapture(str(video[0]))
             n = 0
             while cap.read()[0]:
                 n += 1
@@ -96,7 +102,7 @@ class TestRunEndToEnd:
         out = first_run["out"]
         est = read_tum(out / "trajectory_tum.txt")
         t_e, p_e, q_e = est.t_ns, est.p, est.q_xyzw
-        t_g, p_g = _gt_positions(out / "dataset")
+        t_g, p_g = _gt_positions(first_run["dataset"])
         assert len(t_e) >= 30
         assert np.allclose(np.linalg.norm(q_e, axis=1), 1.0, atol=1e-6)
         # alignment-free: distances between pose pairs must match the ground truth's
@@ -123,7 +129,27 @@ class TestRunEndToEnd:
         assert timing["frontend"]["stages_ms"]
         assert timing["backend"]["frame_ms"]["n"] >= 30
         assert timing["wall_s"]["replay"] > 0
+        w = timing["wall_s"]
+        assert 0 < w["first_frame"] < w["to_first_frame"] and w["startup"] > 0 and w["compile"] >= 0
+        assert w["to_first_frame"] >= w["prepare"] + w["compile"] + w["startup"] + w["first_frame"] - 0.5
+        assert f"Time to the first frame: **{w['to_first_frame']:.1f} s** from the command's start" in report
         print(f"vilib-ros run (3 s synthetic, CPU): {first_run['wall']:.0f} s wall; report:\n{report}")
+
+    def test_calibration_and_output_folder_said(self, first_run):
+        """The console names the output folder at the start and the end, and where the calibration
+        came from (the generated sequence's sensor.yaml files); report.md holds the same."""
+        out, err = first_run["out"], first_run["stderr"]
+        ds = first_run["dataset"]
+        assert f"vilib-ros run: output folder {out.resolve()}" in err
+        assert err.strip().splitlines()[-1].endswith(f"outputs in {out.resolve()}") or \
+            f"outputs in {out.resolve()}" in err
+        assert (f"calibration: cam0 intrinsics, cam0 T_BS from {ds / 'mav0' / 'cam0' / 'sensor.yaml'}; cam1 intrinsics, "
+                f"cam1 T_BS from {ds / 'mav0' / 'cam1' / 'sensor.yaml'}; IMU noise from "
+                f"{ds / 'mav0' / 'imu0' / 'sensor.yaml'}") in err
+        report = (out / "report.md").read_text()
+        assert f"| cam1 T_BS | {ds / 'mav0' / 'cam1' / 'sensor.yaml'} (EuRoC sensor.yaml T_BS) |" in report
+        # a progress bar starts with the first frame: no "0/61" line with a rate from the start-up
+        assert "tracks:   0%" not in err
 
 
 def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int, sigint_ignored: bool = False):
@@ -152,7 +178,7 @@ class TestRunShutdown:
         signal and went on to its end)."""
         assert first_run["rc"] == 0
         out = tmp_path / "interrupted"
-        proc = _start_and_wait_for_tracks(out, first_run["out"] / "dataset", DOMAIN,
+        proc = _start_and_wait_for_tracks(out, first_run["dataset"], DOMAIN,
                                           sigint_ignored=sig == signal.SIGINT)
         assert len(_children_of(out / "params.yaml")) == 4
         proc.send_signal(sig)
@@ -171,7 +197,7 @@ class TestRunShutdown:
     def test_child_crash_fails_the_run(self, first_run, tmp_path):
         assert first_run["rc"] == 0
         out = tmp_path / "crashed"
-        proc = _start_and_wait_for_tracks(out, first_run["out"] / "dataset", DOMAIN)
+        proc = _start_and_wait_for_tracks(out, first_run["dataset"], DOMAIN)
         fe = [p for p in _children_of(out / "params.yaml")
               if "frontend_node" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
         assert len(fe) == 1

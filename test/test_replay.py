@@ -28,7 +28,7 @@ def _frames(n, seed=0):
 @pytest.fixture(scope="module")
 def asl(tmp_path_factory):
     # IMU at 200 Hz from T0, images at 20 Hz from T0: the IMU starts with the first image
-    return make_asl(tmp_path_factory.mktemp("replay") / "seq", _frames(6), t0=T0, cams=2, imu_n=80)
+    return make_asl(tmp_path_factory.mktemp("replay") / "seq", _frames(6), t0=T0, cams=2, imu_n=80, calibration=True)
 
 
 def _csv_stamps(path):

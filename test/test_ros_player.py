@@ -1,7 +1,8 @@
-"""player_node replays the same sequence identically from an ASL folder, a ROS 1 .bag and a
-ROS 2 bag (real processes, real DDS): every image (stamp and pixels, checked against the
-PNG files decoded with OpenCV), the IMU stream, ``player_done`` at the end, and a clean
-exit with ``exit_when_done``.
+"""player_node replays the same sequence identically from an ASL folder, a ROS 1 .bag, a
+ROS 2 bag and a ROS 2 bag of a user's camera (other topic names, no camera_info, no tf: replayed
+with the ``*_topic`` parameters, no calibration needed) (real processes, real DDS): every image
+(stamp and pixels, checked against the PNG files decoded with OpenCV), the IMU stream,
+``player_done`` at the end, and a clean exit with ``exit_when_done``.
 """
 from __future__ import annotations
 
@@ -32,10 +33,19 @@ def sequence(tmp_path_factory):
     generate_sequence(root / "b2", cfg, progress=False, bag="ros2", workers=1)
     bag1 = next((root / "b1").glob("*.bag"))
     bag2 = next(p for p in (root / "b2").iterdir() if p.is_dir() and p.name.endswith("_ros2"))
-    return {"asl": asl, "ros1": bag1, "ros2": bag2}
+    from vilib_ros.datasets.bag_writer import write_bag
+
+    own = write_bag(asl, root / "own", image_topics=list(OWN_TOPICS[:2]), imu_topic=OWN_TOPICS[2],
+                    camera_info=False, tf_static=False)
+    return {"asl": asl, "ros1": bag1, "ros2": bag2, "own": own}
 
 
-def _replay(path, tmp, tag):
+#: a user's camera: its bag's left, right and IMU topics
+OWN_TOPICS = ("/camera/infra1/image_rect_raw", "/camera/infra2/image_rect_raw", "/camera/imu")
+OWN_PARAMS = {"image_topic": OWN_TOPICS[0], "image_right_topic": OWN_TOPICS[1], "imu_topic": OWN_TOPICS[2]}
+
+
+def _replay(path, tmp, tag, params=None):
     from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
     from vilib_ros.pipeline_report import read_jsonl
 
@@ -51,7 +61,7 @@ def _replay(path, tmp, tag):
         # it waited for cam0 only and lost the first IMU samples or images when the others matched late
         player = NodeProcess("player_node", node_argv("player_node", params={
             "dataset": str(path), "rate": 2.0, "exit_when_done": True, "progress": True,
-            "wait_for_imu_subscribers": 1, "stats_path": str(tmp / f"stats_{tag}.json")}), env,
+            "wait_for_imu_subscribers": 1, "stats_path": str(tmp / f"stats_{tag}.json"), **(params or {})}), env,
             tmp / f"pl_{tag}.log")
         rc = player.wait(120)
         out = tmp / f"{tag}.jsonl"
@@ -73,11 +83,11 @@ def _replay(path, tmp, tag):
 @pytest.fixture(scope="module")
 def replays(sequence, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("player_out")
-    return {k: _replay(v, tmp, k) for k, v in sequence.items()}
+    return {k: _replay(v, tmp, k, OWN_PARAMS if k == "own" else None) for k, v in sequence.items()}
 
 
 class TestPlayerSources:
-    @pytest.mark.parametrize("source", ["asl", "ros1", "ros2"])
+    @pytest.mark.parametrize("source", ["asl", "ros1", "ros2", "own"])
     def test_images_match_the_png_files(self, replays, sequence, source):
         import cv2
 
@@ -91,7 +101,7 @@ class TestPlayerSources:
             assert got == want
             assert all(x["encoding"] == "mono8" for x in r["records"] if x["topic"] == f"cam{cam}/image_raw")
 
-    @pytest.mark.parametrize("source", ["asl", "ros1", "ros2"])
+    @pytest.mark.parametrize("source", ["asl", "ros1", "ros2", "own"])
     def test_imu_stream_and_done(self, replays, sequence, source):
         """Every IMU sample of the replay window arrives, once, in order, and ``player_done`` once.
 
@@ -120,6 +130,23 @@ class TestPlayerSources:
 
     def test_progress_bar_on_stderr(self, replays):
         assert "player: 100%" in replays["asl"]["log"]
+
+    def test_own_topics_are_said(self, replays):
+        assert (f"replaying {OWN_TOPICS[0]} as cam0/image_raw, {OWN_TOPICS[1]} as cam1/image_raw, "
+                f"{OWN_TOPICS[2]} as imu0") in replays["own"]["log"]
+
+    def test_two_image_topics_without_a_name_is_a_start_up_error(self, sequence, tmp_path):
+        """No topic parameters and two Image topics: the player cannot tell left from right and
+        says so, listing them (exit 2), instead of taking them in name order."""
+        from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
+
+        player = NodeProcess("player_node", node_argv("player_node", params={
+            "dataset": str(sequence["own"]), "exit_when_done": True}), ros_env(DOMAIN), tmp_path / "pl.log")
+        assert player.wait(120) == 2, player.tail()
+        line = [ln for ln in player.output().splitlines() if "cannot start" in ln]
+        assert line and "2 sensor_msgs/Image topics and no way to tell which is the left camera" in line[0], \
+            player.tail()
+        assert f"{OWN_TOPICS[0]}, {OWN_TOPICS[1]}" in line[0]
 
 
 class TestRateAtRunTime:

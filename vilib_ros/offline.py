@@ -10,14 +10,16 @@ The researcher's batch path (many EuRoC sequences, no DDS): per dataset, in one 
   backend overlap on two cores and whole-VIO throughput is set by the slower of the two, not
   their sum. The queues block when full: nothing is dropped.
 
-It writes the same outputs as the ROS path (:mod:`vilib_ros.pipeline`, whose writer it uses):
-``report.md``, ``trajectory_tum.txt`` (the smoothed trajectory, as ``backend_node`` writes it at
-shutdown), ``trajectory.png``, ``tracks.mp4`` (unless ``--no-video``), ``timing.json``, and
-``recorded.jsonl`` in the recorder's format; in addition ``odometry_tum.txt``, the causal
-per-frame odometry. With several datasets, ``summary.md`` / ``summary.json`` in the output root
-hold one row per sequence: ATE (SE3) of the causal and the smoothed trajectory, RPE per metre,
-frames/s, keyframes, resets, and the batch's aggregate frames/s (all frames over the batch's wall
-time). ``--jobs N`` runs N datasets at a time in worker processes (each with its own backend
+It opens each dataset with its calibration, writes each run into its own folder and compiles the
+CPU kernels first as the ROS path does (:mod:`vilib_ros.run_setup`), and writes the same outputs
+(:mod:`vilib_ros.pipeline`'s writer): ``report.md``, ``trajectory_tum.txt`` (the smoothed
+trajectory, as ``backend_node`` writes it at shutdown), ``trajectory.png``, the tracks video (unless
+``--no-video``), ``timing.json``, and ``recorded.jsonl`` in the recorder's format; in addition
+``odometry_tum.txt``, the causal per-frame odometry. With several datasets, one batch folder
+(``--out``, or a new ``vilib_ros_output/batch/<date>_<time>``) holds a folder per dataset and
+``summary.md`` / ``summary.json`` with one row per sequence: ATE (SE3) of the causal and the
+smoothed trajectory, RPE per metre, frames/s, keyframes, resets, and the batch's aggregate
+frames/s (all frames over the batch's wall time). ``--jobs N`` runs N datasets at a time in worker processes (each with its own backend
 child): the aggregate is then the batch's throughput, and each row's frames/s that of a sequence
 sharing the machine with the others; neither is the speed of one sequence alone. A dataset without IMU says so up front ("no IMU: the backend
 cannot estimate; tracks only") and is tracked only.
@@ -400,46 +402,66 @@ def evaluate_run(out: Path, ds) -> dict:
     return ev
 
 
-def _write_report(out: Path, ds, n_images: int, wa, stereo: bool, t_prep: float, wall_s: float, name: str) -> dict:
+def _write_report(out: Path, ds, n_images: int, wa, stereo: bool, wall: dict, name: str, cal=None) -> dict:
     """The ROS path's report writer (:func:`vilib_ros.pipeline_report.write_outputs`), from the
     files write_run_files left."""
     from vilib_ros.pipeline_report import write_outputs
 
-    return write_outputs(out, ds, wa, stereo, {"prepare": t_prep, "replay": wall_s}, "none (offline, no ROS)", name)
+    return write_outputs(out, ds, wa, stereo, wall, "none (offline, no ROS)", name, calibration=cal)
 
 
-def run_one(ds_path, args, out: Path, name: str) -> dict:
+def run_one(ds_path, args, out: Path | None, name: str) -> dict:
+    """One dataset: opened with its calibration, then its output folder (``out``, created here;
+    None: :func:`vilib_ros.run_setup.run_folder` of ``--out``), the kernels, the replay, the outputs."""
     from types import SimpleNamespace
 
-    from vilib_ros.datasets import open_dataset
+    from vilib_ros.run_setup import open_for_run, run_folder, say_calibration, warm_kernels
 
+    who = "vilib-ros run --offline"
     t_start = time.monotonic()
-    ds = open_dataset(ds_path)
-    out.mkdir(parents=True, exist_ok=True)
+    ds, cal = open_for_run(ds_path, args)
+    try:
+        out = (run_folder(args.out, name, getattr(args, "overwrite", False)) if out is None
+               else out.mkdir(parents=True) or out).resolve()
+    except BaseException:
+        ds.close()
+        raise
     n_images = len(ds.image_stamps(0)) if args.max_frames <= 0 else min(args.max_frames, len(ds.image_stamps(0)))
-    stereo = len(ds.cameras) >= 2 and not args.mono
+    stereo = len(cal.cameras) >= 2 and not args.mono
     has_imu = len(ds.imu_stamps) > 0
-    print(f"vilib-ros run --offline: {ds!r}\n  {n_images} frames, {'stereo' if stereo else 'mono'}, "
-          f"frontend device {args.device}, output {out}", file=sys.stderr)
+    print(f"{who}: {ds!r}\n  {n_images} frames, {'stereo' if stereo else 'mono'}, "
+          f"frontend device {args.device}, output folder {out}", file=sys.stderr)
+    say_calibration(who, cal)
     if not has_imu:
-        print(f"vilib-ros run --offline: {name}: {NO_IMU}", file=sys.stderr)
+        print(f"{who}: {name}: {NO_IMU}", file=sys.stderr)
+    wall = {"prepare": time.monotonic() - t_start}
+    t0 = time.monotonic()
+    kernels = warm_kernels(who, cal, stereo, args.device, backend=not args.no_backend and has_imu)
+    wall["compile"], wall["kernels_compiled"] = time.monotonic() - t0, kernels["compiled"]
     from tqdm import tqdm
 
-    # with --jobs N several runs share the console: one line per run at its end instead of bars
-    bar = tqdm(total=n_images, unit="frame", desc=name, file=sys.stderr, mininterval=0.5,
-               disable=getattr(args, "jobs", 1) > 1)
+    # with --jobs N several runs share the console: one line per run at its end instead of bars;
+    # the bar starts at the first frame (no rate or ETA from the time before it)
+    bars = []
+    t_replay0 = time.monotonic()
 
     def progress(k, n):
-        bar.update(k - bar.n)
+        if not bars:
+            wall["first_frame"] = time.monotonic() - t_replay0
+            wall["to_first_frame"] = time.monotonic() - t_start
+            bars.append(tqdm(total=n, initial=k, unit="frame", desc=name, file=sys.stderr, mininterval=0.5,
+                             disable=getattr(args, "jobs", 1) > 1))
+        bars[0].update(k - bars[0].n)
 
-    t_prep = time.monotonic() - t_start
     try:
         r = process(ds, args.device, stereo, args.max_frames, backend=not args.no_backend, progress=progress)
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
+    wall["replay"] = r["wall_s"]
     write_run_files(out, r)
     wa = SimpleNamespace(dataset=str(ds_path), rate=0.0, no_video=args.no_video, max_frames=args.max_frames, loops=1)
-    summary = _write_report(out, ds, n_images, wa, stereo, t_prep, r["wall_s"], name)
+    summary = _write_report(out, ds, n_images, wa, stereo, wall, name, cal)
     ev = evaluate_run(out, ds)
     be = r["backend"]
     fps = r["frames"] / r["wall_s"] if r["wall_s"] > 0 else 0.0
@@ -473,10 +495,12 @@ def run_one(ds_path, args, out: Path, name: str) -> dict:
     timing.update({"offline": {"frames_per_s": fps, "wall_s": r["wall_s"], "frontend_busy_s": sum(r["frontend_s"]),
                                "backend_busy_s": be["busy_s"] if be is not None else None,
                                "keyframe_ms": _stat(kf)}})
-    (out / "timing.json").write_text(json.dumps(
-        timing | {"wall_s": summary.get("wall_s") or {"prepare": t_prep, "replay": r["wall_s"]}}, indent=2))
-    print(f"vilib-ros run --offline: {name}: {len(r['tracks'])}/{n_images} frames tracked, {fps:.1f} frames/s; "
+    (out / "timing.json").write_text(json.dumps(timing | {"wall_s": wall}, indent=2))
+    print(f"{who}: {name}: {len(r['tracks'])}/{n_images} frames tracked, {fps:.1f} frames/s; "
           f"outputs in {out}", file=sys.stderr)
+    if "do not play" in (summary.get("video_kind") or ""):
+        print(f"{who}: the tracks video is {summary['video_kind']}: see report.md for what plays it",
+              file=sys.stderr)
     return {"name": name, "frames": r["frames"], "frames_per_s": fps, "stereo": stereo, "has_imu": has_imu,
             "ate_causal_m": (ev.get("causal") or {}).get("ate_m"), "ate_smoothed_m": (ev.get("smoothed") or {}).get("ate_m"),
             "rpe_m_per_m": (ev.get("causal") or {}).get("rpe_m_per_m"),
@@ -512,11 +536,11 @@ def summary_markdown(rows: list[dict], batch: dict | None = None) -> str:
     return "\n".join(L) + "\n"
 
 
-def _run_one_job(ds_path, args, out: Path, name: str) -> dict:
+def _run_one_job(ds_path, args, out: Path | None, name: str) -> dict:
     """:func:`run_one` in a worker process of ``--jobs``: a failure becomes a row."""
     try:
         return run_one(ds_path, args, out, name)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as exc:
         print(f"vilib-ros run --offline: {name}: FAILED: {exc}", file=sys.stderr)
         return {"name": name, "error": str(exc).splitlines()[0]}
 
@@ -528,30 +552,38 @@ def _run_parallel(targets, args, jobs: int) -> list[dict]:
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futs = [pool.submit(_run_one_job, ds_path, args, out.resolve(), name) for ds_path, out, name in targets]
+        futs = [pool.submit(_run_one_job, ds_path, args, out, name) for ds_path, out, name in targets]
         return [f.result() for f in futs]
 
 
 def run_offline(args) -> int:
     """Entry point of ``vilib-ros run --offline``."""
-    paths = list(args.dataset or [])
-    if not paths:
-        from vilib_ros.synthetic.sequence import ensure_generated
+    from vilib_ros.run_setup import generated_sequence, run_folder
 
-        root = Path(args.out) if args.out else Path("vilib_ros_output") / "synthetic"
-        targets = [(ensure_generated(root / "dataset", args.duration, "vilib-ros run --offline"), root, "synthetic")]
-    else:
-        base = Path(args.out) if args.out else Path("vilib_ros_output")
-        targets = []
-        for p in paths:
-            pp = Path(p)
-            name = pp.stem if pp.suffix == ".bag" else pp.resolve().name
-            out = base if (args.out and len(paths) == 1) else base / name
-            targets.append((pp, out, name))
-    jobs = max(1, min(int(getattr(args, "jobs", 1) or 1), len(targets)))
+    paths = list(args.dataset or [])
     if getattr(args, "jobs", 1) < 1:
-        print(f"vilib-ros run --offline: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    base = None
+    if not paths:
+        given = [f for f in ("calibration", "imu_calibration", "image_topic", "image_right_topic", "imu_topic")
+                 if getattr(args, f, None)]
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} applies to a DATASET; the generated sequence "
+                             "has its own calibration")
+        targets = [(generated_sequence(args.duration, "vilib-ros run --offline"), None, "synthetic")]
+    elif len(paths) == 1:
+        pp = Path(paths[0])
+        targets = [(pp, None, pp.stem if pp.suffix == ".bag" else pp.resolve().name)]
+    else:
+        # several datasets: one batch folder (summary.md) with a folder per dataset
+        names = [Path(p).stem if Path(p).suffix == ".bag" else Path(p).resolve().name for p in paths]
+        if len(set(names)) < len(names):
+            raise ValueError(f"two datasets share a name ({', '.join(n for n in names if names.count(n) > 1)}): "
+                             "their output folders would collide")
+        base = run_folder(args.out, "batch", getattr(args, "overwrite", False)).resolve()
+        print(f"vilib-ros run --offline: output folder {base}", file=sys.stderr)
+        targets = [(Path(p), base / n, n) for p, n in zip(paths, names)]
+    jobs = max(1, min(int(getattr(args, "jobs", 1) or 1), len(targets)))
     rows, rc = [], 0
     t0 = time.perf_counter()
     if jobs > 1:
@@ -565,17 +597,18 @@ def run_offline(args) -> int:
     else:
         for ds_path, out, name in targets:
             try:
-                rows.append(run_one(ds_path, args, out.resolve(), name))
+                rows.append(run_one(ds_path, args, out, name))
             except KeyboardInterrupt:
                 print("vilib-ros run --offline: interrupted", file=sys.stderr)
                 return 130
-            except (FileNotFoundError, ValueError, RuntimeError) as exc:
+            except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as exc:
+                if base is None and not isinstance(exc, RuntimeError):
+                    raise       # one dataset: a user error is the command's (exit 2, nothing written)
                 print(f"vilib-ros run --offline: {name}: FAILED: {exc}", file=sys.stderr)
                 rows.append({"name": name, "error": str(exc).splitlines()[0]})
                 rc = 1
     wall = time.perf_counter() - t0
-    if len(targets) > 1:
-        base = Path(args.out) if args.out else Path("vilib_ros_output")
+    if base is not None:
         frames = sum(r.get("frames", 0) for r in rows if not r.get("error"))
         batch = {"jobs": jobs, "sequences": len(targets), "frames": frames, "wall_s": wall,
                  "aggregate_frames_per_s": frames / wall if wall > 0 else 0.0}

@@ -4,24 +4,39 @@ The same node processes the launch files start (``python -m vilib_ros.nodes.<nod
 --ros-args ...``) talk over DDS on this machine only (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``,
 a ``ROS_DOMAIN_ID`` picked from this process's id unless ``--domain-id`` is given). A
 recorder_node writes every tracks and odometry message to ``recorded.jsonl``; afterwards
-this command writes into the output folder (default ``./vilib_ros_output/<name>``), see
-:mod:`vilib_ros.pipeline_report`:
+this command writes into the run's output folder, see :mod:`vilib_ros.pipeline_report`:
 
-* ``tracks.mp4`` (cv2.VideoWriter, mp4v) -- or ``tracks_frames/*.png`` + ``tracks.gif`` where
-  no mp4 encoder is available -- the images with the received tracks drawn;
+* ``tracks.mp4`` (H.264) where OpenCV's writer has it, else ``tracks.webm`` (VP8), else
+  ``tracks.mp4`` (MPEG-4 Part 2, which browsers do not play: said so), else ``tracks_frames/*.png``
+  + ``tracks.gif`` -- the images with the received tracks drawn;
 * ``trajectory_tum.txt`` (from the backend) and ``groundtruth_tum.txt`` where there is ground truth;
 * ``trajectory.png``: the trajectory against ground truth (SE(3)-aligned), when both exist;
 * ``timing.json``: per-stage frontend times, latency, backend per-frame time, wall times;
-* ``report.md``: a short summary, what each node received against what the player sent, the
-  frames the player skipped, the dataset's warnings; ``logs/*.log``: each process's output;
-  ``params.yaml``; ``*_stats.json``: each node's own summary.
+* ``report.md``: a short summary, where every calibration value came from, what each node received
+  against what the player sent, the frames the player skipped, the dataset's warnings, the time to
+  the first frame (compile, start-up, first frame) beside the replay's; ``logs/*.log``: each
+  process's output; ``params.yaml``; ``*_stats.json``: each node's own summary.
+
+Output folder: each run its own (:func:`vilib_ros.run_setup.run_folder`): by default a new
+``./vilib_ros_output/<name>/<date>_<time>`` (``latest`` points to the newest); ``--out DIR`` must be
+new or empty, or is emptied first with ``--overwrite``. The path is printed at the start and the end.
+
+Calibration (:mod:`vilib_ros.calibration`, :func:`vilib_ros.run_setup.open_for_run`):
+``--calibration`` (Kalibr camchain or EuRoC sensor.yaml), ``--imu-calibration`` (Kalibr imu.yaml
+or EuRoC imu0/sensor.yaml), else what the dataset holds, else EuRoC's defaults for a bag on EuRoC's
+own topics only (said loudly); anything else without calibration is refused with one line naming
+the ways to give it. A bag's topics: ``--image-topic``, ``--image-right-topic``, ``--imu-topic``,
+else the calibration files' ``rostopic``, else EuRoC's names, else the only topic of its type.
 
 Without DATASET a short synthetic stereo-inertial sequence is generated
-(:func:`vilib_ros.synthetic.generate_sequence`) and replayed, so ``vilib-ros run`` works
-end to end on a fresh machine without a GPU.
+(:func:`vilib_ros.synthetic.generate_sequence`) into ``vilib_ros_output/generated/`` (reused while
+its settings are the same) and replayed, so ``vilib-ros run`` works end to end on a fresh machine
+without a GPU. Before the nodes start, this process compiles (first run) or loads the compiled CPU
+kernels the nodes will load from the same cache (:func:`vilib_ros.run_setup.warm_kernels`), and
+the nodes run in the output folder so that they import the package this command imported.
 
-A dataset that cannot be opened is an error before anything is started or written (exit 2,
-no output folder). A frame that cannot be read is skipped by the player and counted; the run
+A dataset that cannot be opened, or whose calibration is missing, is an error before anything is
+started or written (exit 2, no output folder). A frame that cannot be read is skipped by the player and counted; the run
 goes on. The replay starts only when every node has matched every topic it takes (the
 backend's IMU subscription included). Ctrl-C, SIGTERM or the death of this process stops
 every child (SIGINT, then SIGTERM, then SIGKILL; children also die with this process, see
@@ -39,6 +54,8 @@ from pathlib import Path
 from vilib_ros.allocator import with_jemalloc
 from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
 from vilib_ros.pipeline_report import read_json, read_jsonl, write_outputs  # noqa: F401 (read_jsonl: old import path)
+from vilib_ros.run_setup import config_dict as _config_dict  # noqa: F401 (old import path)
+from vilib_ros.run_setup import generated_config as _generated_config  # noqa: F401 (old import path)
 
 NODES = ("recorder_node", "backend_node", "frontend_node")
 
@@ -53,7 +70,23 @@ def configure_parser(p) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="with --offline and several datasets: run this many at a time in parallel processes "
                         "(the summary gives the batch's aggregate frames/s beside each sequence's)")
-    p.add_argument("--out", default=None, help="output folder (default ./vilib_ros_output/<name>)")
+    p.add_argument("--out", default=None,
+                   help="output folder, new or empty (default: a new ./vilib_ros_output/<name>/<date>_<time> per run)")
+    p.add_argument("--overwrite", action="store_true", help="empty an existing --out folder first")
+    p.add_argument("--calibration", metavar="FILE", default=None,
+                   help="camera calibration: Kalibr camchain-imucam.yaml (cam0, cam1: intrinsics, distortion, "
+                        "T_cam_imu) or an EuRoC cam0 sensor.yaml (default: what the dataset holds)")
+    p.add_argument("--imu-calibration", metavar="FILE", default=None,
+                   help="IMU noise: Kalibr imu.yaml or an EuRoC imu0/sensor.yaml (default: what the dataset holds)")
+    p.add_argument("--image-topic", default=None,
+                   help="a bag's left camera topic (default: the calibration's cam0 rostopic, else /cam0/image_raw, "
+                        "else the only sensor_msgs/Image topic)")
+    p.add_argument("--image-right-topic", default=None,
+                   help="a bag's right camera topic (default: the calibration's cam1 rostopic, else /cam1/image_raw "
+                        "beside /cam0/image_raw, else mono)")
+    p.add_argument("--imu-topic", default=None,
+                   help="a bag's IMU topic (default: the IMU calibration's rostopic, else /imu0, else the only "
+                        "sensor_msgs/Imu topic)")
     p.add_argument("--rate", type=float, default=0.0,
                    help="replay speed, 1.0 = real time; 0 = as fast as the frontend accepts (default)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="frontend device")
@@ -111,64 +144,47 @@ def _wait_for_graph(domain_id: int, need: dict, timeout: float, children) -> boo
         client.close()
 
 
-def _prepare(args) -> tuple:
-    """Open (or generate) the dataset, then create the output folder: ``(ds, ds_path, out, name)``.
-    A dataset that cannot be opened raises before anything is written."""
-    from vilib_ros.datasets import open_dataset
+def _prepare(args, who: str = "vilib-ros run") -> tuple:
+    """Open (or generate) the dataset and resolve its calibration, then create the run's output
+    folder: ``(ds, ds_path, out, name, calibration)``. A dataset that cannot be opened or whose
+    calibration is missing raises before anything is written."""
+    from vilib_ros.run_setup import generated_sequence, open_for_run, run_folder
 
     if args.dataset:
         ds_path = Path(args.dataset)
-        ds = open_dataset(ds_path)
+        ds, cal = open_for_run(ds_path, args)
         name = ds_path.stem if ds_path.suffix == ".bag" else ds_path.resolve().name
-        out = Path(args.out) if args.out else Path("vilib_ros_output") / name
-        out.mkdir(parents=True, exist_ok=True)
-        return ds, ds_path, out, name
-    from vilib_ros.synthetic import SequenceConfig, generate_sequence
-
-    cfg = SequenceConfig(duration_s=float(args.duration))   # checks the duration before any folder exists
-    name = "synthetic"
-    out = Path(args.out) if args.out else Path("vilib_ros_output") / name
-    ds_path = out / "dataset"
-    # a sequence generated earlier is reused only when it has these settings (regression: a 10 s
-    # sequence from an earlier run was replayed for --duration 30, and --duration -1 was not checked)
-    if not (ds_path / "mav0").is_dir() or _generated_config(ds_path) != _config_dict(cfg):
-        _say(f"generating a {args.duration:g} s synthetic stereo sequence in {ds_path}")
-        out.mkdir(parents=True, exist_ok=True)
-        # rendering workers are spawned processes that re-import __main__; from an
-        # interactive or ``python -c`` session render in this process instead
-        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-        generate_sequence(ds_path, cfg, progress=True, workers=None if main_file else 1, overwrite=True)
-    return open_dataset(ds_path), ds_path, out, name
-
-
-def _config_dict(cfg) -> dict:
-    """The generator's settings as ``synthetic.yaml`` holds them (YAML types: tuples as lists)."""
-    import yaml
-    from dataclasses import asdict
-
-    return yaml.safe_load(yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}))
-
-
-def _generated_config(ds_path: Path) -> dict | None:
-    """The settings in a generated sequence's ``synthetic.yaml`` (None: none readable)."""
-    import yaml
-
+    else:
+        given = [f for f in ("calibration", "imu_calibration", "image_topic", "image_right_topic", "imu_topic")
+                 if getattr(args, f, None)]
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} applies to a DATASET; the generated sequence "
+                             "has its own calibration")
+        ds_path = generated_sequence(args.duration, who)
+        ds, cal = open_for_run(ds_path, args)
+        name = "synthetic"
     try:
-        return yaml.safe_load((ds_path / "synthetic.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return None
+        out = run_folder(args.out, name, getattr(args, "overwrite", False))
+    except BaseException:
+        ds.close()
+        raise
+    return ds, ds_path, out, name, cal
 
 
-def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
+def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool, cal) -> dict:
+    """params.yaml (and the calibration files it names) for every node: the cameras and IMU noise
+    of the resolved calibration ``cal``, the bag topics the player replays."""
     import yaml
 
     def write_yaml(path: Path, d: dict):
         path.write_text(yaml.safe_dump(d, sort_keys=False))
 
-    write_yaml(out / "cam0.yaml", ds.cameras[0].to_euroc_dict())
+    write_yaml(out / "cam0.yaml", cal.cameras[0].to_euroc_dict())
     if stereo:
-        write_yaml(out / "cam1.yaml", ds.cameras[1].to_euroc_dict())
-    write_yaml(out / "imu0.yaml", {k: float(v) for k, v in dict(ds.imu_noise).items() if isinstance(v, (int, float))})
+        write_yaml(out / "cam1.yaml", cal.cameras[1].to_euroc_dict())
+    if cal.imu_noise is not None:
+        write_yaml(out / "imu0.yaml", {k: float(v) for k, v in cal.imu_noise.items() if isinstance(v, (int, float))})
+    topics = getattr(ds, "topics", None)
     calib = {"camera_yaml": str(out / "cam0.yaml"), "stereo": stereo}
     if stereo:
         calib["right.camera_yaml"] = str(out / "cam1.yaml")
@@ -182,10 +198,13 @@ def _node_params(args, out: Path, ds, ds_path: Path, stereo: bool) -> dict:
                                                   stats_path=str(out / "frontend_stats.json"))},
         "backend_node": {"ros__parameters": dict(calib, estimator="none" if args.no_backend else "auto",
                                                  input_reliability="reliable", imu_wait_s=10.0 if ds.has_imu else 0.0,
-                                                 imu_yaml=str(out / "imu0.yaml"),
+                                                 imu_yaml=str(out / "imu0.yaml") if cal.imu_noise is not None else "",
                                                  trajectory_path=str(out / "trajectory_tum.txt"),
                                                  stats_path=str(out / "backend_stats.json"))},
         "player_node": {"ros__parameters": {"dataset": str(Path(ds_path).resolve()), "rate": float(args.rate),
+                                            "image_topic": (topics.image or "") if topics else "",
+                                            "image_right_topic": (topics.image_right or "") if topics else "",
+                                            "imu_topic": (topics.imu or "") if topics else "",
                                             "max_frames": int(args.max_frames), "publish_cam1": stereo,
                                             "loops": int(args.loops),
                                             "exit_when_done": True, "progress": False,
@@ -244,6 +263,7 @@ class _Run:
         self.stereo, self.n_images = stereo, n_images
         self.children: dict[str, NodeProcess] = {}
         self.cpu_reason_said = False
+        self.t_first: float | None = None       # when the first tracks message was recorded
         ns = args.namespace.strip("/")
         self.prefix = f"/{ns}" if ns else ""     # topics of this run: <prefix>/cam0/image_raw, ...
 
@@ -253,8 +273,10 @@ class _Run:
             remaps["__ns"] = self.prefix       # the nodes' own topics (odometry, path, ...) go there too
         # the backend with jemalloc where installed (vilib_ros.allocator: gtsam's small allocations)
         env = with_jemalloc(dict(self.env)) if node == "backend_node" else self.env
+        # in the output folder: a node started in a checkout would import the checkout, not the
+        # package this process runs (vilib_ros.nodes.processes)
         self.children[node] = NodeProcess(node, node_argv(node, remaps=remaps, params_file=self.out / "params.yaml"),
-                                          env, self.out / "logs" / f"{node}.log")
+                                          env, self.out / "logs" / f"{node}.log", cwd=self.out)
 
     def say_cpu_fallback(self) -> None:
         """Print the frontend's CUDA fallback reason once (it is otherwise only in its log)."""
@@ -272,7 +294,9 @@ class _Run:
         child's death or the timeout."""
         from tqdm import tqdm
 
-        bar = tqdm(total=self.n_images, unit="frame", desc="tracks", file=sys.stderr, mininterval=0.5)
+        # the bar starts at the first frame: before it nothing moves, and a rate (and ETA) measured
+        # from the bar's creation would count the frontend's start as frames
+        bar = None
         received, expect, player_done_at = 0, self.n_images, None
         counter = _LineCounter(self.out / "recorded.jsonl", b'"topic": "tracks"')
         try:
@@ -281,7 +305,12 @@ class _Run:
                 self.say_cpu_fallback()
                 n = counter.count()
                 if n > received:
-                    bar.update(n - received)
+                    if bar is None:
+                        self.t_first = time.monotonic()
+                        bar = tqdm(total=self.n_images, initial=n, unit="frame", desc="tracks", file=sys.stderr,
+                                   mininterval=0.5)
+                    else:
+                        bar.update(n - received)
                     received = n
                 for c in self.children.values():
                     code = c.poll()
@@ -301,7 +330,8 @@ class _Run:
                 if self.args.timeout and time.monotonic() - t_start > self.args.timeout:
                     raise RuntimeError(f"timed out after {self.args.timeout:g} s")
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
 
     def _wait_for_backend(self, quiet_s: float = 3.0, limit_s: float = 120.0) -> None:
         """The backend may lag behind the frontend (the player paces by the frontend only): wait
@@ -356,30 +386,35 @@ def run_command(args) -> int:
         raise ValueError(f"--domain-id must be in 0..232 (the ids DDS maps to UDP ports), got {args.domain_id}")
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)   # clean up the children and write what there is
-    ds, ds_path, out, name = _prepare(args)
+    ds, ds_path, out, name, cal = _prepare(args)
     out = out.resolve()
+    _say(f"output folder {out}")
     (out / "logs").mkdir(parents=True, exist_ok=True)
     n_images = len(ds.image_stamps(0)) if args.max_frames <= 0 else min(len(ds.image_stamps(0)), args.max_frames)
     n_images *= args.loops
-    stereo = len(ds.cameras) >= 2 and not args.mono
+    stereo = len(cal.cameras) >= 2 and not args.mono
     warnings = list(getattr(ds, "warnings", []))
     if not ds.has_imu and not args.no_backend:
         warnings.append("the dataset has no IMU: the backend cannot estimate a trajectory without it "
                         "(the frontend tracks without IMU prediction)")
-    wall = {"prepare": time.monotonic() - t_start, "replay": 0.0}
-    for f in ("trajectory_tum.txt", "frontend_stats.json", "backend_stats.json", "player_stats.json",
-              "recorded.jsonl"):
-        (out / f).unlink(missing_ok=True)
-    _node_params(args, out, ds, ds_path, stereo)
+    wall = {"prepare": time.monotonic() - t_start, "compile": 0.0, "startup": 0.0, "replay": 0.0}
+    _node_params(args, out, ds, ds_path, stereo, cal)
     domain_id = args.domain_id if args.domain_id is not None else pick_domain_id()
     run = _Run(args, out, ros_env(domain_id), domain_id, stereo, n_images)
     _say(f"{ds!r}\n  {n_images} frames, {'stereo' if stereo else 'mono'}, rate "
-         f"{'backpressure' if args.rate <= 0 else args.rate}, ROS_DOMAIN_ID={domain_id}, output {out}")
+         f"{'backpressure' if args.rate <= 0 else args.rate}, ROS_DOMAIN_ID={domain_id}")
+    from vilib_ros.run_setup import say_calibration, warm_kernels
+
+    say_calibration("vilib-ros run", cal)
     for w in warnings:
         _say(f"warning: {w}")
+    t_compile0 = time.monotonic()
+    kernels = warm_kernels("vilib-ros run", cal, stereo, args.device, backend=not args.no_backend and ds.has_imu)
+    wall["compile"] = time.monotonic() - t_compile0
+    wall["kernels_compiled"] = kernels["compiled"]
 
     rc, status = 0, "completed"
-    t_replay0 = time.monotonic()
+    t_startup0 = t_replay0 = time.monotonic()
     try:
         try:
             for node in NODES:
@@ -393,10 +428,14 @@ def run_command(args) -> int:
                                    if dead else "nodes did not discover each other within 120 s")
             run.say_cpu_fallback()
             t_replay0 = time.monotonic()
+            wall["startup"] = t_replay0 - t_startup0
             run.start("player_node")
             run.watch(t_start)
         finally:
             wall["replay"] = time.monotonic() - t_replay0
+            if run.t_first is not None:
+                wall["first_frame"] = run.t_first - t_replay0
+                wall["to_first_frame"] = run.t_first - t_start
             codes = run.stop()
     except KeyboardInterrupt:
         rc, status = 130, "interrupted"
@@ -419,7 +458,7 @@ def run_command(args) -> int:
 
     t_post0 = time.monotonic()
     _say("writing what there is" if rc else "writing the outputs")
-    summary = write_outputs(out, ds, args, stereo, wall, domain_id, name, status, warnings)
+    summary = write_outputs(out, ds, args, stereo, wall, domain_id, name, status, warnings, cal)
     wall["outputs"] = time.monotonic() - t_post0
     _summarise(summary, out, warnings)
     if not rc and summary["tracks_messages"] == 0:
@@ -442,3 +481,5 @@ def _summarise(summary: dict, out: Path, warnings: list[str]) -> None:
     if summary.get("device"):
         parts.append(f"frontend on {summary['device']}")
     _say("; ".join(parts) + f"; outputs in {out}" + (f" ({len(warnings)} warning(s) in report.md)" if warnings else ""))
+    if "do not play" in (summary.get("video_kind") or ""):
+        _say(f"the tracks video is {summary['video_kind']}: see report.md for what plays it")

@@ -53,8 +53,53 @@ def _id_color(i: int) -> tuple[int, int, int]:
     return (h & 255, (h >> 8) & 255, (h >> 16) & 255)
 
 
+#: The tracks video's writers, in order of preference: (fourcc, file, what it is, whether browsers play it).
+VIDEO_WRITERS = (("avc1", "tracks.mp4", "H.264 MP4", True), ("VP80", "tracks.webm", "VP8 WebM", True),
+                 ("mp4v", "tracks.mp4", "MPEG-4 Part 2 MP4", False))
+
+
+class _QuietStderr:
+    """Holds file descriptor 2 on /dev/null: FFmpeg prints its failed encoder probes (an H.264
+    encoder the OpenCV wheel lacks) straight to it, past Python's ``sys.stderr``."""
+
+    def __enter__(self):
+        import os
+        import sys
+
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+
+
+def open_video_writer(out_dir: Path, fps: float, size: tuple[int, int]):
+    """The first of :data:`VIDEO_WRITERS` that OpenCV's writer opens here: ``(writer, path, what,
+    browsers play it)``, or ``(None, None, None, False)``."""
+    import cv2
+
+    for fourcc, name, what, browser in VIDEO_WRITERS:
+        path = out_dir / name
+        with _QuietStderr():
+            writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), float(fps), size)
+        if writer.isOpened():
+            return writer, path, what, browser
+        writer.release()
+        path.unlink(missing_ok=True)
+    return None, None, None, False
+
+
 def render_tracks_video(ds, tracks: list[dict], out_dir: Path, fps: float) -> tuple[str, Path | None]:
-    """Write the tracks overlay: mp4 (mp4v) or PNG frames + GIF. Returns (kind, path)."""
+    """Write the tracks overlay: a video (:func:`open_video_writer`) or PNG frames + GIF. Returns
+    ``(kind, path)``, kind the video's description (``"... (browsers do not play it)"`` where they
+    do not), ``"gif"`` or ``"none"``."""
     import cv2
 
     by_stamp = {r["stamp_ns"]: r for r in tracks}
@@ -83,15 +128,14 @@ def render_tracks_video(ds, tracks: list[dict], out_dir: Path, fps: float) -> tu
     if not frames:
         return "none", None
     h, w = frames[0].shape[:2]
-    mp4 = out_dir / "tracks.mp4"
-    writer = cv2.VideoWriter(str(mp4), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (w, h))
-    if writer.isOpened():
+    writer, video, what, browser = open_video_writer(out_dir, fps, (w, h))
+    if writer is not None:
         for f in frames:
             writer.write(f)
         writer.release()
-        if mp4.exists() and mp4.stat().st_size > 1000:
-            return "mp4", mp4
-    mp4.unlink(missing_ok=True)
+        if video.exists() and video.stat().st_size > 1000:
+            return (what if browser else f"{what} (browsers do not play it)"), video
+        video.unlink(missing_ok=True)
     png_dir = out_dir / "tracks_frames"
     png_dir.mkdir(exist_ok=True)
     for k, f in enumerate(frames):
@@ -102,6 +146,7 @@ def render_tracks_video(ds, tracks: list[dict], out_dir: Path, fps: float) -> tu
     gif = out_dir / "tracks.gif"
     small[0].save(gif, save_all=True, append_images=small[1:], duration=int(1000 / fps), loop=0)
     return "gif", gif
+
 
 
 def plot_trajectory(est, gt, out_png: Path) -> dict:
@@ -164,9 +209,27 @@ def message_counts(pl: dict, fe: dict, be: dict, n_tracks_recorded: int) -> list
     return rows
 
 
+def wall_line(wall: dict) -> str:
+    """The report's line on where the wall time went: the time to the first frame from the
+    command's start and its parts (dataset and calibration, the compiled kernels, node start-up,
+    the first frame), beside the replay's."""
+    parts = [f"dataset and calibration {wall.get('prepare', 0):.1f} s"]
+    if "compile" in wall:
+        how = "compiled: the first run" if wall.get("kernels_compiled") else "loaded from the cache"
+        parts.append(f"kernels {wall['compile']:.1f} s ({how})")
+    if "startup" in wall:
+        parts.append(f"node start-up {wall['startup']:.1f} s")
+    if "first_frame" in wall:
+        parts.append(f"first frame {wall['first_frame']:.1f} s")
+    head = (f"Time to the first frame: **{wall['to_first_frame']:.1f} s** from the command's start"
+            if "to_first_frame" in wall else "No frame was tracked")
+    return f"{head} ({', '.join(parts)}); replay {wall.get('replay', 0):.1f} s."
+
+
 def write_outputs(out: Path, ds, args, stereo: bool, wall: dict, domain_id: int, name: str,
-                  status: str = "completed", warnings: list[str] | None = None) -> dict:
-    """Write everything after a replay (also after an interrupted or failed one: what there is)."""
+                  status: str = "completed", warnings: list[str] | None = None, calibration=None) -> dict:
+    """Write everything after a replay (also after an interrupted or failed one: what there is);
+    ``calibration`` (:class:`vilib_ros.calibration.Calibration`): where each value came from."""
     recs = read_jsonl(out / "recorded.jsonl")
     tracks = [r for r in recs if r.get("topic") == "tracks"]
     odom = [r for r in recs if r.get("topic") == "odometry"]
@@ -209,6 +272,9 @@ def write_outputs(out: Path, ds, args, stereo: bool, wall: dict, domain_id: int,
         f"- dataset: `{getattr(args, 'dataset', None) or 'synthetic (generated)'}` "
         f"({n_images} frames, {'stereo' if stereo else 'mono'}, {fps:.0f} Hz)",
     ]
+    if calibration is not None and calibration.defaults:
+        lines.append(f"- **warning**: EuRoC's defaults are used for {', '.join(calibration.defaults)} "
+                     f"({calibration.defaults_why}): see Calibration below")
     lines += [f"- **warning**: {w}" for w in (warnings or [])]
     lines += [
         "- replay: " + ("backpressure (as fast as the frontend accepts)" if args.rate <= 0
@@ -231,6 +297,8 @@ def write_outputs(out: Path, ds, args, stereo: bool, wall: dict, domain_id: int,
                      f"max {ape['ape_max_m']:.3f} m over {ape['length_m']:.1f} m ({ape['associated']} poses)")
     elif est is None:
         lines.append("- trajectory: none (the backend published no state)")
+    if calibration is not None:
+        lines += [""] + calibration.report_lines()[:-1]
     lines += ["", "## Messages received against sent", "",
               "| stream | sent | frontend | backend | recorder | lost |", "|---|---|---|---|---|---|"]
     for r in counts:
@@ -250,8 +318,7 @@ def write_outputs(out: Path, ds, args, stereo: bool, wall: dict, domain_id: int,
         row(f"frontend {k}", s)
     row("frontend callback (receive -> publish)", fe.get("latency_ms"))
     row("backend per frame", be.get("frame_ms"))
-    lines += ["", f"Wall time: prepare {wall.get('prepare', 0):.1f} s, replay {wall.get('replay', 0):.1f} s.", "",
-              "## Files", ""]
+    lines += ["", wall_line(wall), "", "## Files", ""]
     files = [("tracks overlay", video), ("trajectory (TUM)", traj if est is not None else None),
              ("ground truth (TUM)", out / "groundtruth_tum.txt" if gt is not None else None),
              ("trajectory plot", plot), ("timing", out / "timing.json"), ("recorded messages", out / "recorded.jsonl"),
@@ -260,9 +327,15 @@ def write_outputs(out: Path, ds, args, stereo: bool, wall: dict, domain_id: int,
         if f is not None:
             lines.append(f"- {label}: `{Path(f).relative_to(out)}`")
     if video_kind == "gif":
-        lines.append("- (no mp4 encoder here: PNG frames in `tracks_frames/` and an animated GIF)")
+        lines.append("- (no video encoder here: PNG frames in `tracks_frames/` and an animated GIF)")
+    elif video is not None:
+        lines.append(f"- the tracks video is {video_kind}" + (
+            ": VLC or mpv play it; for a browser convert it (`ffmpeg -i tracks.mp4 -c:v libx264 -pix_fmt yuv420p "
+            "tracks_h264.mp4`) or install an OpenCV with an H.264 or VP8 encoder" if "do not play" in video_kind
+            else " (browsers play it)"))
     (out / "report.md").write_text("\n".join(lines) + "\n")
     (out / "timing.json").write_text(json.dumps(timing | {"wall_s": wall}, indent=2))
     return {"tracks_messages": len(tracks), "n_images": n_images, "timing": timing, "ape": ape, "counts": counts,
             "skipped": skipped, "device": fe.get("device"), "video": str(video) if video else None,
+            "video_kind": video_kind,
             "images_sent": (pl.get("images") or [None])[0]}

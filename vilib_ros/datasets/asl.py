@@ -6,21 +6,27 @@
 dataset folder.
 
 A broken folder fails at open with a message naming the file (missing ``data.csv``, a line
-that does not parse, a calibration with a bad key, no images listed); what can be skipped is
-skipped and counted instead: images listed with a repeated or backward stamp, IMU samples
-that are not finite or go backwards (``stats``), and, at :meth:`AslDataset.load_image`, a
-frame that is missing, empty, corrupt or of the wrong size (:class:`~.common.FrameError`).
-What a user must know about the data (a default calibration, no IMU) is in ``warnings``.
+that does not parse, no images listed); what can be skipped is skipped and counted instead:
+images listed with a repeated or backward stamp, IMU samples that are not finite or go backwards
+(``stats``), and, at :meth:`AslDataset.load_image`, a frame that is missing, empty, corrupt or of
+another size than the camera's first readable image (:class:`~.common.FrameError`). What a user
+must know about the data (no IMU) is in ``warnings``.
+
+The calibration (``cam{i}/sensor.yaml``, ``imu0/sensor.yaml``) is read only when it is asked for
+(:attr:`AslDataset.found_calibration`): a replay does not need it. A folder without a camera's
+``sensor.yaml`` or the IMU's has no calibration for it; EuRoC's defaults never fill it.
 """
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
 
-from ..camera import CameraModel, default_camera, euroc_cam1, load_euroc_yaml  # noqa: F401 (euroc_cam1: old import path)
+from ..calibration import CalibrationSet, read_euroc_camera, read_imu_calibration
+from ..camera import CameraModel, euroc_cam1, load_euroc_yaml  # noqa: F401 (old import paths)
 from .common import (EUROC_CAM_HEADER, EUROC_GT_HEADER, EUROC_IMU_HEADER, EUROC_IMU_NOISE,  # noqa: F401
                      Dataset, DatasetError, FrameError, Groundtruth, monotonic_mask, read_csv_stamped,
                      read_euroc_groundtruth, read_tum)
@@ -61,7 +67,7 @@ class AslDataset(Dataset):
         root = Path(root)
         if root.name == "mav0" and (root / "cam0").is_dir():
             root = root.parent
-        self.root = root
+        self.root = self.path = root
         self.name = root.name
         mav = root / "mav0"
         if not mav.is_dir():
@@ -69,7 +75,10 @@ class AslDataset(Dataset):
         self.stats = {"imu_non_monotonic_dropped": 0, "imu_non_finite_dropped": 0,
                       "images_non_monotonic_dropped": 0}
         self.warnings: list[str] = []
-        self.cameras = []
+        self._cam_dirs: list[Path] = []
+        self._sizes: dict[int, tuple[int, int] | None] = {}
+        self._size_lock = threading.Lock()
+        self._found: CalibrationSet | None = None
         self._stamps: list[np.ndarray] = []
         self._files: list[list[Path]] = []
         cam_dirs = sorted((d for d in mav.glob("cam[0-9]*") if re.fullmatch(r"cam\d+", d.name)),
@@ -115,14 +124,7 @@ class AslDataset(Dataset):
             self.warnings.append(f"{csv}: skipped {len(bad)} image(s) whose stamp repeats or goes back "
                                  f"(line{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad[:5]))}"
                                  f"{', ...' if len(bad) > 5 else ''})")
-        yaml_path = d / "sensor.yaml"
-        if yaml_path.is_file():
-            cam = CameraModel.from_euroc_yaml(yaml_path)
-        else:
-            cam = default_camera(c)
-            self.warnings.append(f"{yaml_path} missing: using the EuRoC V1_01 cam{c} calibration "
-                                 f"({cam.width}x{cam.height}); on another camera the results are wrong")
-        self.cameras.append(cam)
+        self._cam_dirs.append(d)
         self._stamps.append(t[keep])
         self._files.append([d / "data" / n for n, k in zip(names, keep) if k])
 
@@ -149,22 +151,6 @@ class AslDataset(Dataset):
             self.imu_stamps, self.imu_data = t[keep], data[keep]
             if not len(self.imu_stamps):
                 self.warnings.append(f"{csv}: holds no IMU samples: the backend cannot estimate a trajectory")
-        self.imu_noise = dict(EUROC_IMU_NOISE)
-        y = d / "sensor.yaml"
-        if y.is_file():
-            try:
-                vals = load_euroc_yaml(y)
-            except Exception as exc:  # noqa: BLE001 - any parse error becomes one message naming the file
-                raise DatasetError(f"{y}: cannot read the IMU calibration ({str(exc).splitlines()[0]})") from None
-            for k in EUROC_IMU_NOISE:
-                if isinstance(vals, dict) and k in vals:
-                    try:
-                        v = float(vals[k])
-                    except (TypeError, ValueError):
-                        v = float("nan")
-                    if not (np.isfinite(v) and v > 0):
-                        raise DatasetError(f"{y}: key '{k}' must be a positive number, got {vals[k]!r}")
-                    self.imu_noise[k] = v
 
     def _load_groundtruth(self, root: Path) -> Groundtruth | None:
         csv = root / "mav0" / "state_groundtruth_estimate0" / "data.csv"
@@ -174,6 +160,57 @@ class AslDataset(Dataset):
         if tum:
             return read_tum(tum[0])
         return None
+
+    @property
+    def num_cameras(self) -> int:
+        return len(self._stamps)
+
+    @property
+    def camera_labels(self) -> list[str]:
+        return [f"{d.relative_to(self.root)}" for d in self._cam_dirs]
+
+    @property
+    def imu_label(self) -> str:
+        return "mav0/imu0"
+
+    @property
+    def found_calibration(self) -> CalibrationSet:
+        """``cam{i}/sensor.yaml`` (intrinsics, distortion, T_BS) and ``imu0/sensor.yaml`` (the IMU
+        noise), read on first use; a file that is there but unusable raises CalibrationError."""
+        if self._found is None:
+            found = CalibrationSet()
+            for c, d in enumerate(self._cam_dirs):
+                y = d / "sensor.yaml"
+                rel = y.relative_to(self.root)
+                if not y.is_file():
+                    found.why_missing[f"cam{c}"] = f"no {rel}"
+                    continue
+                found.cameras[c] = read_euroc_camera(y, c).camera(c)
+                if found.cameras[c].T_BS is None:
+                    found.why_missing[f"T_BS{c}"] = f"{rel} has no T_BS"
+            y = self.root / "mav0" / "imu0" / "sensor.yaml"
+            if y.is_file():
+                imu = read_imu_calibration(y)
+                found.imu_noise, found.imu_noise_from = imu.imu_noise, imu.imu_noise_from
+            else:
+                found.why_missing["imu"] = f"no {y.relative_to(self.root)}"
+            self._found = found
+        return self._found
+
+    def image_size(self, cam: int) -> tuple[int, int] | None:
+        """The size of camera ``cam``'s first readable image (every other image must have it)."""
+        self._check_cam(cam)
+        with self._size_lock:
+            if cam not in self._sizes:
+                self._sizes[cam] = None
+                for f in self._files[cam][:50]:
+                    try:
+                        img = decode_image_file(f)
+                    except FrameError:
+                        continue
+                    self._sizes[cam] = (int(img.shape[1]), int(img.shape[0]))
+                    break
+            return self._sizes[cam]
 
     def image_stamps(self, cam: int = 0) -> np.ndarray:
         self._check_cam(cam)
@@ -189,10 +226,10 @@ class AslDataset(Dataset):
         if not -n <= index < n:
             raise IndexError(f"{self.name}: cam{cam} image index {index} out of range ({n} images)")
         img = decode_image_file(self._files[cam][index])
-        c = self.cameras[cam]
-        if img.shape != (c.height, c.width):
+        size = self.image_size(cam)
+        if size is not None and (img.shape[1], img.shape[0]) != size:
             raise FrameError("size_mismatch", f"{self._files[cam][index]}: size {img.shape[1]}x{img.shape[0]} "
-                                              f"differs from the calibration's {c.width}x{c.height}")
+                                              f"differs from the camera's other images ({size[0]}x{size[1]})")
         return img
 
 

@@ -1,9 +1,12 @@
 """Write any dataset (usually an ASL folder) as a ROS 1 ``.bag`` or a ROS 2 bag through ``rosbags``.
 
-Topics: ``/cam{i}/image_raw`` (mono8), ``/cam{i}/camera_info``, ``/imu0``, ``/tf_static``
-(``imu0`` -> ``cam{i}``), and ``/groundtruth/pose`` where the dataset has ground truth; bag time
-= header stamp, so that ``open_dataset(write_bag(ds, ...))`` reproduces images, IMU, stamps,
-calibration and poses.
+Topics: ``/cam{i}/image_raw`` (mono8; other names with ``image_topics``), ``camera_info`` beside
+each image topic, ``/imu0`` (or ``imu_topic``), ``/tf_static`` (``imu0`` -> ``cam{i}``), and
+``/groundtruth/pose`` where the dataset has ground truth; bag time = header stamp, so that
+``open_dataset(write_bag(ds, ...))`` reproduces images, IMU, stamps, calibration and poses. The
+calibration written is what the dataset itself holds (:attr:`~.common.Dataset.found_calibration`):
+a camera without intrinsics gets no camera_info, one without ``T_BS`` no transform; ``camera_info``
+/ ``tf_static`` False leave them out as a recorder of a bare camera driver would.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..camera import CameraModel
-from .bags import GT_TOPIC, IMU_TOPIC
+from .bags import GT_TOPIC, IMU_TOPIC, info_topic
 from .common import Dataset
 
 _TF_MSGDEF_ROS1 = "geometry_msgs/TransformStamped[] transforms\n"
@@ -62,11 +65,11 @@ class _MsgFactory:
             header=self.header(t_ns, frame_id, topic), height=h, width=w, encoding="mono8",
             is_bigendian=0, step=w, data=np.ascontiguousarray(img, dtype=np.uint8).reshape(-1))
 
-    def imu(self, t_ns: int, gyro, acc, gyro_var: float, acc_var: float):
+    def imu(self, t_ns: int, gyro, acc, gyro_var: float, acc_var: float, topic: str = IMU_TOPIC):
         orient_cov = np.zeros(9)
         orient_cov[0] = -1.0  # REP 145: orientation not provided
         return self.T["sensor_msgs/msg/Imu"](
-            header=self.header(t_ns, "imu0", IMU_TOPIC), orientation=self.quat((0, 0, 0, 1)),
+            header=self.header(t_ns, "imu0", topic), orientation=self.quat((0, 0, 0, 1)),
             orientation_covariance=orient_cov, angular_velocity=self.vec3(gyro),
             angular_velocity_covariance=np.diag([gyro_var] * 3).reshape(-1),
             linear_acceleration=self.vec3(acc),
@@ -86,11 +89,11 @@ class _MsgFactory:
             header=self.header(t_ns, frame_id, topic), height=cam.height, width=cam.width,
             distortion_model=model, binning_x=0, binning_y=0, roi=roi, **kw)
 
-    def tf_static(self, t_ns: int, cams: list[CameraModel]):
+    def tf_static(self, t_ns: int, T_BS: dict[int, np.ndarray]):
         trs = []
-        for i, cam in enumerate(cams):
-            tr = self.T["geometry_msgs/msg/Transform"](translation=self.vec3(cam.T_BS[:3, 3]),
-                                                        rotation=self.quat(_rot_to_quat(cam.T_BS[:3, :3])))
+        for i, T in sorted(T_BS.items()):
+            tr = self.T["geometry_msgs/msg/Transform"](translation=self.vec3(T[:3, 3]),
+                                                        rotation=self.quat(_rot_to_quat(T[:3, :3])))
             trs.append(self.T["geometry_msgs/msg/TransformStamped"](
                 header=self.header(t_ns, "imu0", "/tf_static"), child_frame_id=f"cam{i}", transform=tr))
         return self.T["tf2_msgs/msg/TFMessage"](transforms=trs)
@@ -103,15 +106,17 @@ class _MsgFactory:
 
 
 def write_bag(dataset, out_path: str | Path, kind: str = "ros2", storage: str = "sqlite3",
-              max_images: int | None = None, overwrite: bool = False) -> Path:
+              max_images: int | None = None, overwrite: bool = False, image_topics: list[str] | None = None,
+              imu_topic: str = IMU_TOPIC, camera_info: bool = True, tf_static: bool = True) -> Path:
     """Write ``dataset`` (a :class:`~vilib_ros.datasets.asl.Dataset` or a path) as a ROS bag.
 
     ``kind='ros1'`` writes a ROS 1 ``.bag`` file at ``out_path``; ``kind='ros2'`` a ROS 2 bag
-    folder (``storage`` ``'sqlite3'`` or ``'mcap'``). Topics: ``/cam{i}/image_raw`` (mono8),
-    ``/cam{i}/camera_info``, ``/imu0``, ``/tf_static`` (``imu0`` -> ``cam{i}``), and
-    ``/groundtruth/pose`` where the dataset has ground truth. ``max_images`` keeps the first
-    images of cam0 and every other stream up to the last kept cam0 stamp.
-    Returns the written path.
+    folder (``storage`` ``'sqlite3'`` or ``'mcap'``). Topics: ``image_topics[i]`` (default
+    ``/cam{i}/image_raw``, mono8), ``camera_info`` beside each (where the dataset has the camera's
+    intrinsics and ``camera_info``), ``imu_topic``, ``/tf_static`` (``imu0`` -> ``cam{i}``, where
+    the dataset has the camera's ``T_BS`` and ``tf_static``), and ``/groundtruth/pose`` where the
+    dataset has ground truth. ``max_images`` keeps the first images of cam0 and every other stream
+    up to the last kept cam0 stamp. Returns the written path.
     """
     if kind not in ("ros1", "ros2"):
         raise ValueError(f"kind must be 'ros1' or 'ros2', got {kind!r}")
@@ -135,7 +140,9 @@ def write_bag(dataset, out_path: str | Path, kind: str = "ros2", storage: str = 
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        _write(ds, out, kind, storage, max_images)
+        names = list(image_topics or [])[:ds.num_cameras]
+        names += [f"/cam{i}/image_raw" for i in range(len(names), ds.num_cameras)]
+        _write(ds, out, kind, storage, max_images, names, imu_topic, camera_info, tf_static)
     except BaseException:
         import shutil
 
@@ -150,7 +157,8 @@ def write_bag(dataset, out_path: str | Path, kind: str = "ros2", storage: str = 
     return out
 
 
-def _write(ds: Dataset, out: Path, kind: str, storage: str, max_images: int | None) -> None:
+def _write(ds: Dataset, out: Path, kind: str, storage: str, max_images: int | None, image_topics: list[str],
+           imu_topic: str, camera_info: bool, tf_static: bool) -> None:
     ros1 = kind == "ros1"
     f = _MsgFactory(ros1)
     t_stop = None
@@ -159,9 +167,13 @@ def _write(ds: Dataset, out: Path, kind: str, storage: str, max_images: int | No
         if max_images < 1 or st0.size == 0:
             raise ValueError("max_images must be >= 1 and the dataset must have cam0 images")
         t_stop = int(st0[min(max_images, st0.size) - 1])
-    rate = float(ds.imu_noise.get("rate_hz", 200.0))
-    gyro_var = (ds.imu_noise["gyroscope_noise_density"] ** 2) * rate
-    acc_var = (ds.imu_noise["accelerometer_noise_density"] ** 2) * rate
+    found = ds.found_calibration
+    noise = found.imu_noise     # discrete-time variances in the messages where the dataset has the noise (else 0: unknown)
+    rate = float((noise or {}).get("rate_hz", 200.0))
+    gyro_var = (noise["gyroscope_noise_density"] ** 2) * rate if noise else 0.0
+    acc_var = (noise["accelerometer_noise_density"] ** 2) * rate if noise else 0.0
+    intrinsics = {i: c.intrinsics for i, c in found.cameras.items() if c.intrinsics is not None and camera_info}
+    T_BS = {i: c.T_BS for i, c in found.cameras.items() if c.T_BS is not None and tf_static}
 
     if ros1:
         from rosbags.rosbag1 import Writer
@@ -172,15 +184,15 @@ def _write(ds: Dataset, out: Path, kind: str, storage: str, max_images: int | No
 
         plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
         writer = Writer(out, version=9, storage_plugin=plugin)
-    ncam = len(ds.cameras)
+    ncam = ds.num_cameras
     with writer:
         def conn(topic, msgtype):
             return writer.add_connection(topic, msgtype, typestore=f.ts)
 
-        c_img = [conn(f"/cam{i}/image_raw", "sensor_msgs/msg/Image") for i in range(ncam)]
-        c_info = [conn(f"/cam{i}/camera_info", "sensor_msgs/msg/CameraInfo") for i in range(ncam)]
-        c_imu = conn(IMU_TOPIC, "sensor_msgs/msg/Imu")
-        c_tf = conn("/tf_static", "tf2_msgs/msg/TFMessage")
+        c_img = [conn(image_topics[i], "sensor_msgs/msg/Image") for i in range(ncam)]
+        c_info = {i: conn(info_topic(image_topics[i]), "sensor_msgs/msg/CameraInfo") for i in intrinsics}
+        c_imu = conn(imu_topic, "sensor_msgs/msg/Imu")
+        c_tf = conn("/tf_static", "tf2_msgs/msg/TFMessage") if T_BS else None
         gt = ds.groundtruth
         c_gt = conn(GT_TOPIC, "geometry_msgs/msg/PoseStamped") if gt is not None else None
 
@@ -191,8 +203,8 @@ def _write(ds: Dataset, out: Path, kind: str, storage: str, max_images: int | No
             t = ev[1] if ev[0] == "imu" else ev[2]
             if t_stop is not None and t > t_stop:
                 break
-            if not tf_written:
-                writer.write(c_tf, t, f.serialize(f.tf_static(t, ds.cameras), "tf2_msgs/msg/TFMessage"))
+            if not tf_written and c_tf is not None:
+                writer.write(c_tf, t, f.serialize(f.tf_static(t, T_BS), "tf2_msgs/msg/TFMessage"))
                 tf_written = True
             while gt is not None and gt_i < len(gt) and gt.t_ns[gt_i] <= t:
                 tg = int(gt.t_ns[gt_i])
@@ -200,13 +212,15 @@ def _write(ds: Dataset, out: Path, kind: str, storage: str, max_images: int | No
                                                    "geometry_msgs/msg/PoseStamped"))
                 gt_i += 1
             if ev[0] == "imu":
-                writer.write(c_imu, t, f.serialize(f.imu(t, ev[2], ev[3], gyro_var, acc_var), "sensor_msgs/msg/Imu"))
+                writer.write(c_imu, t, f.serialize(f.imu(t, ev[2], ev[3], gyro_var, acc_var, imu_topic),
+                                                   "sensor_msgs/msg/Imu"))
             else:
                 _, i, _, idx = ev
-                topic = f"/cam{i}/image_raw"
+                topic = image_topics[i]
                 img = ds.load_image(i, idx)
-                writer.write(c_info[i], t, f.serialize(
-                    f.camera_info(t, f"cam{i}", ds.cameras[i], f"/cam{i}/camera_info"), "sensor_msgs/msg/CameraInfo"))
+                if i in c_info:
+                    writer.write(c_info[i], t, f.serialize(
+                        f.camera_info(t, f"cam{i}", intrinsics[i], info_topic(topic)), "sensor_msgs/msg/CameraInfo"))
                 writer.write(c_img[i], t, f.serialize(f.image(t, f"cam{i}", img, topic), "sensor_msgs/msg/Image"))
         while gt is not None and gt_i < len(gt) and (t_stop is None or gt.t_ns[gt_i] <= t_stop):
             tg = int(gt.t_ns[gt_i])

@@ -7,22 +7,14 @@ No rclpy, no OpenCV here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
+from ..calibration import EUROC_IMU_NOISE, Calibration, CalibrationSet, resolve  # noqa: F401 (EUROC_IMU_NOISE: old import path)
 from ..camera import CameraModel
-
-#: EuRoC (ADIS16448) continuous-time noise densities, the keys of imu0/sensor.yaml.
-EUROC_IMU_NOISE = {
-    "gyroscope_noise_density": 1.6968e-04,      # rad / s / sqrt(Hz)
-    "gyroscope_random_walk": 1.9393e-05,        # rad / s^2 / sqrt(Hz)
-    "accelerometer_noise_density": 2.0000e-03,  # m / s^2 / sqrt(Hz)
-    "accelerometer_random_walk": 3.0000e-03,    # m / s^3 / sqrt(Hz)
-    "rate_hz": 200.0,
-}
 
 #: Header of mav0/state_groundtruth_estimate0/data.csv, exactly as EuRoC writes it.
 EUROC_GT_HEADER = (
@@ -34,6 +26,26 @@ EUROC_GT_HEADER = (
 EUROC_IMU_HEADER = ("#timestamp [ns],w_RS_S_x [rad s^-1],w_RS_S_y [rad s^-1],w_RS_S_z [rad s^-1],"
                     "a_RS_S_x [m s^-2],a_RS_S_y [m s^-2],a_RS_S_z [m s^-2]")
 EUROC_CAM_HEADER = "#timestamp [ns],filename"
+
+
+@dataclass
+class Topics:
+    """Which topics of a bag are the left and right camera and the IMU (None: the automatic
+    choice, see :class:`~.bags.BagDataset`); ``origin`` says, per field, who named it (for messages:
+    "--image-topic", "cam0 rostopic of camchain.yaml")."""
+
+    image: str | None = None
+    image_right: str | None = None
+    imu: str | None = None
+    origin: dict = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.image or self.image_right or self.imu)
+
+    def named(self, key: str) -> str:
+        """``key``'s topic and who named it, for a message."""
+        topic = getattr(self, key)
+        return f"{topic} ({self.origin[key]})" if key in self.origin else str(topic)
 
 
 class DatasetError(ValueError):
@@ -210,19 +222,83 @@ class Groundtruth:
 class Dataset:
     """Common interface of every dataset source (subclasses fill the attributes).
 
-    ``warnings`` lists what a user must know about the data (a default calibration, no IMU, a
-    truncated bag); ``stats`` counts what was dropped while opening it. ``parallel_loads``: whether
-    ``load_image`` may run on several threads at once (plain image files; not a bag reader)."""
+    Reading the streams needs no calibration: ``num_cameras``, ``image_stamps``, ``load_image``, the
+    IMU and ground truth are what a replay uses. The calibration is resolved apart
+    (:meth:`resolve_calibration`: the user's files, else :attr:`found_calibration`, what the dataset
+    itself holds, else EuRoC's defaults where :attr:`euroc_defaults` says why they apply) and set with
+    :meth:`use_calibration`; ``cameras`` and ``imu_noise`` are that calibration's (without one set,
+    the dataset's own, which raises :class:`~vilib_ros.calibration.CalibrationMissing` where it is
+    incomplete).
+
+    ``warnings`` lists what a user must know about the data (no IMU, a truncated bag); ``stats``
+    counts what was dropped while opening it. ``parallel_loads``: whether ``load_image`` may run on
+    several threads at once (plain image files; not a bag reader)."""
 
     parallel_loads = False
     name: str
-    cameras: list[CameraModel]
+    path: Path
     imu_stamps: np.ndarray   # int64 (M,)
     imu_data: np.ndarray     # float64 (M, 6) wx wy wz ax ay az
-    imu_noise: dict
     groundtruth: Groundtruth | None
     stats: dict
     warnings: list[str]
+    #: why EuRoC's defaults may fill what the dataset lacks (None: they may not)
+    euroc_defaults: str | None = None
+    #: the calibration in use (:meth:`use_calibration`)
+    calibration: Calibration | None = None
+
+    @property
+    def num_cameras(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def camera_labels(self) -> list[str]:
+        """How messages name each camera's stream (a folder, a topic)."""
+        return [f"cam{i}" for i in range(self.num_cameras)]
+
+    @property
+    def imu_label(self) -> str:
+        return "the IMU"
+
+    @property
+    def found_calibration(self) -> CalibrationSet:
+        """What the dataset itself holds of the calibration (raises CalibrationError for a file or
+        message that holds one but cannot be used)."""
+        raise NotImplementedError
+
+    def image_size(self, cam: int) -> tuple[int, int] | None:
+        """The (width, height) of camera ``cam``'s images, None where no image can be read."""
+        raise NotImplementedError
+
+    def resolve_calibration(self, given: CalibrationSet | None = None, cameras: int | None = None,
+                            need_imu: bool | None = None) -> Calibration:
+        """The calibration of the first ``cameras`` cameras (default all) and, where ``need_imu``
+        (default: the dataset has an IMU), the IMU noise: :func:`vilib_ros.calibration.resolve`."""
+        n = self.num_cameras if cameras is None else min(int(cameras), self.num_cameras)
+        return resolve(self.found_calibration, given, n, self.camera_labels[:n], self.imu_label,
+                       where=str(getattr(self, "path", self.name)), image_sizes=[self.image_size(c) for c in range(n)],
+                       need_imu=self.has_imu if need_imu is None else need_imu, euroc_defaults=self.euroc_defaults)
+
+    def use_calibration(self, calibration: Calibration) -> None:
+        self.calibration = calibration
+
+    def _own_calibration(self, need_imu: bool) -> Calibration:
+        cache = self.__dict__.setdefault("_own_calibrations", {})
+        if need_imu not in cache:
+            cache[need_imu] = self.resolve_calibration(need_imu=need_imu)
+        return cache[need_imu]
+
+    @property
+    def cameras(self) -> list[CameraModel]:
+        if self.calibration is not None:
+            return self.calibration.cameras
+        return self._own_calibration(False).cameras
+
+    @property
+    def imu_noise(self) -> dict:
+        if self.calibration is not None and self.calibration.imu_noise is not None:
+            return self.calibration.imu_noise
+        return self._own_calibration(True).imu_noise
 
     def image_stamps(self, cam: int = 0) -> np.ndarray:
         raise NotImplementedError
@@ -232,16 +308,12 @@ class Dataset:
         raise NotImplementedError
 
     @property
-    def num_cameras(self) -> int:
-        return len(self.cameras)
-
-    @property
     def has_imu(self) -> bool:
         return len(self.imu_stamps) > 0
 
     def _check_cam(self, cam: int) -> None:
-        if not 0 <= cam < len(self.cameras):
-            raise ValueError(f"{self.name}: camera index {cam} out of range (dataset has {len(self.cameras)})")
+        if not 0 <= cam < self.num_cameras:
+            raise ValueError(f"{self.name}: camera index {cam} out of range (dataset has {self.num_cameras})")
 
     def iter_events(self) -> Iterator[tuple]:
         """Time-ordered ``("imu", t_ns, gyro, acc)`` and ``("image", cam, t_ns, index)``.
@@ -250,7 +322,7 @@ class Dataset:
         the image arrives), then cameras in index order.
         """
         streams = [(self.imu_stamps, 0, -1)]
-        for c in range(len(self.cameras)):
+        for c in range(self.num_cameras):
             streams.append((self.image_stamps(c), 1, c))
         t_all = np.concatenate([s[0] for s in streams])
         kind = np.concatenate([np.full(s[0].shape, s[1]) for s in streams])
@@ -275,6 +347,6 @@ class Dataset:
         self.close()
 
     def __repr__(self) -> str:
-        n = [len(self.image_stamps(c)) for c in range(len(self.cameras))]
+        n = [len(self.image_stamps(c)) for c in range(self.num_cameras)]
         return (f"<{type(self).__name__} {self.name!r}: images {n}, imu {len(self.imu_stamps)}, "
                 f"groundtruth {'yes' if self.groundtruth is not None else 'no'}>")

@@ -79,6 +79,18 @@ def cpu_implementation(choice: str | None = None) -> str:
     return "numpy"
 
 
+def cache_location() -> str:
+    """Where numba keeps the compiled functions: ``$NUMBA_CACHE_DIR``, else the ``__pycache__``
+    folders of the installed package (numba falls back to a per-user folder where those are not
+    writable)."""
+    env = os.environ.get("NUMBA_CACHE_DIR")
+    if env:
+        return env
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parents[1] / "*" / "__pycache__")
+
+
 def cpu_threads() -> int:
     """Threads for the compiled stages: ``$VILIB_ROS_CPU_THREADS`` (default 1; 0 = all cores)."""
     import numba

@@ -12,7 +12,14 @@ the bottleneck. While it waits for the pipeline (backpressure) it takes the trac
 every 20 ms (parameter requests).
 A frame that cannot be read (missing, empty, corrupt, wrong size) is skipped, counted under its
 reason (log, ``stats_path``) and the replay goes on; what the dataset reader reported on opening
-(a default calibration, no IMU, a truncated bag) is logged as a warning first.
+(no IMU, a truncated bag) is logged as a warning first. Replaying needs no calibration: the
+player publishes images and IMU only.
+
+Topics of a bag: ``image_topic``, ``image_right_topic``, ``imu_topic`` name the bag's left camera,
+right camera and IMU topics (empty: EuRoC's ``/cam0/image_raw``, ``/cam1/image_raw``, ``/imu0``, else
+the only topic of its type; two candidates and no name given is a start-up error listing them).
+Whatever their names in the bag, they are published as ``cam0/image_raw``, ``cam1/image_raw`` and
+``imu0``.
 
 Start: the replay begins only when every publisher of the player is matched with every
 subscriber the graph shows on its topic, and at least ``wait_for_subscribers`` on the images
@@ -50,6 +57,8 @@ Published
 Parameters
 ----------
   dataset (string, default '', read-only): ASL folder (containing mav0/), ROS 1 .bag, or ROS 2 bag folder
+  image_topic, image_right_topic, imu_topic (string, default '', read-only): the bag's topics of the
+      left camera, the right camera and the IMU ('' = the automatic choice above; bags only)
   rate (double, default 1.0, range [0, 1000]): replay speed factor; 0 = backpressure mode
   max_frames (integer, default 0, range [0, 1000000000], read-only): stop after this many cam0 images (0 = all)
   loops (integer, default 1, range [1, 1000000], read-only): replay the dataset this many times,
@@ -106,6 +115,11 @@ LOG_SKIPS_PER_REASON = 5
 def parameter_table() -> list[ParamSpec]:
     return [
         ParamSpec("dataset", "", "ASL folder (with mav0/), ROS 1 .bag, or ROS 2 bag folder", read_only=True),
+        ParamSpec("image_topic", "", "the bag's left camera topic ('' = /cam0/image_raw, else the only Image "
+                  "topic)", read_only=True),
+        ParamSpec("image_right_topic", "", "the bag's right camera topic ('' = /cam1/image_raw beside "
+                  "/cam0/image_raw, else none)", read_only=True),
+        ParamSpec("imu_topic", "", "the bag's IMU topic ('' = /imu0, else the only Imu topic)", read_only=True),
         ParamSpec("rate", 1.0, "replay speed factor (1.0 = real time); 0 = backpressure mode", range=(0.0, 1000.0)),
         ParamSpec("max_frames", 0, "stop after this many cam0 images (0 = all)", range=(0, 1_000_000_000),
                   read_only=True),
@@ -152,18 +166,21 @@ class PlayerNode(Node):
         self.add_on_set_parameters_callback(self._check_rate_mode)
         if not self.p["dataset"]:
             raise ValueError("player_node: parameter 'dataset' is required (ASL folder, .bag or ROS 2 bag)")
-        from vilib_ros.datasets import open_dataset
+        from vilib_ros.datasets import Topics, open_dataset
         from vilib_ros.datasets.replay import Prefetcher
 
         path = self.p["dataset"]
+        names = {"image": "image_topic", "image_right": "image_right_topic", "imu": "imu_topic"}
+        topics = Topics(**{k: self.p[v] or None for k, v in names.items()},
+                        origin={k: f"parameter {v}" for k, v in names.items() if self.p[v]})
         workers = int(self.p["decode_workers"]) or min(8, max(4, os.cpu_count() or 1))
-        self.feed = Prefetcher(lambda: open_dataset(path), depth=self.p["prefetch"], workers=workers)
+        self.feed = Prefetcher(lambda: open_dataset(path, topics), depth=self.p["prefetch"], workers=workers)
         if workers > 1:
             from vilib_ros.datasets.replay import hand_gil_to_decoders
 
             hand_gil_to_decoders()      # decoded images do not wait 5 ms for the publishing thread's GIL
         self.ds = self.feed.ds
-        self.n_cams = min(len(self.ds.cameras) if self.p["publish_cam1"] else 1, 2)
+        self.n_cams = min(self.ds.num_cameras if self.p["publish_cam1"] else 1, 2)
         self.pub_img = [self.create_publisher(Image, f"cam{c}/image_raw", reliable_qos(30))
                         for c in range(self.n_cams)]
         self.pub_imu = self.create_publisher(Imu, "imu0", reliable_qos(1000))
@@ -188,6 +205,11 @@ class PlayerNode(Node):
                       "dataset_stats": dict(getattr(self.ds, "stats", {})),
                       "dataset_warnings": list(getattr(self.ds, "warnings", []))}
         self.get_logger().info(f"opened {self.ds!r}")
+        if getattr(self.ds, "topics", None):
+            t = self.ds.topics
+            self.get_logger().info("replaying " + ", ".join(f"{a} as {b}" for a, b in (
+                (t.image, "cam0/image_raw"), (t.image_right if self.n_cams > 1 else None, "cam1/image_raw"),
+                (t.imu, "imu0")) if a))
         for w in self.stats["dataset_warnings"]:
             self.get_logger().warning(w)
 

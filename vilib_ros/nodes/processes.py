@@ -4,6 +4,12 @@ Used by ``vilib-ros run`` and the ROS tests: each node is ``python -m vilib_ros.
 --ros-args ...`` in its own process group, output to a log file, stopped with SIGINT, then
 SIGTERM, then SIGKILL. No rclpy here.
 
+A node imports the vilib_ros package its starter imported: :func:`ros_env` puts that package's
+folder first on ``PYTHONPATH``, but ``python -m`` puts the working folder before it, so a node
+started in a checkout while the starter runs the installed package would import the checkout (and
+compile its own numba cache). ``NodeProcess(cwd=...)`` starts it elsewhere; ``vilib-ros run``
+starts its nodes in the run's output folder.
+
 A node never outlives the process that started it: on Linux each child asks the kernel for
 SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``, set between fork and exec), so even a
 parent killed with SIGKILL (a test run on a timeout, a crashed ``vilib-ros run``) leaves no
@@ -103,15 +109,16 @@ def node_argv(node: str, params: dict | None = None, remaps: dict | None = None,
 
 
 class NodeProcess:
-    """One node in its own process (and process group), its output in ``log_path``."""
+    """One node in its own process (and process group), its output in ``log_path``; ``cwd``: the
+    working folder (default this process's: see the module's note on which package a node imports)."""
 
-    def __init__(self, name: str, argv: list[str], env: dict, log_path: str | Path):
+    def __init__(self, name: str, argv: list[str], env: dict, log_path: str | Path, cwd: str | Path | None = None):
         self.name = name
         self.argv = argv
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
                                      preexec_fn=_die_with_parent(os.getpid()))
 

@@ -1,0 +1,48 @@
+"""The nodes ``vilib-ros run`` starts import the vilib_ros package the command imported.
+
+Regression: the nodes were started as ``python -m vilib_ros.nodes.<node>`` in the caller's working
+folder, which ``-m`` puts first on ``sys.path``: run from a checkout while the command ran the
+installed package, the nodes imported the checkout (and compiled a second numba cache). The run
+now starts them in its output folder. Checked here with a decoy ``vilib_ros`` package in the
+working folder and the child's own import trace (``PYTHONVERBOSE``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import ros_domain  # noqa: E402
+
+pytestmark = [pytest.mark.ros]
+
+
+def test_run_nodes_import_the_callers_package(tmp_path, monkeypatch):
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    import vilib_ros
+    from vilib_ros.nodes.processes import ros_env
+    from vilib_ros.pipeline import _Run
+
+    decoy = tmp_path / "checkout"
+    (decoy / "vilib_ros" / "nodes").mkdir(parents=True)
+    (decoy / "vilib_ros" / "__init__.py").write_text("print('DECOY vilib_ros imported')\n")
+    (decoy / "vilib_ros" / "nodes" / "__init__.py").write_text("")
+    out = tmp_path / "run"
+    (out / "logs").mkdir(parents=True)
+    (out / "params.yaml").write_text("player_node:\n  ros__parameters:\n    dataset: ''\n")
+    monkeypatch.chdir(decoy)                # the caller works in a checkout that is not its package
+    env = ros_env(ros_domain("default"))
+    env["PYTHONVERBOSE"] = "1"
+    run = _Run(SimpleNamespace(namespace=""), out, env, ros_domain("default"), False, 0)
+    run.start("player_node")
+    child = run.children["player_node"]
+    assert child.wait(120) == 2              # the real player: "cannot start" without a dataset
+    log = child.output()
+    assert "DECOY" not in log
+    assert "PlayerNode: cannot start: player_node: parameter 'dataset' is required" in log, child.tail()
+    ours = str(Path(vilib_ros.__file__).resolve())
+    # "# <cache> matches <source>" or "# code object from <source>": the package's __init__ it loaded
+    imported = {tok.strip("'") for ln in log.splitlines() if ln.startswith("# ")
+                for tok in ln.split() if tok.strip("'").endswith("vilib_ros/__init__.py")}
+    assert imported == {ours}, imported
