@@ -46,7 +46,7 @@ setup(
         ],
         # Visual-inertial backend and trajectory evaluation.
         # (scipy: the own smoother's LAPACK calls; evo needs it as well)
-        "backend": ["gtsam>=4.3", "evo>=1.20", "scipy>=1.8"],
+        "backend": ["gtsam>=4.3a1", "evo>=1.20", "scipy>=1.8"],
         "test": ["pytest>=7", "scikit-image>=0.21"],
         # Benchmark-only peer (cuVSLAM through dim_odom, ~1.7 GB with its CUDA runtime wheels) for
         # `vilib-ros bench-accuracy`: install it into a separate environment and pass that Python

@@ -97,7 +97,7 @@ import numpy as np
 from ..camera import CameraModel
 from ..log_throttle import ThrottledWarnings
 from ..types import TrackFrame
-from . import schur, triangulation
+from . import _gtsam, schur, triangulation
 from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuBuffer, batch_ok, gaps_over, make_preintegration_params, normalise_imu_noise, propagate_imu
 from .imu import warm_up as imu_warm_up
@@ -182,8 +182,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
 
     def __init__(self, config: BackendConfig | None = None, cam0: CameraModel | None = None,
                  cam1: CameraModel | None = None, imu_noise: dict | None = None):
-        import gtsam
-
+        gtsam = _gtsam.load()
         self._g = gtsam
         self.config = cfg = (config or BackendConfig()).validate()
         blas_threads_hint()
@@ -202,6 +201,12 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self.landmark_grid = cfg.mono_landmark_grid if mode == "mono" else cfg.landmark_grid
         self.marginalise_every_s = cfg.mono_marginalise_every_s if mode == "mono" else cfg.marginalise_every_s
         self.solver = cfg.mono_solver if mode == "mono" else cfg.solver
+        if self.solver == "isam2" and not cfg.rooted_smoother and self.marginalise_every_s > 0 \
+                and not _gtsam.has_set_smoother_lag():
+            every = "mono_marginalise_every_s" if mode == "mono" else "marginalise_every_s"
+            raise ValueError(f"rooted_smoother=False with {every} > 0 (batch marginalisation) needs gtsam's "
+                             "IncrementalFixedLagSmoother.setSmootherLag, which this gtsam (4.3a1) does not bind: "
+                             f"keep rooted_smoother, set {every} to 0, or install gtsam>=4.3")
         self.imu_noise = normalise_imu_noise(imu_noise)
         self._params = make_preintegration_params(self.imu_noise, cfg.gravity, cfg.imu_noise_scale,
                                                   cfg.imu_walk_scale)

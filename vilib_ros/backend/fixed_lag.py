@@ -15,7 +15,8 @@ is read from the root alone (``marginalCovariance``: ~0.1 ms). Marginalisation i
 leaving keys must be leaves of the re-eliminated tree, so an update that marginalises re-eliminates
 every key of the window (``extraReelimKeys``; gtsam's smoother re-eliminates the cliques between
 the leaving keys and the leaves, which in a visual-inertial window is nearly all of them: the
-keyframe's landmarks tie its poses together) and then calls ``ISAM2.marginalizeLeaves``. Only
+keyframe's landmarks tie its poses together) and then calls ``ISAM2.marginalizeLeaves`` (with gtsam
+4.3a1, which does not bind it, the same marginalisation through :func:`._gtsam.marginalize_leaves`). Only
 the elimination order differs from gtsam's smoother: the same solution (test_covariance.py) and
 the same time per update (bench/results/backend_changes.md).
 
@@ -25,6 +26,8 @@ The interface is the subset of ``IncrementalFixedLagSmoother`` the estimator use
 """
 from __future__ import annotations
 
+from . import _gtsam
+
 
 class RootedFixedLagSmoother:
     """Fixed-lag smoother over ``ISAM2(params)`` with a lag in seconds; see the module docstring.
@@ -33,8 +36,7 @@ class RootedFixedLagSmoother:
     for keys whose time is refreshed; ``newest``: the keys to keep in the root clique."""
 
     def __init__(self, lag: float, params):
-        import gtsam
-
+        gtsam = _gtsam.load()
         self._g = gtsam
         self._isam = gtsam.ISAM2(params)
         self._lag = float(lag)
@@ -44,6 +46,7 @@ class RootedFixedLagSmoother:
         self._grouped: set = set()          # the keys in them
         self._landmark_chr = ord("l")
         self.last_result = None             # ISAM2Result of the last update (what it re-eliminated)
+        self._fixed: set = set()            # keys never relinearised (:func:`._gtsam.marginalize_leaves`)
 
     def setSmootherLag(self, lag: float) -> None:  # noqa: N802 - gtsam's name
         self._lag = float(lag)
@@ -104,13 +107,13 @@ class RootedFixedLagSmoother:
             for k in st:
                 if k not in stamps:         # the new and refreshed keys are affected anyway
                     extra.push_back(k)
-        self.last_result = self._isam.update(graph, values, [], groups, None, extra, False)
+        self.last_result = _gtsam.isam2_update(self._isam, graph, values, groups, extra, self._fixed)
         if leaving:
-            kl = g.KeyList()
             for k in leaving:
-                kl.push_back(k)
                 del st[k]
-            self._isam.marginalizeLeaves(kl)
+            newest_set = set(newest)
+            _gtsam.marginalize_leaves(self._isam, leaving,
+                                      lambda k: 0 if (k >> 56) == lm else 2 if k in newest_set else 1, self._fixed)
 
     def calculateEstimate(self):  # noqa: N802
         return self._isam.calculateEstimate()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import _gtsam
 from .schur import so3_exp
 from .simulation import EUROC_IMU_NOISE
 
@@ -37,8 +38,7 @@ def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float 
     by dt internally) and bias random walks from the EuRoC sensor.yaml parameters; ``scale``
     multiplies the white-noise densities (``acc_scale``, where given, the accelerometer's
     instead), ``walk_scale`` the bias random walks (see ``BackendConfig.imu_noise_scale``)."""
-    import gtsam
-
+    gtsam = _gtsam.load()
     n = normalise_imu_noise(noise)
     p = gtsam.PreintegrationCombinedParams.MakeSharedU(gravity)
     I3 = np.eye(3)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from . import schur
+from . import _gtsam, schur
 from .schur import STATE_DIM
 from .schur_window import IDX_MASK as _IDX_MASK
 from .schur_window import OFFSET as _OFFSET
@@ -59,8 +59,7 @@ class SchurSmoother:
 
     def __init__(self, lag: float, sigma: float, huber_k: float, T_bs0: np.ndarray, baseline: float = 0.0,
                  T_bs1: np.ndarray | None = None, relinearize_threshold: float = 0.01, keep_landmarks: int = 0):
-        import gtsam
-
+        gtsam = _gtsam.load()
         self._g = gtsam
         self._lag = float(lag)
         self._sigma, self._huber = float(sigma), float(huber_k)
