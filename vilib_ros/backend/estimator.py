@@ -104,6 +104,7 @@ from .imu import warm_up as imu_warm_up
 from .keyframes import KeyframeMixin, _Keyframe
 from .keyframes import warm_up as keyframes_warm_up
 from .landmarks import LandmarkMixin
+from .rotation import rot_to_quat_xyzw
 from .smoother import SmootherMixin
 
 log = logging.getLogger(__name__)
@@ -152,29 +153,6 @@ class _Frame:
 
     def __len__(self) -> int:
         return len(self.ids)
-
-
-def _rot_to_quat_xyzw(R: np.ndarray) -> np.ndarray:
-    """Rotation matrix -> unit quaternion [x, y, z, w] with w >= 0 (Shepperd's method), on plain
-    floats (every frame's output: the NumPy version's small-array calls took ~8 us)."""
-    (m00, m01, m02), (m10, m11, m12), (m20, m21, m22) = R.tolist()
-    tr = m00 + m11 + m22
-    if tr > 0:
-        s = 2.0 * math.sqrt(tr + 1.0)
-        q = ((m21 - m12) / s, (m02 - m20) / s, (m10 - m01) / s, 0.25 * s)
-    elif m00 > m11 and m00 > m22:
-        s = 2.0 * math.sqrt(1.0 + m00 - m11 - m22)
-        q = (0.25 * s, (m01 + m10) / s, (m02 + m20) / s, (m21 - m12) / s)
-    elif m11 > m22:
-        s = 2.0 * math.sqrt(1.0 + m11 - m00 - m22)
-        q = ((m01 + m10) / s, 0.25 * s, (m12 + m21) / s, (m02 - m20) / s)
-    else:
-        s = 2.0 * math.sqrt(1.0 + m22 - m00 - m11)
-        q = ((m02 + m20) / s, (m12 + m21) / s, 0.25 * s, (m10 - m01) / s)
-    n = math.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
-    if q[3] < 0:
-        n = -n
-    return np.array((q[0] / n, q[1] / n, q[2] / n, q[3] / n))
 
 
 class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
@@ -391,7 +369,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
             state = self._add_keyframe(fr, T_pred, v_pred)
         else:
             bias = self._last_kf.bias
-            state = VioState(t, T_pred[:3, 3].copy(), _rot_to_quat_xyzw(T_pred[:3, :3]), v_pred,
+            state = VioState(t, T_pred[:3, 3].copy(), rot_to_quat_xyzw(T_pred[:3, :3]), v_pred,
                              bias[3:].copy(), bias[:3].copy(), False)
             self._emit(t, self._last_kf.idx, self._last_kf.T_inv() @ T_pred, T_pred, state)
         self._imu.trim_before(self._last_kf.t_ns - int(2e9))
@@ -403,7 +381,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
         self._last_state = state
 
     def _state_of(self, kf: _Keyframe, is_kf: bool) -> VioState:
-        return VioState(kf.t_ns, kf.T[:3, 3].copy(), _rot_to_quat_xyzw(kf.T[:3, :3]), kf.v.copy(),
+        return VioState(kf.t_ns, kf.T[:3, 3].copy(), rot_to_quat_xyzw(kf.T[:3, :3]), kf.v.copy(),
                         kf.bias[3:].copy(), kf.bias[:3].copy(), is_kf)
 
     # ------------------------------------------------------------------ outputs
@@ -418,7 +396,7 @@ class VioEstimator(SmootherMixin, KeyframeMixin, LandmarkMixin):
             return None
         m, dt = self._imu.pieces(s.stamp_ns, int(t_ns))
         R, p, v = propagate_imu(self._last_R, s.p, s.v, s.bg, s.ba, m, dt, float(self.config.gravity))
-        return VioState(int(t_ns), p, _rot_to_quat_xyzw(R), v, s.bg.copy(), s.ba.copy(), False)
+        return VioState(int(t_ns), p, rot_to_quat_xyzw(R), v, s.bg.copy(), s.ba.copy(), False)
 
     def state_covariance(self) -> StateCovariance | None:
         """Marginal covariance of the newest keyframe's pose (body frame) and velocity (world),
