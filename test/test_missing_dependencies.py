@@ -4,8 +4,8 @@ extra that installs it, in one line, and exits 2 (vilib_ros.dependencies).
 Each check runs in a fresh interpreter whose ``sitecustomize`` (a temporary folder first on
 ``PYTHONPATH``) has the finders of ``sys.meta_path`` find nothing of the packages named in
 ``VILIB_ROS_ABSENT``: their import fails as it does where they are not installed (the import
-system's own ``No module named ...``), while the rest of the environment (rclpy, the messages) stays. So these run in CI,
-where gtsam, scipy and evo are installed.
+system's own ``No module named ...``), while the rest of the environment (rclpy, the messages) stays.
+So these run in CI, where gtsam, scipy and evo are installed.
 
 Regression: ``backend_node`` where gtsam and scipy were missing (a Jetson installed without the
 ``backend`` extra) ended in ``KeyError: 'mode'`` with a traceback; with scipy there it started

@@ -1,7 +1,7 @@
 """gtsam, imported in one place, and the calls whose Python bindings differ between the releases the backend runs on.
 
-The backend needs ``gtsam >= 4.3a1``: 4.3 where it is built (x86_64; aarch64 for CPython 3.11+), 4.3a1
-where nothing later is (CPython 3.10 on aarch64: a Jetson with JetPack 6). Their C++ is the same where
+The backend needs ``gtsam >= 4.3a1``: 4.3 where it is built (CPython 3.11 and later), 4.3a1 where
+nothing later is (CPython 3.10: a Jetson with JetPack 6, Ubuntu 22.04). Their C++ is the same where
 the backend uses it; their bindings differ in:
 
 * ``ISAM2.update``: 4.3 takes ``None`` for an absent key list, 4.3a1 only lists; an empty list means
@@ -30,11 +30,6 @@ def load():
     if _module is None:
         _module = require("gtsam", "the backend")
     return _module
-
-
-def has_marginalize_leaves() -> bool:
-    """Whether this gtsam binds ``ISAM2.marginalizeLeaves`` (4.3 does, 4.3a1 does not)."""
-    return hasattr(load().ISAM2, "marginalizeLeaves")
 
 
 def has_set_smoother_lag() -> bool:
