@@ -46,7 +46,12 @@ setup(
         ],
         # Visual-inertial backend and trajectory evaluation.
         # (scipy: the own smoother's LAPACK calls; evo needs it as well)
-        "backend": ["gtsam>=4.3", "evo>=1.20", "scipy>=1.8"],
+        # gtsam 4.3 is built for CPython 3.11 and later only: on 3.10 (JetPack 6, Ubuntu 22.04) 4.3a1,
+        # whose bindings vilib_ros/backend/_gtsam.py covers; final releases elsewhere (a pre-release in
+        # the specifier would admit the next pre-release too). tools/check_platform_wheels.py checks.
+        "backend": ['gtsam>=4.3; python_version >= "3.11"',
+                    'gtsam>=4.3a1; python_version < "3.11"',
+                    "evo>=1.20", "scipy>=1.8"],
         "test": ["pytest>=7", "scikit-image>=0.21"],
         # Benchmark-only peer (cuVSLAM through dim_odom, ~1.7 GB with its CUDA runtime wheels) for
         # `vilib-ros bench-accuracy`: install it into a separate environment and pass that Python

@@ -15,6 +15,7 @@ Timings are printed, never asserted.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import numpy as np
@@ -338,7 +339,10 @@ class TestDegenerateInput:
         with caplog.at_level(logging.WARNING, logger="vilib_ros.backend.estimator"):
             states, _ = _run(est, (st, data), list(sim.track_frames()))
         assert est.stats["resets"] == 1
-        assert ("Indeterminate" if solver == "isam2" else "IndeterminantSystem") in caplog.text
+        # gtsam's exception is a RuntimeError whose text says "Indeterminate linear system" (4.3) or
+        # "Indeterminant linear system" (4.3a1)
+        said = r"Indetermina(te|nt) linear system" if solver == "isam2" else "IndeterminantSystem"
+        assert re.search(said, caplog.text), caplog.text
         assert all(x is not None and np.all(np.isfinite(x.p)) for x in states[25:])
         ate, _ = _ate(est, _gt_from_sim(sim))
         print(f"\n[{solver} exception] 1 reset, ATE {ate:.3f} m")

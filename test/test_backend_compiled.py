@@ -236,14 +236,14 @@ class TestRotToQuat:
     def test_against_scipy(self):
         from scipy.spatial.transform import Rotation
 
-        from vilib_ros.backend.estimator import _rot_to_quat_xyzw
+        from vilib_ros.backend.rotation import rot_to_quat_xyzw
 
         rng = np.random.default_rng(4)
         rots = list(Rotation.random(500, random_state=rng).as_matrix())
         rots += [Rotation.from_rotvec(np.pi * 0.999 * np.eye(3)[i]).as_matrix() for i in range(3)]
         branches = set()
         for R in rots:
-            q = _rot_to_quat_xyzw(R)
+            q = rot_to_quat_xyzw(R)
             ref = Rotation.from_matrix(R).as_quat()
             ref = -ref if ref[3] < 0 else ref
             assert q.shape == (4,) and q[3] >= 0 and abs(np.linalg.norm(q) - 1) < 1e-15

@@ -45,7 +45,9 @@ def _probe() -> tuple[bool, str]:
     try:
         import cupy  # noqa: F401
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
-        return False, f"CuPy is not importable ({exc.__class__.__name__}: {exc})"
+        from vilib_ros.dependencies import INSTALL
+
+        return False, f"CuPy is not importable ({exc.__class__.__name__}: {exc}): {INSTALL['cupy']}"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:

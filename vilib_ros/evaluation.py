@@ -7,6 +7,8 @@
   (its ``mav0/state_groundtruth_estimate0/data.csv`` or a ``*groundtruth*.txt`` TUM file).
 * Writes ``--out DIR``: ``eval.png`` (top view of both trajectories, APE over time),
   ``eval.json`` and ``eval.md``; always prints the Markdown table.
+* Without evo (the ``backend`` extra) it says so in one line: ``vilib-ros eval: error: trajectory
+  evaluation needs evo: ...``, exit 2.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import logging
 from pathlib import Path
 
 import numpy as np
+
+from vilib_ros.dependencies import require_evaluation
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,7 @@ def resolve_trajectory_file(path: str | Path) -> Path:
 
 def load_trajectory(path: str | Path):
     """Read a TUM file or a EuRoC CSV into an evo PoseTrajectory3D (timestamps in seconds)."""
+    require_evaluation()                # without evo: one line naming it and the extra (a ValueError)
     from evo.tools import file_interface
 
     p = resolve_trajectory_file(path)
@@ -82,9 +87,11 @@ def load_trajectory(path: str | Path):
 
 def evaluate(est_path, gt_path, correct_scale: bool = False, rpe_delta_m: float = 1.0,
              max_diff: float = 0.02, out_dir: str | Path | None = None, plot: bool = True) -> dict:
-    """APE/RPE of EST against GT; returns a dict of statistics (metres)."""
+    """APE/RPE of EST against GT; returns a dict of statistics (metres). Without evo a
+    :class:`vilib_ros.dependencies.MissingDependency` (a ValueError) names it and the extra."""
     import copy
 
+    require_evaluation()
     from evo.core import metrics, sync
     from evo.core.units import Unit
 

@@ -361,6 +361,14 @@ class _Run:
 
 
 def run_command(args) -> int:
+    if not args.no_backend:
+        # said before anything starts (the backend node would refuse after the dataset was read)
+        from vilib_ros.dependencies import MissingDependency, require_backend
+
+        try:
+            require_backend(load=False)
+        except MissingDependency as exc:
+            raise MissingDependency(f"{exc}; --no-backend runs without the backend") from None
     if args.device == "cuda":
         # said before anything starts (it was the frontend node's start-up failure, after the dataset
         # was read and three nodes were started)

@@ -41,7 +41,6 @@ position and heading. Frames during the re-initialisation get their states once 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from pathlib import Path
@@ -51,6 +50,7 @@ import numpy as np
 from ..camera import CameraModel
 from ..log_throttle import ThrottledWarnings
 from ..types import TrackFrame
+from . import _gtsam
 from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuInput, normalise_imu_noise, propagate_imu
 from .imu import warm_up as imu_warm_up
@@ -60,6 +60,7 @@ from .keyframes import warm_up as keyframes_warm_up
 from .landmarks import LandmarkMap
 from .preintegration import ImuPreintegrator
 from .rig import CameraRig
+from .rotation import rot_to_quat_xyzw
 from .schur_kernels import warm_up as schur_warm_up
 from .smoother import Smoother, diverged, read_state, restart_state
 from .trajectory import TrajectoryRecord
@@ -113,29 +114,6 @@ class _Frame:
         return len(self.ids)
 
 
-def _rot_to_quat_xyzw(R: np.ndarray) -> np.ndarray:
-    """Rotation matrix -> unit quaternion [x, y, z, w] with w >= 0 (Shepperd's method), on plain
-    floats (every frame's output, where NumPy's per-call overhead would dominate)."""
-    (m00, m01, m02), (m10, m11, m12), (m20, m21, m22) = R.tolist()
-    tr = m00 + m11 + m22
-    if tr > 0:
-        s = 2.0 * math.sqrt(tr + 1.0)
-        q = ((m21 - m12) / s, (m02 - m20) / s, (m10 - m01) / s, 0.25 * s)
-    elif m00 > m11 and m00 > m22:
-        s = 2.0 * math.sqrt(1.0 + m00 - m11 - m22)
-        q = (0.25 * s, (m01 + m10) / s, (m02 + m20) / s, (m21 - m12) / s)
-    elif m11 > m22:
-        s = 2.0 * math.sqrt(1.0 + m11 - m00 - m22)
-        q = ((m01 + m10) / s, 0.25 * s, (m12 + m21) / s, (m02 - m20) / s)
-    else:
-        s = 2.0 * math.sqrt(1.0 + m22 - m00 - m11)
-        q = ((m02 + m20) / s, (m12 + m21) / s, 0.25 * s, (m10 - m01) / s)
-    n = math.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
-    if q[3] < 0:
-        n = -n
-    return np.array((q[0] / n, q[1] / n, q[2] / n, q[3] / n))
-
-
 def clean_frame(f: TrackFrame, stereo: bool) -> _Frame:
     """The estimator's copy of a frame: its finite tracks (right points only in stereo)."""
     xy = np.asarray(f.xy, dtype=np.float64).reshape(-1, 2)
@@ -167,13 +145,19 @@ class VioEstimator:
 
     def __init__(self, config: BackendConfig | None = None, cam0: CameraModel | None = None,
                  cam1: CameraModel | None = None, imu_noise: dict | None = None):
-        import gtsam  # noqa: F401 - the backend needs it: an ImportError here, not at the first keyframe
+        _gtsam.load()     # the backend needs it: a one-line refusal here, not at the first keyframe
 
         self.config = cfg = (config or BackendConfig()).validate()
         blas_threads_hint()
         if cam0 is None:
             raise ValueError("cam0 (CameraModel) is required")
         self.settings = cfg.for_mode(cam1 is not None)
+        if self.settings.solver == "isam2" and not cfg.rooted_smoother and self.settings.marginalise_every_s > 0 \
+                and not _gtsam.has_set_smoother_lag():
+            every = "mono_marginalise_every_s" if self.settings.mode == "mono" else "marginalise_every_s"
+            raise ValueError(f"rooted_smoother=False with {every} > 0 (batch marginalisation) needs gtsam's "
+                             "IncrementalFixedLagSmoother.setSmootherLag, which this gtsam (4.3a1) does not bind: "
+                             f"keep rooted_smoother, set {every} to 0, or install gtsam>=4.3")
         noise = normalise_imu_noise(imu_noise)
         self.rig = CameraRig(cam0, cam1, cfg.pixel_sigma)
         self._warn = ThrottledWarnings(log)     # per-sample / per-frame warnings: once, then every 10 s
@@ -280,7 +264,7 @@ class VioEstimator:
             T_pred, v_pred = pre.predict(kf)       # gtsam's: its preintegration makes the keyframe's factor
             state = self._add_keyframe(fr, T_pred, v_pred)
         else:
-            state = VioState(t, T_pred[:3, 3].copy(), _rot_to_quat_xyzw(T_pred[:3, :3]), v_pred,
+            state = VioState(t, T_pred[:3, 3].copy(), rot_to_quat_xyzw(T_pred[:3, :3]), v_pred,
                              kf.bias[3:].copy(), kf.bias[:3].copy(), False)
             self.trajectory_record.add(t, kf.idx, kf.T_inv() @ T_pred, T_pred, state)
         imu.trim_before(self.window.last.t_ns - int(2e9))
@@ -290,7 +274,7 @@ class VioEstimator:
         """The state of the frame ``fr`` that the keyframe ``kf`` (the smoother's newest) was made of."""
         kf.obs = (fr.ids.copy(), fr.xy.copy())
         self.landmark_map.record_pending(fr, kf.idx)
-        state = VioState(kf.t_ns, kf.T[:3, 3].copy(), _rot_to_quat_xyzw(kf.T[:3, :3]), kf.v.copy(),
+        state = VioState(kf.t_ns, kf.T[:3, 3].copy(), rot_to_quat_xyzw(kf.T[:3, :3]), kf.v.copy(),
                          kf.bias[3:].copy(), kf.bias[:3].copy(), True)
         self.trajectory_record.add(fr.stamp_ns, kf.idx, np.eye(4), kf.T, state)
         return state
@@ -342,7 +326,7 @@ class VioEstimator:
         self.landmark_map.refresh(est, horizon, fr.stamp_ns, sm.removed_landmarks)
         self.preintegrator.start(fr.stamp_ns, b_new)
         self.stats["keyframes"] += 1
-        state = VioState(kf.t_ns, kf.T[:3, 3].copy(), _rot_to_quat_xyzw(kf.T[:3, :3]), kf.v.copy(),
+        state = VioState(kf.t_ns, kf.T[:3, 3].copy(), rot_to_quat_xyzw(kf.T[:3, :3]), kf.v.copy(),
                          kf.bias[3:].copy(), kf.bias[:3].copy(), True)
         self.trajectory_record.add(fr.stamp_ns, k, np.eye(4), kf.T, state)
         t_end = time.perf_counter()
@@ -397,7 +381,7 @@ class VioEstimator:
             return None
         m, dt = imu.pieces(s.stamp_ns, int(t_ns))
         R, p, v = propagate_imu(self.trajectory_record.last_R, s.p, s.v, s.bg, s.ba, m, dt, float(self.config.gravity))
-        return VioState(int(t_ns), p, _rot_to_quat_xyzw(R), v, s.bg.copy(), s.ba.copy(), False)
+        return VioState(int(t_ns), p, rot_to_quat_xyzw(R), v, s.bg.copy(), s.ba.copy(), False)
 
     def state_covariance(self) -> StateCovariance | None:
         """Marginal covariance of the newest keyframe's pose (body frame) and velocity (world),

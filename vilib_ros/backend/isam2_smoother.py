@@ -25,7 +25,8 @@ is read from the root alone (``marginalCovariance``). Marginalisation is gtsam's
 must be leaves of the re-eliminated tree, so an update that marginalises re-eliminates every key of
 the window (``extraReelimKeys``; gtsam's smoother re-eliminates the cliques between the leaving keys
 and the leaves, which in a visual-inertial window is nearly all of them: the keyframe's landmarks
-tie its poses together) and then calls ``ISAM2.marginalizeLeaves``. Only the elimination order
+tie its poses together) and then calls ``ISAM2.marginalizeLeaves`` (where gtsam does not bind it, the same
+marginalisation through :func:`._gtsam.marginalize_leaves`). Only the elimination order
 differs from gtsam's smoother: the same solution (test_covariance.py). Its interface is the subset of
 ``IncrementalFixedLagSmoother`` the estimator uses: ``update``, ``calculateEstimate`` (and
 ``estimate``: read key by key), ``marginalCovariance``, ``setSmootherLag``, ``timestamps``,
@@ -37,6 +38,7 @@ import math
 
 import numpy as np
 
+from . import _gtsam
 from .config import BackendConfig
 from .rig import CameraRig
 
@@ -44,7 +46,7 @@ from .rig import CameraRig
 def isam2_params(config: BackendConfig):
     """gtsam's ``ISAM2Params`` of the estimator: relinearisation thresholds per variable type (the key's
     character; landmarks have their own), ``relinearize_skip``, ``partial_relinearization_check``."""
-    import gtsam
+    gtsam = _gtsam.load()
 
     p = gtsam.ISAM2Params()
     th = gtsam.ISAM2ThresholdMap()
@@ -69,7 +71,7 @@ class Isam2Smoother:
     removed_landmarks: frozenset = frozenset()
 
     def __init__(self, lag: float, config: BackendConfig, rig: CameraRig):
-        import gtsam
+        gtsam = _gtsam.load()
 
         self._g = gtsam
         self.rooted = config.rooted_smoother
@@ -171,7 +173,7 @@ class RootedFixedLagSmoother:
     for keys whose time is refreshed; ``newest``: the keys to keep in the root clique."""
 
     def __init__(self, lag: float, params):
-        import gtsam
+        gtsam = _gtsam.load()
 
         self._g = gtsam
         self._isam = gtsam.ISAM2(params)
@@ -182,6 +184,7 @@ class RootedFixedLagSmoother:
         self._grouped: set = set()          # the keys in them
         self._landmark_chr = ord("l")
         self.last_result = None             # ISAM2Result of the last update (what it re-eliminated)
+        self._fixed: set = set()            # keys never relinearised (:func:`._gtsam.marginalize_leaves`)
 
     def setSmootherLag(self, lag: float) -> None:  # noqa: N802 - gtsam's name
         self._lag = float(lag)
@@ -242,13 +245,13 @@ class RootedFixedLagSmoother:
             for k in st:
                 if k not in stamps:         # the new and refreshed keys are affected anyway
                     extra.push_back(k)
-        self.last_result = self._isam.update(graph, values, [], groups, None, extra, False)
+        self.last_result = _gtsam.isam2_update(self._isam, graph, values, groups, extra, self._fixed)
         if leaving:
-            kl = g.KeyList()
             for k in leaving:
-                kl.push_back(k)
                 del st[k]
-            self._isam.marginalizeLeaves(kl)
+            newest_set = set(newest)
+            _gtsam.marginalize_leaves(self._isam, leaving,
+                                      lambda k: 0 if (k >> 56) == lm else 2 if k in newest_set else 1, self._fixed)
 
     def calculateEstimate(self):  # noqa: N802
         return self._isam.calculateEstimate()

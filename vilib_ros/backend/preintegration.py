@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _gtsam
 from .config import BackendConfig
 from .imu import ImuBuffer, integrate_steps, make_preintegration_params, measured_noise_scales, predict_nav, \
     preintegrate
@@ -31,7 +32,7 @@ class ImuPreintegrator:
     integrates with); ``noise_scales``: the (gyroscope, accelerometer) scale of the current interval."""
 
     def __init__(self, config: BackendConfig, noise: dict, imu: ImuBuffer):
-        import gtsam
+        gtsam = _gtsam.load()
 
         self._g = gtsam
         self.config = config

@@ -2,8 +2,9 @@
 
 Runs :class:`vilib_ros.backend.VioEstimator` (IMU preintegration + sliding-window
 bundle adjustment on gtsam's factors: our own smoother in stereo, gtsam's iSAM2 in mono; see
-``solver``) when it is importable and ``estimator`` is ``auto``; otherwise
-(gtsam missing, or ``estimator: none``) it only records what it receives -- counts in
+``solver``) with ``estimator: auto``, and refuses to start where the backend's dependencies
+(gtsam, scipy: the ``backend`` extra) do not import: ``BackendNode: cannot start: the backend
+needs gtsam: ...``, exit 2. With ``estimator: none`` it only records what it receives -- counts in
 ``diagnostics`` and the summary file -- and says so once in the log. A bad message
 (malformed tracks, non-finite IMU, stamps going backwards) or an estimator failure is
 counted and skipped; the node never dies on one. A tracks stamp jumping back, or forward by
@@ -56,7 +57,7 @@ Published
 Parameters
 ----------
 Node parameters (all read-only):
-  estimator (string, default 'auto', one of auto|none): 'none' = record only
+  estimator (string, default 'auto', one of auto|none): 'none' = record only (needs no gtsam)
   camera_yaml, image_width, image_height, intrinsics, distortion_model,
   distortion_coefficients, T_BS (defaults EuRoC cam0): the tracks' camera, as for frontend_node
   right.* (same names, defaults EuRoC cam1): the right camera, used when ``stereo``
@@ -204,6 +205,7 @@ from std_msgs.msg import Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from vilib_ros.camera import euroc_cam0
+from vilib_ros.dependencies import require_backend
 from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, SubscriptionWaiter, diagnostic_status, exit_main,
                                      latched_qos, reliable_qos, sensor_qos, write_json)
 from vilib_ros.nodes.backend_input import BackendInput
@@ -234,7 +236,8 @@ def backend_specs() -> list[ParamSpec]:
 
 
 def node_specs() -> list[ParamSpec]:
-    specs = [ParamSpec("estimator", "auto", "auto = run VioEstimator if gtsam imports; none = record only",
+    specs = [ParamSpec("estimator", "auto", "auto = run VioEstimator (needs gtsam: the backend extra); none = record "
+                       "only",
                        choices=("auto", "none"), read_only=True)]
     specs += camera_specs("", euroc_cam0(), "left (cam0) camera")
     specs += camera_specs("right.", default_right(), "right (cam1) camera")
@@ -319,6 +322,8 @@ class BackendNode(BackendInput, Node):
         self.be_specs = backend_specs()
         self.specs = node_specs() + self.be_specs
         self.p = declare_all(self, self.specs)
+        if self.p["estimator"] == "auto":
+            require_backend()       # a MissingDependency (ValueError): one line naming gtsam and the extra
         self.cam0 = camera_from_params(self.p)
         self.cam1 = camera_from_params(self.p, "right.") if self.p["stereo"] else None
         if self.p["mode"] == "stereo" and not self.p["stereo"]:
@@ -328,12 +333,8 @@ class BackendNode(BackendInput, Node):
         self.mode = "record-only"
         self.segments: list = []       # (t, p, q) of estimators ended by a time reset
         if self.p["estimator"] == "auto":
-            try:
-                self.estimator = self._make_estimator()
-                self.mode = f"VioEstimator ({self.estimator.mode})"
-            except ImportError as exc:
-                self.get_logger().warning(f"vilib_ros.backend / gtsam not importable ({exc}): recording only, "
-                                          "no odometry will be published")
+            self.estimator = self._make_estimator()
+            self.mode = f"VioEstimator ({self.estimator.mode})"
         else:
             self.get_logger().info("estimator: none -- recording only, no odometry will be published")
 

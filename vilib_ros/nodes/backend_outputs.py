@@ -19,14 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.backend.rotation import rot_to_quat_xyzw
 from vilib_ros.nodes.cdr import encode_odometry, encode_path, encode_tf
 from vilib_ros.nodes.conversions import ns_to_stamp
-
-
-def _quat_xyzw(R: np.ndarray) -> np.ndarray:
-    from scipy.spatial.transform import Rotation
-
-    return Rotation.from_matrix(np.asarray(R, dtype=np.float64)).as_quat()
 
 
 def odometry_msg(state, odom_frame: str, base_frame: str, covariance=None):
@@ -91,7 +86,7 @@ def transform(stamp_ns: int, parent: str, child: str, T: np.ndarray):
     tr = m.transform.translation
     tr.x, tr.y, tr.z = (float(v) for v in T[:3, 3])
     r = m.transform.rotation
-    r.x, r.y, r.z, r.w = (float(v) for v in _quat_xyzw(T[:3, :3]))
+    r.x, r.y, r.z, r.w = (float(v) for v in rot_to_quat_xyzw(T[:3, :3]))
     return m
 
 

@@ -204,7 +204,7 @@ from vilib_ros.nodes.frontend_stats import FrontendStats
 from vilib_ros.nodes.frontend_setup import (build_config, frontend_specs, make_tracker, node_specs, parameter_table,
                                             warm_up)
 from vilib_ros.nodes.input_guard import ImuQueue, TimeJump
-from vilib_ros.nodes.params import camera_from_params, check_on_set, declare_all
+from vilib_ros.nodes.params import add_parameter_callbacks, camera_from_params, check_on_set, declare_all
 from vilib_ros.nodes.stereo_pairing import StereoPairer
 
 class FrontendNode(FrontendInput, Node):
@@ -230,8 +230,7 @@ class FrontendNode(FrontendInput, Node):
                                  "needs two images of one size; set right.* too, or stereo:=false")
             self._set_calibration(cam, cam_right)
         self._check_on_set = check_on_set(self.specs)
-        self.add_on_set_parameters_callback(self._validate_parameters)
-        self.add_post_set_parameters_callback(self._apply_parameters)
+        add_parameter_callbacks(self, self._validate_parameters, self._apply_parameters)
 
         q = int(self.p["queue_size"])
         in_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos

@@ -336,6 +336,26 @@ def declare_all(node, specs: list[ParamSpec]) -> dict:
     return values
 
 
+def add_parameter_callbacks(node, validate, apply) -> None:
+    """``validate`` (on-set: may refuse, returns a ``SetParametersResult``) and ``apply`` (post-set: the
+    values are in) on ``node``. rclpy has post-set callbacks from Iron on; Humble's (JetPack 6's system
+    ROS 2) has on-set callbacks alone: there ``apply`` runs at the end of ``validate`` where it accepted
+    (rclpy has checked ranges and read-only before and stores the values right after). Humble calls the
+    newest on-set callback first: register these before any other."""
+    if hasattr(node, "add_post_set_parameters_callback"):
+        node.add_on_set_parameters_callback(validate)
+        node.add_post_set_parameters_callback(apply)
+        return
+
+    def validate_then_apply(params):
+        result = validate(params)
+        if result.successful:
+            apply(params)
+        return result
+
+    node.add_on_set_parameters_callback(validate_then_apply)
+
+
 def check_on_set(specs: list[ParamSpec]):
     """An on-set-parameters callback that rejects values outside ``choices``."""
     by_name = {s.name: s for s in specs}
