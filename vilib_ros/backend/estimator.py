@@ -50,7 +50,7 @@ import numpy as np
 from ..camera import CameraModel
 from ..log_throttle import ThrottledWarnings
 from ..types import TrackFrame
-from . import _gtsam
+from ._gtsam import has_set_smoother_lag, load as load_gtsam
 from .config import BackendConfig, StateCovariance, VioState
 from .imu import ImuInput, normalise_imu_noise, propagate_imu
 from .imu import warm_up as imu_warm_up
@@ -145,7 +145,7 @@ class VioEstimator:
 
     def __init__(self, config: BackendConfig | None = None, cam0: CameraModel | None = None,
                  cam1: CameraModel | None = None, imu_noise: dict | None = None):
-        _gtsam.load()     # the backend needs it: a one-line refusal here, not at the first keyframe
+        load_gtsam()     # the backend needs it: a one-line refusal here, not at the first keyframe
 
         self.config = cfg = (config or BackendConfig()).validate()
         blas_threads_hint()
@@ -153,7 +153,7 @@ class VioEstimator:
             raise ValueError("cam0 (CameraModel) is required")
         self.settings = cfg.for_mode(cam1 is not None)
         if self.settings.solver == "isam2" and not cfg.rooted_smoother and self.settings.marginalise_every_s > 0 \
-                and not _gtsam.has_set_smoother_lag():
+                and not has_set_smoother_lag():
             every = "mono_marginalise_every_s" if self.settings.mode == "mono" else "marginalise_every_s"
             raise ValueError(f"rooted_smoother=False with {every} > 0 (batch marginalisation) needs gtsam's "
                              "IncrementalFixedLagSmoother.setSmootherLag, which this gtsam (4.3a1) does not bind: "

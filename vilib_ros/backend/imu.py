@@ -9,7 +9,7 @@ import numba
 import numpy as np
 
 from ..datasets.common import EUROC_IMU_NOISE
-from . import _gtsam
+from ._gtsam import load as load_gtsam
 from .config import BackendConfig
 from .schur_kernels import so3_exp
 
@@ -45,7 +45,7 @@ def make_preintegration_params(noise: dict, gravity: float = 9.81, scale: float 
     by dt internally) and bias random walks from the EuRoC sensor.yaml parameters; ``scale``
     multiplies the white-noise densities (``acc_scale``, where given, the accelerometer's
     instead), ``walk_scale`` the bias random walks (see ``BackendConfig.imu_noise_scale``)."""
-    gtsam = _gtsam.load()
+    gtsam = load_gtsam()
 
     n = normalise_imu_noise(noise)
     p = gtsam.PreintegrationCombinedParams.MakeSharedU(gravity)

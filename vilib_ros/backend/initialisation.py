@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _gtsam
+from ._gtsam import load as load_gtsam
 from .config import BackendConfig
 from .imu import ImuBuffer
 from .rig import CameraRig
@@ -354,7 +354,7 @@ def dynamic_init_mono(frames, imu_buffer, cam0, params, gravity=9.81, min_points
 
 def preintegrate_snapshots(imu_buffer, params, t0, stamps, bg, ba=None):
     """[(deltaR (3x3), alpha (3,), dt)] from t0 to each stamp, preintegrated with gyro bias bg."""
-    gtsam = _gtsam.load()
+    gtsam = load_gtsam()
 
     ba = np.zeros(3) if ba is None else np.asarray(ba, float)
     pim = gtsam.PreintegratedCombinedMeasurements(params, gtsam.imuBias.ConstantBias(ba, np.asarray(bg, float)))

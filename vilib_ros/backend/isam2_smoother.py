@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from . import _gtsam
+from ._gtsam import isam2_update, load as load_gtsam, marginalize_leaves
 from .config import BackendConfig
 from .rig import CameraRig
 
@@ -46,7 +46,7 @@ from .rig import CameraRig
 def isam2_params(config: BackendConfig):
     """gtsam's ``ISAM2Params`` of the estimator: relinearisation thresholds per variable type (the key's
     character; landmarks have their own), ``relinearize_skip``, ``partial_relinearization_check``."""
-    gtsam = _gtsam.load()
+    gtsam = load_gtsam()
 
     p = gtsam.ISAM2Params()
     th = gtsam.ISAM2ThresholdMap()
@@ -71,7 +71,7 @@ class Isam2Smoother:
     removed_landmarks: frozenset = frozenset()
 
     def __init__(self, lag: float, config: BackendConfig, rig: CameraRig):
-        gtsam = _gtsam.load()
+        gtsam = load_gtsam()
 
         self._g = gtsam
         self.rooted = config.rooted_smoother
@@ -173,7 +173,7 @@ class RootedFixedLagSmoother:
     for keys whose time is refreshed; ``newest``: the keys to keep in the root clique."""
 
     def __init__(self, lag: float, params):
-        gtsam = _gtsam.load()
+        gtsam = load_gtsam()
 
         self._g = gtsam
         self._isam = gtsam.ISAM2(params)
@@ -245,12 +245,12 @@ class RootedFixedLagSmoother:
             for k in st:
                 if k not in stamps:         # the new and refreshed keys are affected anyway
                     extra.push_back(k)
-        self.last_result = _gtsam.isam2_update(self._isam, graph, values, groups, extra, self._fixed)
+        self.last_result = isam2_update(self._isam, graph, values, groups, extra, self._fixed)
         if leaving:
             for k in leaving:
                 del st[k]
             newest_set = set(newest)
-            _gtsam.marginalize_leaves(self._isam, leaving,
+            marginalize_leaves(self._isam, leaving,
                                       lambda k: 0 if (k >> 56) == lm else 2 if k in newest_set else 1, self._fixed)
 
     def calculateEstimate(self):  # noqa: N802

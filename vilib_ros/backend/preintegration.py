@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _gtsam
+from ._gtsam import load as load_gtsam
 from .config import BackendConfig
 from .imu import ImuBuffer, integrate_steps, make_preintegration_params, measured_noise_scales, predict_nav, \
     preintegrate
@@ -32,7 +32,7 @@ class ImuPreintegrator:
     integrates with); ``noise_scales``: the (gyroscope, accelerometer) scale of the current interval."""
 
     def __init__(self, config: BackendConfig, noise: dict, imu: ImuBuffer):
-        gtsam = _gtsam.load()
+        gtsam = load_gtsam()
 
         self._g = gtsam
         self.config = config

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from . import _gtsam
+from ._gtsam import load as load_gtsam
 from .schur_kernels import STATE_DIM, landmark_steps, retract_states, states_local, visual_normal_equations
 from .schur_kernels import warm_up as kernels_warm_up
 from .schur_window import IDX_MASK as _IDX_MASK
@@ -60,7 +60,7 @@ class SchurSmoother:
 
     def __init__(self, lag: float, sigma: float, huber_k: float, T_bs0: np.ndarray, baseline: float = 0.0,
                  T_bs1: np.ndarray | None = None, relinearize_threshold: float = 0.01, keep_landmarks: int = 0):
-        gtsam = _gtsam.load()
+        gtsam = load_gtsam()
 
         self._g = gtsam
         self._lag = float(lag)

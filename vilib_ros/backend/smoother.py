@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from . import _gtsam
+from ._gtsam import load as load_gtsam
 from .config import BackendConfig, ModeSettings
 from .isam2_smoother import Isam2Smoother
 from .rig import CameraRig
@@ -68,7 +68,7 @@ class Smoother:
     """See the module docstring. ``solver``: the current solver (a new one on every :meth:`start`)."""
 
     def __init__(self, config: BackendConfig, settings: ModeSettings, rig: CameraRig):
-        gtsam = _gtsam.load()
+        gtsam = load_gtsam()
 
         self._g = gtsam
         self.config = config
