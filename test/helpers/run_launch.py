@@ -8,6 +8,7 @@ A ``launch.LaunchService`` (with ``argv``, so ``LaunchConfiguration`` sees the a
 arguments. SIGINT (or SIGTERM) shuts it down as Ctrl-C does: the processes get SIGINT, then
 SIGTERM after the launch's timeout. Exits with the launch service's return code.
 """
+import signal
 import sys
 
 from launch import LaunchDescription, LaunchService
@@ -25,6 +26,9 @@ def main(argv: list[str]) -> int:
         print(f"run_launch.py: arguments must be name:=value, got {bad}", file=sys.stderr)
         return 2
     launch_arguments = [tuple(a.split(":=", 1)) for a in args]
+    # launch hears SIGINT through Python's handler: where the parent started this process with SIGINT
+    # ignored (a background job of a shell script), Python installed none and Ctrl-C never arrived
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     service = LaunchService(argv=args, noninteractive=True)
     service.include_launch_description(LaunchDescription([
         IncludeLaunchDescription(PythonLaunchDescriptionSource(path), launch_arguments=launch_arguments)]))
