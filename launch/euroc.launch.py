@@ -20,6 +20,7 @@ installed a warning says so and the rest runs), ``trajectory_path``, ``camera_ya
 ``calibration_dir`` (default: a new temporary folder).
 """
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -59,11 +60,9 @@ def generate_launch_description():
     return LaunchDescription(env + args + [OpaqueFunction(function=_pipeline, args=[share])])
 
 
-def _flag(cfg: dict, name: str) -> bool:
-    value = cfg[name].strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"euroc.launch.py: {name}:={cfg[name]} is not true or false")
-    return value == "true"
+def _refuse(reason: str) -> RuntimeError:
+    """The one line launch prints where this launch cannot start (launch ends with exit 1)."""
+    return RuntimeError(f"euroc.launch.py: cannot start: {reason}")
 
 
 def _pipeline(context, share):
@@ -74,13 +73,21 @@ def _pipeline(context, share):
     try:
         rate = float(cfg["rate"])
     except ValueError:
-        raise ValueError(f"euroc.launch.py: rate:={cfg['rate']} is not a number") from None
-    out_dir = cfg["calibration_dir"] or tempfile.mkdtemp(prefix="vilib_ros_calibration_")
+        raise _refuse(f"rate:={cfg['rate']} is not a number") from None
     try:
         given = parse_stereo(cfg["stereo"])
+    except ValueError as exc:
+        raise _refuse(str(exc)) from None
+    rviz = cfg["rviz"].strip().lower()
+    if rviz not in ("true", "false"):
+        raise _refuse(f"rviz:={cfg['rviz']} is not true or false")
+    out_dir = cfg["calibration_dir"] or tempfile.mkdtemp(prefix="vilib_ros_calibration_")
+    try:
         calib = dataset_node_params(dataset, out_dir, given)
     except (OSError, ValueError) as exc:
-        raise RuntimeError(f"euroc.launch.py: cannot start: {exc}") from None
+        if not cfg["calibration_dir"]:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise _refuse(str(exc)) from None
     for arg, key in (("camera_yaml", "camera_yaml"), ("camera_right_yaml", "right.camera_yaml"),
                      ("imu_yaml", "imu_yaml")):
         if cfg[arg]:
@@ -116,7 +123,7 @@ def _pipeline(context, share):
         }.items(),
     )
     actions = [player, vio]
-    if _flag(cfg, "rviz"):
+    if rviz == "true":
         try:
             get_package_prefix("rviz2")
         except PackageNotFoundError:
