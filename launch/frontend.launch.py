@@ -17,6 +17,7 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 from vilib_ros.launch_params import parse_stereo
 from vilib_ros.nodes.processes import with_fastdds_profile
 
@@ -52,8 +53,9 @@ def generate_launch_description():
 def _frontend(context):
     """frontend_node; ``stereo`` is passed only where the argument gives it."""
     params = {"device": LaunchConfiguration("device"),
-              "camera_yaml": LaunchConfiguration("camera_yaml"),
-              "right.camera_yaml": LaunchConfiguration("camera_right_yaml"),
+              # file names as text (not read as YAML)
+              "camera_yaml": ParameterValue(LaunchConfiguration("camera_yaml"), value_type=str),
+              "right.camera_yaml": ParameterValue(LaunchConfiguration("camera_right_yaml"), value_type=str),
               "calibration_source": LaunchConfiguration("calibration_source"),
               "image_transport": LaunchConfiguration("image_transport"),
               "tracks_layout": LaunchConfiguration("tracks_layout")}

@@ -20,6 +20,7 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 from vilib_ros.allocator import jemalloc_path, with_jemalloc
 from vilib_ros.launch_params import parse_stereo
 from vilib_ros.nodes.processes import with_fastdds_profile
@@ -55,10 +56,14 @@ def generate_launch_description():
     return LaunchDescription(env + args + [OpaqueFunction(function=_nodes, args=[params_file])])
 
 
+def _path(argument: str) -> ParameterValue:
+    """A file name argument as a string parameter (not read as YAML: a name such as ``1.yaml`` stays text)."""
+    return ParameterValue(LaunchConfiguration(argument), value_type=str)
+
+
 def _nodes(context, params_file):
     """frontend_node and backend_node; ``stereo`` is passed only where the argument gives it."""
-    calib = {"camera_yaml": LaunchConfiguration("camera_yaml"),
-             "right.camera_yaml": LaunchConfiguration("camera_right_yaml")}
+    calib = {"camera_yaml": _path("camera_yaml"), "right.camera_yaml": _path("camera_right_yaml")}
     stereo = parse_stereo(context.launch_configurations.get("stereo", ""))
     if stereo is not None:
         calib["stereo"] = stereo
@@ -89,8 +94,7 @@ def _nodes(context, params_file):
         output="screen",
         # jemalloc where installed (vilib_ros.allocator: gtsam's small allocations, ~14 % of the backend's time)
         additional_env={"LD_PRELOAD": with_jemalloc(dict(os.environ))["LD_PRELOAD"]} if jemalloc_path() else None,
-        parameters=[params_file, dict(calib, imu_yaml=LaunchConfiguration("imu_yaml"),
-                                      trajectory_path=LaunchConfiguration("trajectory_path"),
+        parameters=[params_file, dict(calib, imu_yaml=_path("imu_yaml"), trajectory_path=_path("trajectory_path"),
                                       odom_frame=LaunchConfiguration("odom_frame"),
                                       base_frame=LaunchConfiguration("base_frame"),
                                       publish_tf=LaunchConfiguration("publish_tf"))],
