@@ -16,6 +16,9 @@ setup(
         ("share/" + package_name, ["package.xml"]),
         ("share/" + package_name + "/launch", glob("launch/*.launch.py")),
         ("share/" + package_name + "/config", glob("config/*.yaml") + glob("config/*.rviz")),
+        # launch_ros runs <prefix>/lib/vilib_ros/<node>: colcon installs the console scripts there
+        # (setup.cfg), pip into <prefix>/bin; these launchers make both layouts work (see their text)
+        ("lib/" + package_name, glob("resource/lib/*")),
     ],
     python_requires=">=3.10",
     install_requires=[

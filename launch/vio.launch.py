@@ -4,7 +4,8 @@
 
 Arguments: ``params_file`` (default: the package's config/euroc.yaml), ``device``,
 ``camera_yaml`` / ``camera_right_yaml`` / ``imu_yaml`` (EuRoC sensor.yaml files; '' =
-calibration from params_file), ``calibration_source`` (parameters | camera_info: K, D, size
+calibration from params_file), ``stereo`` (true | false; '' = params_file's, which is true in
+config/euroc.yaml: a mono camera needs stereo:=false), ``calibration_source`` (parameters | camera_info: K, D, size
 from the first message on ``camera_info`` / ``camera_info_right``), ``image_transport``
 (raw | compressed: ``<image>/compressed``), ``image``, ``image_right``, ``imu``,
 ``camera_info``, ``camera_info_right``, ``tracks_layout`` (vins_mono | vins_fusion),
@@ -16,10 +17,12 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, SetEnvironmentVariable
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 from vilib_ros.allocator import jemalloc_path, with_jemalloc
+from vilib_ros.launch_params import parse_stereo
 from vilib_ros.nodes.processes import with_fastdds_profile
 
 
@@ -27,14 +30,13 @@ def generate_launch_description():
     share = get_package_share_directory("vilib_ros")
     default_params = os.path.join(share, "config", "euroc.yaml")
     params_file = LaunchConfiguration("params_file")
-    calib = {"camera_yaml": LaunchConfiguration("camera_yaml"),
-             "right.camera_yaml": LaunchConfiguration("camera_right_yaml")}
     args = [
         DeclareLaunchArgument("params_file", default_value=default_params),
         DeclareLaunchArgument("device", default_value="auto", description="auto | cuda | cpu"),
         DeclareLaunchArgument("camera_yaml", default_value=""),
         DeclareLaunchArgument("camera_right_yaml", default_value=""),
         DeclareLaunchArgument("imu_yaml", default_value=""),
+        DeclareLaunchArgument("stereo", default_value="", description="true | false ('' = the params_file's)"),
         DeclareLaunchArgument("image", default_value="/cam0/image_raw"),
         DeclareLaunchArgument("image_right", default_value="/cam1/image_raw"),
         DeclareLaunchArgument("imu", default_value="/imu0"),
@@ -48,6 +50,23 @@ def generate_launch_description():
         DeclareLaunchArgument("publish_tf", default_value="true"),
         DeclareLaunchArgument("trajectory_path", default_value=""),
     ]
+    # the project's Fast DDS profile (a shared-memory segment that holds stereo pairs) unless one is chosen
+    profile = with_fastdds_profile(dict(os.environ)).get("FASTRTPS_DEFAULT_PROFILES_FILE")
+    env = [SetEnvironmentVariable("FASTRTPS_DEFAULT_PROFILES_FILE", profile)] if profile else []
+    return LaunchDescription(env + args + [OpaqueFunction(function=_nodes, args=[params_file])])
+
+
+def _path(argument: str) -> ParameterValue:
+    """A file name argument as a string parameter (not read as YAML: a name such as ``1.yaml`` stays text)."""
+    return ParameterValue(LaunchConfiguration(argument), value_type=str)
+
+
+def _nodes(context, params_file):
+    """frontend_node and backend_node; ``stereo`` is passed only where the argument gives it."""
+    calib = {"camera_yaml": _path("camera_yaml"), "right.camera_yaml": _path("camera_right_yaml")}
+    stereo = parse_stereo(context.launch_configurations.get("stereo", ""))
+    if stereo is not None:
+        calib["stereo"] = stereo
     frontend = Node(
         package="vilib_ros",
         executable="frontend_node",
@@ -75,8 +94,7 @@ def generate_launch_description():
         output="screen",
         # jemalloc where installed (vilib_ros.allocator: gtsam's small allocations, ~14 % of the backend's time)
         additional_env={"LD_PRELOAD": with_jemalloc(dict(os.environ))["LD_PRELOAD"]} if jemalloc_path() else None,
-        parameters=[params_file, dict(calib, imu_yaml=LaunchConfiguration("imu_yaml"),
-                                      trajectory_path=LaunchConfiguration("trajectory_path"),
+        parameters=[params_file, dict(calib, imu_yaml=_path("imu_yaml"), trajectory_path=_path("trajectory_path"),
                                       odom_frame=LaunchConfiguration("odom_frame"),
                                       base_frame=LaunchConfiguration("base_frame"),
                                       publish_tf=LaunchConfiguration("publish_tf"))],
@@ -88,7 +106,4 @@ def generate_launch_description():
                     ("landmarks", "/landmarks"),
                     ("diagnostics", "/diagnostics")],
     )
-    # the project's Fast DDS profile (a shared-memory segment that holds stereo pairs) unless one is chosen
-    profile = with_fastdds_profile(dict(os.environ)).get("FASTRTPS_DEFAULT_PROFILES_FILE")
-    env = [SetEnvironmentVariable("FASTRTPS_DEFAULT_PROFILES_FILE", profile)] if profile else []
-    return LaunchDescription(env + args + [frontend, backend])
+    return [frontend, backend]

@@ -35,8 +35,8 @@ with_fastdds_profile(os.environ)
 #: test runs with seeds that differ modulo DOMAIN_SEEDS never share an id.
 DOMAIN_SLOTS = ("default", "ros_player", "ros_frontend", "ros_bad_traffic", "ros_restart", "pipeline",
                 "process_lifetime", "process_lifetime_2", "offline", "ros_conventions", "ros_time_reset",
-                "ros_params", "broken_datasets", "determinism", "bench_node", "ros_backend_bursts")
-DOMAIN_SEEDS = 14
+                "ros_params", "broken_datasets", "determinism", "bench_node", "ros_backend_bursts", "launch")
+DOMAIN_SEEDS = 13
 assert len(DOMAIN_SLOTS) * DOMAIN_SEEDS <= 232
 
 

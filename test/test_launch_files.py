@@ -1,10 +1,13 @@
 """Static checks of launch/*.launch.py, config/euroc.yaml and config/vio.rviz.
 
-``launch`` / ``launch_ros`` are not installable from PyPI, so the launch files are parsed
-with ``ast``: every vilib_ros executable they start must be a console script of setup.py,
-every file they name must exist, every node section of config/euroc.yaml must only hold
-parameters that node declares (read from the node module's parameter table, without
-starting ROS), with the declared type, and inside the declared range / choices.
+The launch files run for real in test_launch_run.py (executables found, arguments, calibration,
+clean shutdown) and test_launch_install.py (colcon's and pip's install layouts). What a run does
+not show is checked here: each vilib_ros node a launch file starts is named as its section of
+config/euroc.yaml (a different name would leave the file's parameters unapplied, silently), the
+files a launch file names exist (vio.rviz: rviz2 is not run in the tests), every node section
+of config/euroc.yaml only holds parameters that node declares (read from the node module's
+parameter table, without starting ROS), with the declared type, and inside the declared range /
+choices.
 """
 from __future__ import annotations
 
@@ -17,17 +20,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_FILES = sorted((REPO / "launch").glob("*.launch.py"))
 NODE_MODULES = {"frontend_node", "backend_node", "player_node", "recorder_node"}
-
-
-def console_scripts() -> dict[str, str]:
-    tree = ast.parse((REPO / "setup.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict):
-            for k, v in zip(node.keys, node.values):
-                if isinstance(k, ast.Constant) and k.value == "console_scripts":
-                    entries = [ast.literal_eval(e) for e in v.elts]
-                    return {e.split("=")[0].strip(): e.split("=")[1].strip() for e in entries}
-    raise AssertionError("setup.py has no console_scripts")
 
 
 def launch_nodes(path: Path) -> list[dict]:
@@ -60,25 +52,14 @@ def declared(node_name: str):
 
 
 class TestLaunchFiles:
-    def test_all_three_exist(self):
-        assert {p.name for p in LAUNCH_FILES} >= {"frontend.launch.py", "vio.launch.py", "euroc.launch.py"}
-
     @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
-    def test_structure_and_executables(self, path):
-        tree = ast.parse(path.read_text())
-        funcs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
-        assert "generate_launch_description" in funcs
-        scripts = console_scripts()
-        nodes = launch_nodes(path)
-        ours = [n for n in nodes if n.get("package") == "vilib_ros"]
-        assert ours or "IncludeLaunchDescription" in path.read_text(), f"{path.name} starts no vilib_ros node"
-        for n in ours:
-            exe = n.get("executable")
-            assert isinstance(exe, str), f"{path.name}: executable must be a literal"
-            assert exe in scripts, f"{path.name}: executable {exe!r} is not a console script of setup.py"
-            assert scripts[exe] == f"vilib_ros.nodes.{exe}:main"
-            # the node name must match its section in config/euroc.yaml
-            assert n.get("name") == exe
+    def test_node_names_are_config_sections(self, path):
+        sections = set(load_params_yaml())
+        for n in launch_nodes(path):
+            if n.get("package") != "vilib_ros":
+                continue
+            assert n.get("name") == n.get("executable"), f"{path.name}: {n.get('executable')} runs as {n.get('name')}"
+            assert n.get("name") in sections, f"{path.name}: no section {n.get('name')} in config/euroc.yaml"
 
     @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
     def test_named_files_exist(self, path):
@@ -86,10 +67,6 @@ class TestLaunchFiles:
             if re.search(r"\.(yaml|rviz|launch\.py)$", s):
                 folder = "launch" if s.endswith(".launch.py") else "config"
                 assert (REPO / folder / s).is_file(), f"{path.name} names {s} which is not in {folder}/"
-
-    def test_setup_installs_launch_and_config(self):
-        text = (REPO / "setup.py").read_text()
-        assert 'glob("launch/*.launch.py")' in text and 'glob("config/*.yaml")' in text and "*.rviz" in text
 
     def test_euroc_launch_has_rviz_with_config(self):
         nodes = launch_nodes(REPO / "launch" / "euroc.launch.py")

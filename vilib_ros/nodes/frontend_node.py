@@ -50,7 +50,10 @@ Subscribed
       ``queue_size``): left / mono camera
   image_right (the same type and QoS): right camera, only when ``stereo`` is true; paired with
       the left image of the same stamp (left images are processed alone while nobody publishes
-      on image_right)
+      on image_right). Left images that go without a right image for 2 s (a mono camera with
+      ``stereo`` on, a right camera that stopped) are warned about, naming the topic and
+      ``stereo:=false`` (again every 10 s at most), and shown in ``diagnostics``
+      (``stereo.right_missing_s``, ``stereo.left_alone``, level WARN)
   imu (sensor_msgs/Imu, depth 1000): gyro for the tracker's motion prediction; drained before
       each image is processed, so the gyro up to the image's stamp is used
   camera_info, camera_info_right (sensor_msgs/CameraInfo): only with ``calibration_source:
@@ -82,6 +85,8 @@ Published
 
 Parameters
 ----------
+At start the node logs where its calibration comes from (``camera_yaml`` files, the parameters or
+camera_info); where it is the declared defaults, EuRoC V1_01's cameras, the line is a warning.
 Node parameters (read-only unless said otherwise):
   device (string, default 'auto', one of auto|cuda|cpu): where the frontend runs
   calibration_source (string, default 'parameters', one of parameters|camera_info)
@@ -201,11 +206,17 @@ from vilib_ros.nodes.conversions import TracksEncoder, camera_from_camera_info, 
 from vilib_ros.nodes.debug_image import DebugImageWorker
 from vilib_ros.nodes.frontend_input import FrontendInput
 from vilib_ros.nodes.frontend_stats import FrontendStats
-from vilib_ros.nodes.frontend_setup import (build_config, frontend_specs, make_tracker, node_specs, parameter_table,
-                                            warm_up)
+from vilib_ros.nodes.frontend_setup import (build_config, calibration_notice, frontend_specs, make_tracker,
+                                            node_specs, parameter_table, warm_up)
 from vilib_ros.nodes.input_guard import ImuQueue, TimeJump
 from vilib_ros.nodes.params import add_parameter_callbacks, camera_from_params, check_on_set, declare_all
 from vilib_ros.nodes.stereo_pairing import StereoPairer
+
+#: a stereo frontend whose left images have gone without a right image this long says so
+RIGHT_MISSING_WARN_S = 2.0
+#: and again at most this often
+RIGHT_MISSING_REPEAT_S = 10.0
+
 
 class FrontendNode(FrontendInput, Node):
     def __init__(self):
@@ -222,6 +233,8 @@ class FrontendNode(FrontendInput, Node):
         self.tracker = None
         self.cam = self.cam_right = None
         self.encoder = TracksEncoder(self.p["tracks_layout"])
+        notice, euroc_defaults = calibration_notice(self.p, self.stereo)
+        (self.get_logger().warning if euroc_defaults else self.get_logger().info)(notice)
         if self.p["calibration_source"] == "parameters":
             cam, cam_right = camera_from_params(self.p), camera_from_params(self.p, "right.") if self.stereo else None
             if cam_right is not None and (cam_right.width, cam_right.height) != (cam.width, cam.height):
@@ -256,6 +269,8 @@ class FrontendNode(FrontendInput, Node):
             self.pairs = StereoPairer(self._process, lambda: self.count_publishers(self.sub_right.topic_name) > 0,
                                       self.p["stereo_timeout_s"], lambda: self.st.skips.count("stereo_unmatched"))
             self.create_timer(0.01, self.pairs.flush)
+            self._right_warned_at = None
+            self.create_timer(0.5, self._check_right_stream)
         if self.p["calibration_source"] == "camera_info":
             self._infos: dict = {}
             for topic in ("camera_info",) + (("camera_info_right",) if self.stereo else ()):
@@ -439,9 +454,33 @@ class FrontendNode(FrontendInput, Node):
         self.st.events["debug_images"] += 1
 
     # --- diagnostics ---------------------------------------------------------------------
+    def _right_missing(self) -> str:
+        """What to say where a stereo frontend's left images go without right images ('' = nothing)."""
+        if not self.stereo:
+            return ""
+        missing = self.pairs.right_missing_s()
+        if missing < RIGHT_MISSING_WARN_S:
+            return ""
+        return (f"stereo is on, but no image came on {self.sub_right.topic_name} for {missing:.0f} s "
+                f"({self.pairs.lefts_alone} left images tracked without a right one); for a mono camera "
+                "set stereo:=false (parameter stereo: false)")
+
+    def _check_right_stream(self) -> None:
+        """Warn (then every RIGHT_MISSING_REPEAT_S at most) while left images go without right images."""
+        said = self._right_missing()
+        now = time.monotonic()
+        if said and (self._right_warned_at is None or now - self._right_warned_at >= RIGHT_MISSING_REPEAT_S):
+            self._right_warned_at = now
+            self.get_logger().warning(said)
+        elif not said:
+            self._right_warned_at = None
+
     def diagnostics_values(self) -> dict:
         d = self.st.diagnostics_values(self.device)
         d["events.imu_gaps"], d["events.imu_gap_samples"] = self.imu.gaps, self.imu.gap_samples
+        if self.stereo:
+            d["stereo.right_missing_s"] = round(self.pairs.right_missing_s(), 1)
+            d["stereo.left_alone"] = self.pairs.lefts_alone
         return d
 
     def _publish_diagnostics(self) -> None:
@@ -453,13 +492,15 @@ class FrontendNode(FrontendInput, Node):
     def _build_and_publish_diagnostics(self) -> None:
         d = self.diagnostics_values()
         problems = self.st.skips.total()
-        level = DiagnosticStatus.OK if problems == 0 else DiagnosticStatus.WARN
+        right_missing = self._right_missing()
+        level = DiagnosticStatus.OK if problems == 0 and not right_missing else DiagnosticStatus.WARN
         level = level[0] if isinstance(level, bytes) else level
         msg = DiagnosticArray()
         msg.header.stamp = self.get_clock().now().to_msg()
+        text = f"{d['output_rate_hz']:.1f} Hz, {d['features']} tracks, {problems} skipped"
         msg.status = [diagnostic_status(
             f"vilib_ros: {self.get_name()}", f"frontend ({self.device})", level,
-            f"{d['output_rate_hz']:.1f} Hz, {d['features']} tracks, {problems} skipped", d)]
+            text + (f"; {right_missing}" if right_missing else ""), d)]
         self.pub_diag.publish(msg)
 
     def summary(self) -> dict:

@@ -6,7 +6,8 @@ tracker from the same values outside ROS.
   :class:`~vilib_ros.frontend.FrontendConfig` fields), :func:`default_values` their defaults;
 * :func:`build_config` - the FrontendConfig of a set of parameter values (validated);
 * :func:`make_tracker` - the node's FeatureTracker for its cameras (stereo: the right camera and
-  ``T_right_left`` from the two ``T_BS``), and :func:`warm_up` - the synthetic frames it runs first.
+  ``T_right_left`` from the two ``T_BS``), and :func:`warm_up` - the synthetic frames it runs first;
+* :func:`calibration_notice` - the line the node logs at start about where its calibration comes from.
 """
 from __future__ import annotations
 
@@ -109,6 +110,48 @@ def build_config(values: dict, fe_names=None):
         fe_names = {s.name for s in frontend_specs()}
     cfg = build_dataclass(FrontendConfig, {k: v for k, v in values.items() if k in fe_names})
     return cfg.validate()      # validates the nested detector / tracker configs too
+
+
+#: the parameters that make up one camera's calibration (with a prefix: ``right.`` for cam1)
+CALIBRATION_KEYS = ("image_width", "image_height", "intrinsics", "distortion_model", "distortion_coefficients", "T_BS")
+
+
+def _is_default(values: dict, specs: dict, prefix: str) -> bool:
+    """Every calibration parameter of the camera at ``prefix`` holds its declared default."""
+    for key in CALIBRATION_KEYS:
+        value, default = values[prefix + key], specs[prefix + key].ros_default()
+        if isinstance(default, list):
+            if len(value) != len(default) or not np.allclose(np.asarray(value, float), default, rtol=1e-9, atol=0):
+                return False
+        elif value != default:
+            return False
+    return True
+
+
+def calibration_notice(values: dict, stereo: bool) -> tuple[str, bool]:
+    """(one line saying where the calibration of the node with parameter ``values`` comes from,
+    whether it is EuRoC V1_01's: the declared defaults, which a node started without ``camera_yaml``
+    or calibration parameters gets). The node logs the line, as a warning in the second case."""
+    if values["calibration_source"] == "camera_info":
+        return ("calibration: K, D and image size from the first camera_info message"
+                f"{' of each camera' if stereo else ''}, T_BS from the parameters"), False
+    specs = {s.name: s for s in parameter_table()}
+    parts, euroc = [], []
+    for prefix, cam in (("", "cam0"), ("right.", "cam1")) if stereo else (("", "cam0"),):
+        if values.get(prefix + "camera_yaml"):
+            parts.append(f"{cam} from {prefix}camera_yaml {values[prefix + 'camera_yaml']}")
+        elif _is_default(values, specs, prefix):
+            parts.append(f"{cam} from the parameters")
+            euroc.append(cam)
+        else:
+            parts.append(f"{cam} from the parameters ({prefix}intrinsics {list(values[prefix + 'intrinsics'])})")
+    line = "calibration: " + ", ".join(parts)
+    if euroc:
+        line += (f" -- {' and '.join(euroc)} {'is' if len(euroc) == 1 else 'are'} EuRoC V1_01's (the parameters' "
+                 "defaults), right only for EuRoC's cameras: give camera_yaml:=<sensor.yaml>"
+                 f"{' and camera_right_yaml' if 'cam1' in euroc else ''} (or intrinsics, distortion_coefficients, "
+                 "T_BS) for your camera")
+    return line, bool(euroc)
 
 
 def make_tracker(cam, config, device: str, first_id: int = 0, cam_right=None):

@@ -20,9 +20,7 @@ import fcntl
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -39,7 +37,6 @@ module tf2_msgs {
 };
 """
 _DEPS = ("geometry_msgs", "std_msgs", "builtin_interfaces")
-_TYPESUPPORTS = ("rosidl_typesupport_fastrtps_c", "rosidl_typesupport_introspection_c")
 
 
 class Tf2MsgsUnavailable(RuntimeError):
@@ -52,16 +49,15 @@ def cache_dir() -> Path:
     return base / f"tf2_msgs-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
 
 
-_LIBS = ("generator_c", "typesupport_introspection_c", "typesupport_fastrtps_c", "typesupport_c", "generator_py")
-
-
 def _activate(root: Path) -> None:
     import ctypes
 
     # rosidl_typesupport_c's dispatch dlopen()s the type support libraries by name; the dynamic
     # loader reads LD_LIBRARY_PATH only at process start, so load them now: a later dlopen of the
     # same soname finds the loaded library.
-    for name in _LIBS:
+    from vilib_ros.nodes.rosidl_build import LIBRARIES
+
+    for name in LIBRARIES:
         ctypes.CDLL(str(root / "lib" / f"libtf2_msgs__rosidl_{name}.so"), mode=ctypes.RTLD_GLOBAL)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
@@ -98,103 +94,25 @@ def _lock(path: Path):
 
 def build(root: Path) -> Path:
     """Generate and compile tf2_msgs into ``root`` (atomically; concurrent callers wait)."""
+    from vilib_ros.nodes.rosidl_build import BuildError, build_interface_package
+
     with _lock(root.with_suffix(".lock")):
         if (root / "tf2_msgs" / "msg" / "__init__.py").is_file():
             return root
-        cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
-        cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-        if not cc or not cxx:
-            raise Tf2MsgsUnavailable("tf2_msgs is not installed and no C/C++ compiler (gcc, g++) is here to "
-                                     "build it; install ros-<distro>-tf2-msgs, or a compiler")
         with tempfile.TemporaryDirectory(prefix="tf2_msgs_") as tmpd:
             tmp = Path(tmpd)
-            try:
-                _generate(tmp)
-            except ImportError as exc:
-                raise Tf2MsgsUnavailable(f"tf2_msgs is not installed and the rosidl generators are missing "
-                                         f"({exc}); install ros-<distro>-tf2-msgs") from exc
+            (tmp / "idl" / "msg").mkdir(parents=True)
+            (tmp / "idl" / "msg" / "TFMessage.idl").write_text(IDL)
             stage = tmp / "stage"
-            _compile(tmp / "gen", stage, cc, cxx)
+            try:
+                build_interface_package("tf2_msgs", tmp / "idl", ["msg/TFMessage.idl"], _DEPS, stage, tmp)
+            except BuildError as exc:
+                raise Tf2MsgsUnavailable(f"tf2_msgs is not installed and cannot be built here ({exc}); "
+                                         "install ros-<distro>-tf2-msgs") from exc
             if root.exists():
                 shutil.rmtree(root)
             shutil.move(str(stage), str(root))
     return root
-
-
-def _generate(tmp: Path) -> None:
-    os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
-    from rosidl_generator_c.cli import GenerateC
-    from rosidl_generator_py.cli import GeneratePython
-    from rosidl_typesupport_c.cli import GenerateCTypesupport
-    from rosidl_typesupport_fastrtps_c.cli import GenerateFastRTPSCTypesupport
-    from rosidl_typesupport_introspection_c.cli import GenerateIntrospectionCTypesupport
-
-    (tmp / "idl" / "msg").mkdir(parents=True)
-    (tmp / "idl" / "msg" / "TFMessage.idl").write_text(IDL)
-    files = [f"{tmp / 'idl'}:msg/TFMessage.idl"]
-    include = [str(Path(sys.prefix) / "share")]
-    gens = [("c", GenerateC("c")),
-            ("typesupport_c", GenerateCTypesupport("c", typesupport_implementations=list(_TYPESUPPORTS))),
-            ("introspection_c", GenerateIntrospectionCTypesupport("introspection_c")),
-            ("fastrtps_c", GenerateFastRTPSCTypesupport("fastrtps_c")),
-            ("py", GeneratePython("py", typesupport_implementations=["rosidl_typesupport_c", *_TYPESUPPORTS]))]
-    for name, ext in gens:
-        ext.generate("tf2_msgs", files, include, tmp / "gen" / name)
-
-
-def _run(cmd: list[str]) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise Tf2MsgsUnavailable(f"building tf2_msgs failed: {' '.join(cmd[:4])} ...\n{r.stderr[-2000:]}")
-
-
-def _compile(gen: Path, stage: Path, cc: str, cxx: str) -> None:
-    import numpy
-
-    prefix = Path(sys.prefix)
-    inc_root = gen / "include"
-    for part in ("c", "introspection_c", "fastrtps_c"):       # as installed: include/tf2_msgs/msg/...
-        shutil.copytree(gen / part, inc_root / "tf2_msgs", dirs_exist_ok=True)
-    incs = [f"-I{inc_root}", f"-I{prefix / 'include'}"] + [f"-I{d}" for d in sorted((prefix / "include").glob("*")) if d.is_dir()]
-    incs += [f"-I{sysconfig.get_paths()['include']}", f"-I{numpy.get_include()}"]
-    lib = stage / "lib"
-    lib.mkdir(parents=True)
-    link = [f"-L{prefix / 'lib'}", f"-L{lib}", "-Wl,-rpath,$ORIGIN", f"-Wl,-rpath,{prefix / 'lib'}"]
-    deps_c = [f"-l{d}__rosidl_generator_c" for d in _DEPS] + ["-lrosidl_runtime_c", "-lrcutils"]
-
-    def shared(name, sources, compiler, extra_libs, flags=()):
-        _run([compiler, "-shared", "-fPIC", "-O2", *flags, *incs, *map(str, sources), "-o", str(lib / name),
-              f"-Wl,-soname,{name}", *link, *extra_libs])
-
-    c = gen / "c" / "msg" / "detail"
-    shared("libtf2_msgs__rosidl_generator_c.so", sorted(c.glob("*.c")), cc,
-           deps_c + ["-lrosidl_dynamic_typesupport"], ["-DROSIDL_GENERATOR_C_BUILDING_DLL_tf2_msgs"])
-    shared("libtf2_msgs__rosidl_typesupport_introspection_c.so",
-           sorted((gen / "introspection_c" / "msg" / "detail").glob("*.c")), cc,
-           ["-ltf2_msgs__rosidl_generator_c", "-lrosidl_typesupport_introspection_c"] + deps_c
-           + [f"-l{d}__rosidl_typesupport_introspection_c" for d in _DEPS],
-           ["-DROSIDL_TYPESUPPORT_INTROSPECTION_C_BUILDING_DLL_tf2_msgs"])
-    shared("libtf2_msgs__rosidl_typesupport_fastrtps_c.so",
-           sorted((gen / "fastrtps_c" / "msg" / "detail").glob("*.cpp")), cxx,
-           ["-ltf2_msgs__rosidl_generator_c", "-lrosidl_typesupport_fastrtps_c", "-lrosidl_typesupport_fastrtps_cpp",
-            "-lfastcdr", "-lrmw"] + deps_c + [f"-l{d}__rosidl_typesupport_fastrtps_c" for d in _DEPS],
-           ["-std=c++17", "-DROSIDL_TYPESUPPORT_FASTRTPS_C_BUILDING_DLL_tf2_msgs"])
-    shared("libtf2_msgs__rosidl_typesupport_c.so", sorted((gen / "typesupport_c" / "msg").glob("*.cpp")), cxx,
-           ["-ltf2_msgs__rosidl_generator_c", "-lrosidl_typesupport_c", "-lrcpputils"] + deps_c,
-           ["-std=c++17", "-DROSIDL_TYPESUPPORT_C_BUILDING_DLL_tf2_msgs"])
-    py = gen / "py"
-    shared("libtf2_msgs__rosidl_generator_py.so", [py / "msg" / "_tf_message_s.c"], cc,
-           ["-ltf2_msgs__rosidl_generator_c", "-ltf2_msgs__rosidl_typesupport_c"]
-           + [f"-l{d}__rosidl_generator_py" for d in _DEPS] + deps_c)
-    pkg = stage / "tf2_msgs"
-    shutil.copytree(py / "msg", pkg / "msg", ignore=shutil.ignore_patterns("*.c"))
-    (pkg / "__init__.py").write_text("")
-    for ts in ("rosidl_typesupport_c", *_TYPESUPPORTS):
-        ext = f"tf2_msgs_s__{ts}"
-        _run([cc, "-shared", "-fPIC", "-O2", *incs, str(py / f"_tf2_msgs_s.ep.{ts}.c"), "-o", str(pkg / f"{ext}.so"),
-              f"-L{prefix / 'lib'}", f"-L{lib}", "-Wl,-rpath,$ORIGIN/../lib", f"-Wl,-rpath,{prefix / 'lib'}",
-              "-ltf2_msgs__rosidl_generator_py", f"-ltf2_msgs__{ts}", "-ltf2_msgs__rosidl_generator_c",
-              "-lrosidl_runtime_c", "-lrcutils", "-lrmw"])
 
 
 if __name__ == "__main__":
