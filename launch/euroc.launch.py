@@ -5,16 +5,19 @@
 Starts player_node (EuRoC ASL folder, ROS 1 .bag or ROS 2 bag), frontend_node and backend_node
 (through vio.launch.py) and rviz2 with config/vio.rviz (track image, path, odometry, landmarks).
 
-The calibration is the replayed dataset's own, as ``vilib-ros run`` uses it: its cameras
-(``mav0/cam0/sensor.yaml``, ``mav0/cam1/sensor.yaml``) and IMU noise (``mav0/imu0/sensor.yaml``)
-are written as ``cam0.yaml`` / ``cam1.yaml`` / ``imu0.yaml`` into ``calibration_dir`` and given to
+The calibration is resolved as ``vilib-ros run`` resolves it: ``calibration`` / ``imu_calibration``
+(a Kalibr camchain-imucam.yaml / imu.yaml, or EuRoC sensor.yaml files) where given, else the
+replayed dataset's own (its ``mav0/cam*/sensor.yaml`` and ``mav0/imu0/sensor.yaml``, a bag's
+camera_info; EuRoC's defaults only for EuRoC's own bags, said loudly); a dataset without
+calibration stops the launch with one line naming how to give it. Where each value came from is
+logged at start. The cameras and IMU noise are written as ``cam0.yaml`` / ``cam1.yaml`` / ``imu0.yaml`` into ``calibration_dir`` and given to
 the nodes (:func:`vilib_ros.launch_params.dataset_node_params`). Mono or stereo follows the
 dataset (a ``cam1`` folder: stereo) unless ``stereo`` says otherwise. A dataset that cannot be
 read, or ``stereo:=true`` for one camera, stops the launch with one line saying why.
 
 Arguments: ``dataset`` (required), ``rate`` (1.0 = real time, 0 = as fast as the frontend
 accepts), ``device``, ``params_file`` (algorithm settings; its calibration is replaced by the
-dataset's), ``stereo`` (auto | true | false), ``rviz`` (true | false; where rviz2 is not
+dataset's), ``calibration`` / ``imu_calibration`` (see above), ``stereo`` (auto | true | false), ``rviz`` (true | false; where rviz2 is not
 installed a warning says so and the rest runs), ``trajectory_path``, ``camera_yaml`` /
 ``camera_right_yaml`` / ``imu_yaml`` (sensor.yaml files that replace the dataset's),
 ``calibration_dir`` (default: a new temporary folder).
@@ -47,7 +50,11 @@ def generate_launch_description():
                               description="auto (stereo where the dataset has cam1) | true | false"),
         DeclareLaunchArgument("rviz", default_value="true"),
         DeclareLaunchArgument("trajectory_path", default_value=""),
-        # '' = the dataset's own sensor.yaml files
+        # '' = the dataset's own calibration (its sensor.yaml files, a bag's camera_info)
+        DeclareLaunchArgument("calibration", default_value="",
+                              description="Kalibr camchain-imucam.yaml or EuRoC cam0/sensor.yaml ('' = the dataset's own)"),
+        DeclareLaunchArgument("imu_calibration", default_value="",
+                              description="Kalibr imu.yaml or EuRoC imu0/sensor.yaml ('' = the dataset's own)"),
         DeclareLaunchArgument("camera_yaml", default_value=""),
         DeclareLaunchArgument("camera_right_yaml", default_value=""),
         DeclareLaunchArgument("imu_yaml", default_value=""),
@@ -83,7 +90,7 @@ def _pipeline(context, share):
         raise _refuse(f"rviz:={cfg['rviz']} is not true or false")
     out_dir = cfg["calibration_dir"] or tempfile.mkdtemp(prefix="vilib_ros_calibration_")
     try:
-        calib = dataset_node_params(dataset, out_dir, given)
+        calib = dataset_node_params(dataset, out_dir, given, cfg["calibration"], cfg["imu_calibration"])
     except (OSError, ValueError) as exc:
         if not cfg["calibration_dir"]:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -99,6 +106,8 @@ def _pipeline(context, share):
         files.append(f"camera_right_yaml {calib['right.camera_yaml']}")
     files.append(f"imu_yaml {calib['imu_yaml']}")
     log.info(f"{dataset}: {'stereo' if stereo else 'mono'} ({how}); calibration: " + ", ".join(files))
+    for line in calib.pop("sources"):
+        (log.warning if line.lower().startswith("warning") else log.info)(line)
     player = Node(
         package="vilib_ros",
         executable="player_node",

@@ -35,7 +35,8 @@ class TestDatasetNodeParams:
 
         p = dataset_node_params(short_stereo, tmp_path / "out")
         assert p["stereo"] is True
-        assert set(p) == {"camera_yaml", "right.camera_yaml", "imu_yaml", "stereo"}
+        assert set(p) == {"camera_yaml", "right.camera_yaml", "imu_yaml", "stereo", "sources"}
+        assert any("sensor.yaml" in line for line in p["sources"]), p["sources"]
         for key, cam in (("camera_yaml", "cam0"), ("right.camera_yaml", "cam1")):
             written = CameraModel.from_euroc_yaml(p[key])
             own = _sensor(short_stereo, cam)        # read here with yaml, not through the code under test
@@ -61,6 +62,24 @@ class TestDatasetNodeParams:
             dataset_node_params(generated_sequence, tmp_path / "c", stereo=True)
         with pytest.raises(FileNotFoundError, match="dataset not found"):
             dataset_node_params(tmp_path / "nowhere", tmp_path / "d")
+
+    def test_a_dataset_without_calibration_is_refused_unless_given(self, short_stereo, tmp_path):
+        """The launch never guesses: an ASL folder without cam0/sensor.yaml stops it with the ways to give
+        the calibration; with ``calibration`` (that file, kept elsewhere) it runs and names the file."""
+        import shutil
+
+        from vilib_ros.launch_params import dataset_node_params
+
+        seq = tmp_path / "seq"
+        shutil.copytree(short_stereo, seq)
+        kept = tmp_path / "cam0_sensor.yaml"
+        shutil.move(seq / "mav0" / "cam0" / "sensor.yaml", kept)
+        with pytest.raises(ValueError, match="calibration") as exc:
+            dataset_node_params(seq, tmp_path / "a", stereo=False)
+        assert "\n" not in str(exc.value)
+        p = dataset_node_params(seq, tmp_path / "b", stereo=False, calibration=kept)
+        assert any(str(kept) in line for line in p["sources"]), p["sources"]
+        assert yaml.safe_load(Path(p["camera_yaml"]).read_text())["intrinsics"] == _sensor(short_stereo, "cam0")["intrinsics"]
 
     @pytest.mark.parametrize("value,expected", [("", None), ("auto", None), ("true", True), ("False", False),
                                                 ("1", True), ("off", False), (True, True), (None, None)])
