@@ -157,7 +157,7 @@ class RecorderNode(Node):
 
 
 def main(args=None):
-    exit_main(RecorderNode, args)
+    exit_main(RecorderNode, args, parameter_table)
 
 
 if __name__ == "__main__":
