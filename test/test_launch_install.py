@@ -21,8 +21,8 @@ from launch_support import VENDOR, colcon_install  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = sorted((REPO / "resource" / "lib").iterdir())
-#: the nodes whose ``--print-parameters`` prints their parameter table without starting ROS
-PRINTS_TABLE = ("frontend_node", "backend_node", "player_node")
+#: the nodes (all of them) whose ``--print-parameters`` prints their parameter table without starting ROS
+PRINTS_TABLE = ("frontend_node", "backend_node", "player_node", "recorder_node")
 
 
 def node_scripts() -> set[str]:
