@@ -1,26 +1,25 @@
-"""Which CPU implementation runs: the compiled one (numba) or the NumPy reference.
+"""Which implementation runs: the one module that imports the frontend's three twins and picks one.
 
-The CPU stages exist twice with one interface: the NumPy functions in
-:mod:`.pyramid`, :mod:`.detector` and :mod:`.tracker` (the conformance reference, the test
-oracle) and their numba-compiled twins in :mod:`.cpu_pyramid`, :mod:`.cpu_fast`,
-:mod:`.cpu_nms`, :mod:`.cpu_lk` (the same algorithm, bit-identical detector output, LK within
-float rounding). The factories ``make_detector`` / ``make_tracker`` ask :func:`cpu_implementation`
-which one to build:
+Every stage exists three times with one interface: on the GPU (:mod:`vilib_ros.frontend.gpu`,
+CuPy and ``vilib_ros/kernels``), compiled for the CPU (:mod:`vilib_ros.frontend.compiled`,
+numba) and as the NumPy reference (:mod:`vilib_ros.frontend.reference`: the definitions, the
+test oracle). The twins never import this module; the shared pieces they build on
+(:mod:`~vilib_ros.frontend.config`, :mod:`~vilib_ros.frontend.fast_lut`,
+:mod:`~vilib_ros.frontend.ransac`, :mod:`~vilib_ros.frontend.track_table`, ...) import no twin.
 
-* ``VILIB_ROS_CPU_IMPL=auto`` (default): compiled where numba imports, else NumPy with one
-  logged warning that says why;
-* ``VILIB_ROS_CPU_IMPL=numba``: compiled, or :class:`CompiledUnavailable` with the reason;
-* ``VILIB_ROS_CPU_IMPL=numpy``: the NumPy reference (tests, debugging).
+The device (``device`` of :func:`make_detector`, :func:`make_tracker`, :func:`make_pipeline`):
+``auto`` is the GPU where CUDA works, else the CPU with a logged reason (no CUDA, or kernels
+that fail to compile); ``cuda`` raises :class:`vilib_ros._cuda.CudaUnavailable` instead.
 
-Compiled functions are cached on disk (numba ``cache=True``: ``__pycache__`` beside the
-sources, or ``NUMBA_CACHE_DIR``): the first process compiles, later ones load.
+The CPU implementation, ``VILIB_ROS_CPU_IMPL`` (:func:`cpu_implementation`):
 
-Threads: the compiled loops are parallel (``prange`` over rows, cells, features), and
-``VILIB_ROS_CPU_THREADS`` (default 1; 0 = every core numba sees) sets how many threads each
-detector / tracker uses, per call, whichever thread calls it. One is the default because a
-frame is small work (~2 ms at 752x480): on a loaded 2-core machine two threads made the
-frontend several times slower (each parallel region waits for a core that the player and the
-backend hold), and one thread leaves the other cores to the backend.
+* ``auto`` (default): compiled where numba imports, else NumPy with one logged warning that
+  says why;
+* ``numba``: compiled, or :class:`CompiledUnavailable` with the reason;
+* ``numpy``: the NumPy reference (tests, debugging).
+
+The compiled modules are imported where they are chosen (numba is an optional dependency);
+their threads: :mod:`vilib_ros.frontend.compiled.threads`.
 """
 from __future__ import annotations
 
@@ -28,11 +27,24 @@ import functools
 import logging
 import os
 
-log = logging.getLogger("vilib_ros.frontend.cpu")
+from vilib_ros._cuda import CudaUnavailable, resolve_device
+from vilib_ros.frontend.config import DetectorConfig, TrackerConfig, check_geometry
+from vilib_ros.frontend.cpu_pipeline import CpuPipeline
+from vilib_ros.frontend.gpu.detector import GpuFastDetector
+from vilib_ros.frontend.gpu.pipeline import RESULT_SLOTS, GpuPipeline
+from vilib_ros.frontend.gpu.tracker import GpuLKTracker
+from vilib_ros.frontend.reference.detector import CpuFastDetector
+from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
+from vilib_ros.frontend.reference.ransac import ransac_reference
+from vilib_ros.frontend.reference.tracker import CpuLKTracker
+
+log = logging.getLogger("vilib_ros.frontend.factory")
+cpu_log = logging.getLogger("vilib_ros.frontend.cpu")      # the CPU implementation's choice
 
 ENV = "VILIB_ROS_CPU_IMPL"
-THREADS_ENV = "VILIB_ROS_CPU_THREADS"
 CHOICES = ("auto", "numba", "numpy")
+__all__ = ["RESULT_SLOTS", "CompiledUnavailable", "build_pyramid_host", "cpu_implementation", "make_detector",
+           "make_pipeline", "make_tracker", "ransac_outliers"]
 
 
 class CompiledUnavailable(RuntimeError):
@@ -74,24 +86,9 @@ def cpu_implementation(choice: str | None = None) -> str:
         raise CompiledUnavailable(f"{ENV}=numba requested but {why}; pip install numba")
     if not _warned:
         _warned = True
-        log.warning("compiled CPU path unavailable, using the NumPy reference (about 15x slower): %s; "
-                    "pip install numba", why)
+        cpu_log.warning("compiled CPU path unavailable, using the NumPy reference (much slower): %s; "
+                        "pip install numba", why)
     return "numpy"
-
-
-def cpu_threads() -> int:
-    """Threads for the compiled stages: ``$VILIB_ROS_CPU_THREADS`` (default 1; 0 = all cores)."""
-    import numba
-
-    raw = (os.environ.get(THREADS_ENV) or "1").strip()
-    top = int(numba.config.NUMBA_NUM_THREADS)
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"{THREADS_ENV} must be an integer (0 = all {top} cores), got {raw!r}") from None
-    if not 0 <= n <= top:
-        raise ValueError(f"{THREADS_ENV} must be in 0..{top} (0 = all cores), got {n}")
-    return n or top
 
 
 def _compiled_or_reference(what: str, build_compiled, build_reference):
@@ -106,46 +103,120 @@ def _compiled_or_reference(what: str, build_compiled, build_reference):
                 raise CompiledUnavailable(f"compiled CPU {what} unavailable: {exc}") from exc
             if not _warned:
                 _warned = True
-                log.warning("compiled CPU %s unavailable, using the NumPy reference (about 15x slower): %s: %s",
-                            what, exc.__class__.__name__, exc)
+                cpu_log.warning("compiled CPU %s unavailable, using the NumPy reference (much slower): %s: %s",
+                                what, exc.__class__.__name__, exc)
     return build_reference()
 
 
-def make_cpu_detector(width: int, height: int, config=None):
+def _cpu_detector(width: int, height: int, config: DetectorConfig):
     """NumbaFastDetector, or CpuFastDetector where the compiled path is off or unavailable."""
-    from vilib_ros.frontend.detector import CpuFastDetector
-
     def compiled():
-        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
+        from vilib_ros.frontend.compiled.detector import NumbaFastDetector
 
         return NumbaFastDetector(width, height, config)
 
     return _compiled_or_reference("detector", compiled, lambda: CpuFastDetector(width, height, config))
 
 
-def make_cpu_tracker(width: int, height: int, config=None, max_features: int = 1024):
+def _cpu_tracker(width: int, height: int, config: TrackerConfig, max_features: int):
     """NumbaLKTracker, or CpuLKTracker where the compiled path is off or unavailable."""
-    from vilib_ros.frontend.tracker import CpuLKTracker
-
     def compiled():
-        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+        from vilib_ros.frontend.compiled.tracker import NumbaLKTracker
 
         return NumbaLKTracker(width, height, config, max_features)
 
-    return _compiled_or_reference("tracker", compiled,
-                                  lambda: CpuLKTracker(width, height, config, max_features))
+    return _compiled_or_reference("tracker", compiled, lambda: CpuLKTracker(width, height, config, max_features))
 
 
-def build_pyramid_host(img, levels: int) -> list:
-    """The CPU pipeline's pyramid: the compiled twin of ``build_pyramid_cpu`` (bit-identical,
-    ~7x faster) where the compiled path is selected, else ``build_pyramid_cpu`` itself."""
+def pyramid_builder():
+    """The CPU pipeline's pyramid function: the compiled twin of ``build_pyramid_cpu``
+    (bit-identical) where the compiled path is selected, else ``build_pyramid_cpu`` itself."""
     if cpu_implementation() == "numba":
         try:
-            from vilib_ros.frontend.cpu_pyramid import build_pyramid_compiled
+            from vilib_ros.frontend.compiled.pyramid import build_pyramid_compiled
         except ImportError:
             pass
         else:
-            return build_pyramid_compiled(img, levels)
-    from vilib_ros.frontend.pyramid import build_pyramid_cpu
+            return build_pyramid_compiled
+    return build_pyramid_cpu
 
-    return build_pyramid_cpu(img, levels)
+
+def build_pyramid_host(img, levels: int) -> list:
+    """One pyramid with :func:`pyramid_builder`'s choice."""
+    return pyramid_builder()(img, levels)
+
+
+def ransac_solver():
+    """The CPU pipeline's fundamental-matrix RANSAC (:mod:`vilib_ros.frontend.ransac`): the
+    compiled one where numba is selected, else the NumPy reference; called as
+    ``(xy_old, xy_new, threshold, confidence)``, it returns (outlier mask or None, best
+    hypothesis, its inliers)."""
+    if cpu_implementation() == "numba":
+        from vilib_ros.frontend.compiled.ransac import ransac_numba
+
+        return ransac_numba
+    return ransac_reference
+
+
+def ransac_outliers(xy_old, xy_new, threshold: float, confidence: float):
+    """Outliers of :func:`ransac_solver`'s RANSAC on undistorted normalised points, as a bool
+    mask over the rows; None where it cannot run (fewer than 8 finite points, no model)."""
+    return ransac_solver()(xy_old, xy_new, threshold, confidence)[0]
+
+
+def make_detector(width: int, height: int, config: DetectorConfig | None = None, device: str = "auto"):
+    """:class:`~vilib_ros.frontend.gpu.detector.GpuFastDetector` where CUDA works, else the CPU
+    detector (compiled, or the NumPy :class:`~vilib_ros.frontend.reference.detector.CpuFastDetector`).
+    ``config`` is validated here, and checked against the image size, before any device is touched
+    (ValueError: it reads the same with and without CUDA)."""
+    config = (config or DetectorConfig()).validate()
+    check_geometry(width, height, config)
+    dev = resolve_device(device)
+    if dev == "cpu":
+        return _cpu_detector(width, height, config)
+    try:
+        return GpuFastDetector(width, height, config)
+    except CudaUnavailable as exc:
+        if device == "cuda":
+            raise
+        log.warning("GPU detector unavailable, using the CPU path: %s", exc)
+        return _cpu_detector(width, height, config)
+
+
+def make_tracker(width: int, height: int, config: TrackerConfig | None = None, device: str = "auto",
+                 max_features: int = 1024):
+    """:class:`~vilib_ros.frontend.gpu.tracker.GpuLKTracker` where CUDA works, else the CPU tracker
+    (compiled, or the NumPy :class:`~vilib_ros.frontend.reference.tracker.CpuLKTracker`).
+    ``config`` is validated here (ValueError)."""
+    config = (config or TrackerConfig()).validate()
+    dev = resolve_device(device)
+    if dev == "cuda":
+        try:
+            return GpuLKTracker(width, height, config, max_features)
+        except CudaUnavailable:
+            if device == "cuda":
+                raise
+            log.warning("LK kernel unavailable, using the CPU tracker", exc_info=True)
+    return _cpu_tracker(width, height, config, max_features)
+
+
+def make_pipeline(device: str, camera, config, capacity: int, levels: int, first_id: int = 0, camera_right=None,
+                  T_right_left=None):
+    """The frame pipeline of a :class:`~vilib_ros.frontend.FeatureTracker` on ``device``
+    (``'cuda'``: :class:`~vilib_ros.frontend.gpu.pipeline.GpuPipeline`, or
+    :class:`vilib_ros._cuda.CudaUnavailable`; ``'cpu'``:
+    :class:`~vilib_ros.frontend.cpu_pipeline.CpuPipeline` with the CPU implementation's
+    detector, tracker, pyramid and RANSAC), for ``capacity`` tracks on ``levels`` pyramid levels.
+    ``config``: a validated :class:`~vilib_ros.frontend.config.FrontendConfig`."""
+    w, h = int(camera.width), int(camera.height)
+    kw = dict(camera=camera, config=config, capacity=capacity, levels=levels, first_id=first_id,
+              camera_right=camera_right, T_right_left=T_right_left)
+    if device == "cuda":
+        detector = GpuFastDetector(w, h, config.detector)
+        tracker = GpuLKTracker(w, h, config.tracker, capacity)
+        return GpuPipeline(detector=detector, tracker=tracker, **kw)
+    if device != "cpu":
+        raise ValueError(f"a pipeline's device is 'cuda' or 'cpu', got {device!r}")
+    detector = _cpu_detector(w, h, config.detector)
+    tracker = _cpu_tracker(w, h, config.tracker, capacity)
+    return CpuPipeline(detector=detector, tracker=tracker, pyramid=pyramid_builder(), ransac=ransac_solver(), **kw)
