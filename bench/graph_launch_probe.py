@@ -64,10 +64,11 @@ def main() -> int:
     ap.add_argument("--out", default="bench/out")
     ap.add_argument("--reps", type=int, default=2000)
     args = ap.parse_args()
-    from vilib_ros._cuda import device_name, get_module
+    from bench.kernels import bench_util
+    from vilib_ros._cuda import device_name
     from vilib_ros.bench.frontend import graph_times
 
-    k = get_module("bench_util").get_function("chain_step")
+    k = bench_util().get_function("chain_step")
     res = {"device": device_name(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "rows": []}
     for pdl in ("1", "0"):

@@ -14,7 +14,7 @@ condition that differs between the two, in one process on the GPU machine:
 * what comes between copies: a ~100 us GPU wait (spin kernel + event synchronize);
 * the copy itself: ``np.copyto`` against ``ctypes.memmove``; glibc's non-temporal store
   threshold lowered below the frame size (``GLIBC_TUNABLES``, a second process);
-* ``process()`` itself: its "source" step (``GpuPipeline.steps``) with cycled, hot and
+* ``process()`` itself: its "source" step (``GpuPipeline.tracer`` marks) with cycled, hot and
   just-written frames.
 
 Usage (GPU machine): ``python3 bench/host_copy_probe.py [--out DIR] [--n 400]``; prints a table,
@@ -60,7 +60,8 @@ def main():
     a = ap.parse_args()
     import cupy as cp
 
-    from vilib_ros._cuda import device_name, get_module, host_device_pointer, pinned_buffer
+    from bench.kernels import bench_util
+    from vilib_ros._cuda import device_name, host_device_pointer, pinned_buffer
 
     frames = load_frames()
     nf, shape, size = len(frames), frames[0].shape, frames[0].size
@@ -97,7 +98,7 @@ def main():
 
     src_page, src_64, src_1 = at(0), at(64), at(1)
     evict = np.ones(64 << 20, np.uint8)
-    spin = get_module("bench_util").get_function("gpu_spin")
+    spin = bench_util().get_function("gpu_spin")
     reader = cp.RawKernel(r"""
 extern "C" __global__ void read_mapped(unsigned long long addr, int n, unsigned int* sink) {
     // one thread per 16 bytes of the page-locked frame, read through its mapped address (as the pyramid kernel does)
@@ -179,7 +180,8 @@ extern "C" __global__ void read_mapped(unsigned long long addr, int n, unsigned 
     # process() itself: the "source" step (the copy + slot and parameter writes) and the whole call
     from vilib_ros.camera import euroc_cam0
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
-    from vilib_ros.frontend.gpu_pipeline import STEPS
+    from vilib_ros.bench.frontend import HostTracer
+    from vilib_ros.frontend.gpu.pipeline import STEPS
 
     ft = FeatureTracker(euroc_cam0(), FrontendConfig(), device="cuda")
     p = ft.pipeline
@@ -187,7 +189,8 @@ extern "C" __global__ void read_mapped(unsigned long long addr, int n, unsigned 
     stamp = [10**12]
 
     def proc_case(pick, label):
-        marks = p.steps = []
+        p.tracer = HostTracer()
+        marks = p.tracer.marks
         src_t, tot = [], []
         try:
             for k in range(N + 30):
@@ -201,7 +204,7 @@ extern "C" __global__ void read_mapped(unsigned long long addr, int n, unsigned 
                     src_t.append(marks[1] - marks[0])
                     tot.append(t1 - t0)
         finally:
-            p.steps = None
+            p.tracer = None
         pr[label] = {"source_step": stats(src_t), "process": stats(tot)}
         print(f"process() {label:56s} source {pr[label]['source_step']['p50_us']:7.2f} us, "
               f"whole {pr[label]['process']['p50_us']:7.2f} us", flush=True)

@@ -9,7 +9,7 @@ Variants of ``StreamedUpload.fill``, mono ``process()`` on the real EuRoC frames
 * ``two threads``: a persistent worker (a ``queue.SimpleQueue`` wakes it) copies the second half of
   the bands with ``ctypes.memmove`` (the GIL released) while the calling thread copies the first
   half; each sets its bands' flags, the caller waits for the worker.
-Also each variant's fill time alone (``last_fill_ns``). A probe: none of this is in the package.
+Also each variant's fill time alone (timed by the pipeline's tracer, ``HostTracer.copy_ns``). A probe: none of this is in the package.
 Writes ``parallel_fill_probe.json`` / ``.md`` to ``--out``.
 
     python3 bench/parallel_fill_probe.py --frames-dir .data/euroc_v101_head --out bench/out
@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from time import perf_counter_ns as _ns
 
 import numpy as np
 
@@ -33,12 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def memmove_fill(self, staging, image):
-    t0 = _ns()
     value = self._value
     for (y0, y1), flags in zip(self.bounds, self._band_flags):
         ctypes.memmove(staging[y0:y1].ctypes.data, image[y0:y1].ctypes.data, (y1 - y0) * image.shape[1])
         flags[:] = value
-    self.last_fill_ns = _ns() - t0
 
 
 class TwoThreads:
@@ -55,7 +52,6 @@ class TwoThreads:
             self.done.put(None)
 
     def fill(self, up, staging, image):
-        t0 = _ns()
         value = up._value
         w = image.shape[1]
         bands = list(zip(up.bounds, up._band_flags))
@@ -66,7 +62,6 @@ class TwoThreads:
             ctypes.memmove(staging[y0:y1].ctypes.data, image[y0:y1].ctypes.data, (y1 - y0) * w)
             f[:] = value
         self.done.get()
-        up.last_fill_ns = _ns() - t0
 
 
 def main() -> int:
@@ -77,9 +72,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
     from vilib_ros._cuda import device_name
-    from vilib_ros.bench.frontend import _stamp, _tracker
+    from vilib_ros.bench.frontend import HostTracer, _stamp, _tracker
     from vilib_ros.bench.tracker import load_frames
-    from vilib_ros.frontend.streamed_upload import StreamedUpload
+    from vilib_ros.frontend.gpu.streamed_upload import StreamedUpload
 
     frames = [np.ascontiguousarray(f) for f in load_frames(args.frames_dir)]
     today = StreamedUpload.fill
@@ -93,7 +88,7 @@ def main() -> int:
     fill = {n: [] for n in variants}
     ids = {}
     k = 0
-    up = ft.pipeline._streamer
+    tr = ft.pipeline.tracer = HostTracer(steps=False)
     for r in range(args.rounds):
         for name, fn in variants.items():
             StreamedUpload.fill = fn
@@ -103,7 +98,7 @@ def main() -> int:
                 t0 = time.perf_counter()
                 ft.process(f, _stamp())
                 lat[name].append((time.perf_counter() - t0) * 1e6)
-                fill[name].append(up.last_fill_ns * 1e-3)
+                fill[name].append(tr.copy_ns * 1e-3)
     for name, fn in variants.items():              # the same tracks with each
         StreamedUpload.fill = fn
         ft.reset()

@@ -36,10 +36,11 @@ MODES = {"pdl": "1", "no pdl": "0"}
 def chain(links: int, repeats: int) -> dict:
     import cupy as cp
 
-    from vilib_ros._cuda import get_module, launch
+    from bench.kernels import bench_util
+    from vilib_ros._cuda import launch
     from vilib_ros.bench.frontend import graph_times
 
-    k = get_module("bench_util").get_function("chain_step")
+    k = bench_util().get_function("chain_step")
     out = {}
     for name, env in MODES.items():
         os.environ["VILIB_ROS_PDL"] = env

@@ -34,12 +34,14 @@ def _frames():
 def sweep_lk(frames, warps_list=(4,)):
     import cupy as cp
 
-    from vilib_ros._cuda import get_module
+    from bench.kernels import bench_util
     from vilib_ros.bench.tracker import _features
-    from vilib_ros.frontend.pyramid import GpuPyramid
-    from vilib_ros.frontend.tracker import GpuLKTracker, TrackerConfig, track_cpu
+    from vilib_ros.frontend.config import TrackerConfig
+    from vilib_ros.frontend.gpu.pyramid import GpuPyramid
+    from vilib_ros.frontend.gpu.tracker import GpuLKTracker
+    from vilib_ros.frontend.reference.lk import track_cpu
 
-    spin = get_module("bench_util").get_function("gpu_spin")
+    spin = bench_util().get_function("gpu_spin")
     W, H = frames[0].shape[1], frames[0].shape[0]
     pts = _features(frames[0], 100)
     n = len(pts)
@@ -132,8 +134,8 @@ def sweep_nms(frames, n_frames=24, warps_list=(8,), reps=1):
     import cupy as cp
 
     from vilib_ros.bench.detector import detect_timed
-    from vilib_ros.frontend.detector import DetectorConfig
-    from vilib_ros.frontend.detector_gpu import GpuFastDetector
+    from vilib_ros.frontend.config import DetectorConfig
+    from vilib_ros.frontend.gpu.detector import GpuFastDetector
 
     H, W = frames[0].shape
     rows = []
@@ -182,15 +184,15 @@ def profile_target(frames, what):
 
     if what == "lkprof":
         from vilib_ros.bench.tracker import _features
-        from vilib_ros.frontend.tracker import make_tracker
+        from vilib_ros.frontend.factory import make_tracker
 
         pts = _features(frames[0], 100)
         trk = make_tracker(frames[0].shape[1], frames[0].shape[0], device="cuda", max_features=len(pts))
         for i in range(12):
             trk.track(frames[i], frames[i + 1], pts)
     else:
-        from vilib_ros.frontend.detector import DetectorConfig
-        from vilib_ros.frontend.detector_gpu import GpuFastDetector
+        from vilib_ros.frontend.config import DetectorConfig
+        from vilib_ros.frontend.gpu.detector import GpuFastDetector
 
         for levels in (1, 2):
             det = GpuFastDetector(frames[0].shape[1], frames[0].shape[0], DetectorConfig(levels=levels), use_graph=False)

@@ -42,9 +42,9 @@ def kernel_times(n: int, repeats: int = 300) -> tuple[dict, dict]:
     after the last)."""
     import cupy as cp
 
-    from vilib_ros._cuda import get_module
+    from bench.kernels import bench_util
     from vilib_ros.bench.frontend import SPIN_CYCLES
-    from vilib_ros.frontend import ransac_gpu
+    from vilib_ros.frontend.gpu import ransac as ransac_gpu
 
     r = ransac_gpu.GpuRansac(512)
     x1, x2 = scene(n)
@@ -53,7 +53,7 @@ def kernel_times(n: int, repeats: int = 300) -> tuple[dict, dict]:
     hdr = cp.asarray(np.array([n, 0, 0, 0, 0, 0, 0, 0], np.int64))
     st, d1, d2 = cp.zeros(r.S, cp.int8), cp.asarray(p1), cp.asarray(p2)
     stream = cp.cuda.Stream(non_blocking=True)
-    spin = get_module("bench_util").get_function("gpu_spin")
+    spin = bench_util().get_function("gpu_spin")
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     times = {"ransac_frame": []}
     for rep in range(repeats + 20):

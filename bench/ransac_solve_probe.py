@@ -112,16 +112,18 @@ def main() -> int:
     args = ap.parse_args()
     import cupy as cp
 
-    from vilib_ros._cuda import KERNEL_DIR, device_name, get_module, kernel_source
+    from bench.kernels import bench_util
+    from vilib_ros._cuda import KERNEL_DIR, device_name, kernel_source
     from vilib_ros.bench.frontend import SPIN_CYCLES
-    from vilib_ros.frontend.ransac import HYPOTHESES, TABLE, kernel_defines
-    from vilib_ros.frontend.ransac_gpu import OPTIONS
+    from vilib_ros.frontend.config import ransac_defines as kernel_defines
+    from vilib_ros.frontend.gpu.ransac import OPTIONS
+    from vilib_ros.frontend.ransac import HYPOTHESES, TABLE
 
     defines = kernel_defines()
     opts = ("-std=c++17", f"-I{KERNEL_DIR}", *OPTIONS, *(f"-D{k}={v}" for k, v in defines.items()))
     mod = cp.RawModule(code=kernel_source("ransac") + PROBE, options=opts)
     kw, kt, ke = (mod.get_function(f"probe_{n}") for n in ("solve_warp", "solve_thread", "empty"))
-    spin = get_module("bench_util").get_function("gpu_spin")
+    spin = bench_util().get_function("gpu_spin")
     rng = np.random.default_rng(0)
     n = 160
     x1 = rng.uniform(-0.6, 0.6, (n, 2))

@@ -1,10 +1,10 @@
-"""The streamed upload (``vilib_ros.frontend.streamed_upload``) against copying first, and why its
+"""The streamed upload (``vilib_ros.frontend.gpu.streamed_upload``) against copying first, and why its
 tile flags each have their own line.
 
 On the GPU machine, in one process, variants in turn (``interleaved``) so that they share the
 host's minutes:
 
-* the flag poll alone (``kernels/bench_util.cu`` ``poll_flags``): 90 blocks (the pyramid tiles of
+* the flag poll alone (``bench/kernels/bench_util.cu`` ``poll_flags``): 90 blocks (the pyramid tiles of
   a 752x480 frame) each make one strong system-scope load of page-locked memory: all of one
   word, one word per band of tiles (4 bands), or one 128-byte line each; CUDA events, median;
 * the pyramid kernel alone (events), its flags already released (``streamed``) or not armed
@@ -38,9 +38,10 @@ def _p50(v) -> float:
 def poll_cost(reps: int = 300) -> dict:
     import cupy as cp
 
-    from vilib_ros._cuda import get_module, host_device_pointer, pinned_buffer
+    from bench.kernels import bench_util
+    from vilib_ros._cuda import host_device_pointer, pinned_buffer
 
-    k = get_module("bench_util").get_function("poll_flags")
+    k = bench_util().get_function("poll_flags")
     keep: list = []
     flags = pinned_buffer(91 * 128, keep)
     dev = np.uint64(host_device_pointer(flags.ctypes.data))
@@ -65,7 +66,7 @@ def poll_cost(reps: int = 300) -> dict:
 def pyramid_cost(ft, frame, reps: int = 300) -> dict:
     import cupy as cp
 
-    from vilib_ros.frontend.streamed_upload import StreamedUpload
+    from vilib_ros.frontend.gpu.streamed_upload import StreamedUpload
 
     p = ft.pipeline
     s = 1
@@ -95,8 +96,8 @@ def main(argv=None) -> int:
     from vilib_ros.bench.frontend import _stats, _tracker, interleaved, process_times
     from vilib_ros.bench.tracker import default_frames_dir, load_frames
 
-    from vilib_ros.frontend.detector import DetectorConfig
-    from vilib_ros.frontend.detector_gpu import GpuFastDetector
+    from vilib_ros.frontend.config import DetectorConfig
+    from vilib_ros.frontend.gpu.detector import GpuFastDetector
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames-dir", default=default_frames_dir())
