@@ -238,6 +238,7 @@ class FrameKernels:
         sp = (s - 1) % RING                 # the previous frame's slot (an empty table after a reset)
         count = self.hdr("count")
         prm = t["params"][s]
+
         def go(kern, grid, block, args, name):
             launch(kern, grid, block, args, stream=stream, checked=checked)
             if tracer:
