@@ -9,7 +9,8 @@ Variants of ``StreamedUpload.fill``, mono ``process()`` on the real EuRoC frames
 * ``two threads``: a persistent worker (a ``queue.SimpleQueue`` wakes it) copies the second half of
   the bands with ``ctypes.memmove`` (the GIL released) while the calling thread copies the first
   half; each sets its bands' flags, the caller waits for the worker.
-Also each variant's fill time alone (timed by the pipeline's tracer, ``HostTracer.copy_ns``). A probe: none of this is in the package.
+Also each variant's fill time alone (timed by the pipeline's tracer, ``HostTracer.copy_ns``). A
+probe: none of this is in the package.
 Writes ``parallel_fill_probe.json`` / ``.md`` to ``--out``.
 
     python3 bench/parallel_fill_probe.py --frames-dir .data/euroc_v101_head --out bench/out

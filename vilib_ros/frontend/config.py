@@ -112,21 +112,27 @@ class TrackerConfig:
     mode: str = "gain_offset"                 # translation | offset | gain | gain_offset
     levels: int = 5                           # pyramid levels used (0..levels-1)
     patch_sizes: tuple = (16, 16, 16, 8, 8)   # per level, 16 or 8
-    max_iterations: int = field(default=30, metadata=LIVE)       # per level
-    eps: float = field(default=5e-4, metadata=LIVE)              # stop when dtx^2 + dty^2 < eps (level pixels)
+    max_iterations: int = field(default=30, metadata=LIVE)   # per level
+    eps: float = field(default=5e-4, metadata=LIVE)          # stop when dtx^2 + dty^2 < eps (level pixels)
     # flat-patch test: min eigenvalue of the gradient matrix / P^2 (intensities in [0,1])
     min_eigen: float = field(default=1e-5, metadata=LIVE)
-    max_residual: float = field(default=0.0, metadata=LIVE)      # mean |residual| (0..255) above which -> DIVERGED; 0 = off
+    # mean |residual| (0..255) above which a track is DIVERGED; 0 = off
+    max_residual: float = field(default=0.0, metadata=LIVE)
     # oscillation stop (both: take back half of the last update, the level ends as converged; 0 = off):
-    osc_eps: float = 0.01                     # OpenCV's 'jumping back and forth': |dq_k + dq_k-1| < osc_eps in x and y (level px)
-    osc_growth: float = 1.0                   # a reversal that does not shrink: dq_k . dq_k-1 < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2
+    # OpenCV's 'jumping back and forth': |dq_k + dq_k-1| < osc_eps in x and y (level px)
+    osc_eps: float = 0.01
+    # a reversal that does not shrink: dq_k . dq_k-1 < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2
+    osc_growth: float = 1.0
     cpu_backend: str = "numpy"                # numpy | opencv (translation only)
-    # what a track is tracked against (see vilib_ros.frontend.reference.templates):
-    template: str = "reference"               # previous: the last frame's patch | reference: the patch of the frame where the track was detected
+    # what a track is tracked against (see vilib_ros.frontend.reference.templates): previous: the
+    # last frame's patch | reference: the patch of the frame where the track was detected
+    template: str = "reference"
     # reference: take a new template where the residual (0..255) exceeds this; 0 = never
     template_refresh_residual: float = field(default=0.0, metadata=LIVE)
-    template_max_age: int = field(default=0, metadata=LIVE)      # reference: take a new template after this many frames; 0 = never
-    warp: str = "affine"                      # translation | affine: the patch's deformation since the template (2x2 matrix, per track)
+    # reference: take a new template after this many frames; 0 = never
+    template_max_age: int = field(default=0, metadata=LIVE)
+    # translation | affine: the patch's deformation since the template (2x2 matrix, per track)
+    warp: str = "affine"
 
     def validate(self) -> "TrackerConfig":
         if self.mode not in MODES:

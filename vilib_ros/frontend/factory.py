@@ -91,11 +91,12 @@ def cpu_implementation(choice: str | None = None) -> str:
     return "numpy"
 
 
-def _compiled_or_reference(what: str, build_compiled, build_reference):
-    """The compiled object where selected and it builds (its constructor runs every compiled
-    function once, so JIT loading happens here and not on the first frame), else the reference."""
+def _compiled_or_reference(what: str, impl: str, build_compiled, build_reference):
+    """The compiled object where ``impl`` (:func:`cpu_implementation`) is ``'numba'`` and it builds
+    (its constructor runs every compiled function once, so JIT loading happens here and not on
+    the first frame), else the reference."""
     global _warned
-    if cpu_implementation() == "numba":
+    if impl == "numba":
         try:
             return build_compiled()
         except (ImportError, OSError) as exc:  # a numba / llvmlite that imports but cannot compile or load
@@ -108,30 +109,31 @@ def _compiled_or_reference(what: str, build_compiled, build_reference):
     return build_reference()
 
 
-def _cpu_detector(width: int, height: int, config: DetectorConfig):
+def _cpu_detector(width: int, height: int, config: DetectorConfig, impl: str):
     """NumbaFastDetector, or CpuFastDetector where the compiled path is off or unavailable."""
     def compiled():
         from vilib_ros.frontend.compiled.detector import NumbaFastDetector
 
         return NumbaFastDetector(width, height, config)
 
-    return _compiled_or_reference("detector", compiled, lambda: CpuFastDetector(width, height, config))
+    return _compiled_or_reference("detector", impl, compiled, lambda: CpuFastDetector(width, height, config))
 
 
-def _cpu_tracker(width: int, height: int, config: TrackerConfig, max_features: int):
+def _cpu_tracker(width: int, height: int, config: TrackerConfig, max_features: int, impl: str):
     """NumbaLKTracker, or CpuLKTracker where the compiled path is off or unavailable."""
     def compiled():
         from vilib_ros.frontend.compiled.tracker import NumbaLKTracker
 
         return NumbaLKTracker(width, height, config, max_features)
 
-    return _compiled_or_reference("tracker", compiled, lambda: CpuLKTracker(width, height, config, max_features))
+    return _compiled_or_reference("tracker", impl, compiled, lambda: CpuLKTracker(width, height, config, max_features))
 
 
-def pyramid_builder():
+def pyramid_builder(impl: str | None = None):
     """The CPU pipeline's pyramid function: the compiled twin of ``build_pyramid_cpu``
-    (bit-identical) where the compiled path is selected, else ``build_pyramid_cpu`` itself."""
-    if cpu_implementation() == "numba":
+    (bit-identical) where the compiled path is selected (``impl``, default
+    :func:`cpu_implementation`), else ``build_pyramid_cpu`` itself."""
+    if (impl or cpu_implementation()) == "numba":
         try:
             from vilib_ros.frontend.compiled.pyramid import build_pyramid_compiled
         except ImportError:
@@ -146,12 +148,12 @@ def build_pyramid_host(img, levels: int) -> list:
     return pyramid_builder()(img, levels)
 
 
-def ransac_solver():
+def ransac_solver(impl: str | None = None):
     """The CPU pipeline's fundamental-matrix RANSAC (:mod:`vilib_ros.frontend.ransac`): the
-    compiled one where numba is selected, else the NumPy reference; called as
-    ``(xy_old, xy_new, threshold, confidence)``, it returns (outlier mask or None, best
-    hypothesis, its inliers)."""
-    if cpu_implementation() == "numba":
+    compiled one where numba is selected (``impl``, default :func:`cpu_implementation`), else the
+    NumPy reference; called as ``(xy_old, xy_new, threshold, confidence)``, it returns (outlier
+    mask or None, best hypothesis, its inliers)."""
+    if (impl or cpu_implementation()) == "numba":
         from vilib_ros.frontend.compiled.ransac import ransac_numba
 
         return ransac_numba
@@ -173,14 +175,14 @@ def make_detector(width: int, height: int, config: DetectorConfig | None = None,
     check_geometry(width, height, config)
     dev = resolve_device(device)
     if dev == "cpu":
-        return _cpu_detector(width, height, config)
+        return _cpu_detector(width, height, config, cpu_implementation())
     try:
         return GpuFastDetector(width, height, config)
     except CudaUnavailable as exc:
         if device == "cuda":
             raise
         log.warning("GPU detector unavailable, using the CPU path: %s", exc)
-        return _cpu_detector(width, height, config)
+        return _cpu_detector(width, height, config, cpu_implementation())
 
 
 def make_tracker(width: int, height: int, config: TrackerConfig | None = None, device: str = "auto",
@@ -197,7 +199,7 @@ def make_tracker(width: int, height: int, config: TrackerConfig | None = None, d
             if device == "cuda":
                 raise
             log.warning("LK kernel unavailable, using the CPU tracker", exc_info=True)
-    return _cpu_tracker(width, height, config, max_features)
+    return _cpu_tracker(width, height, config, max_features, cpu_implementation())
 
 
 def make_pipeline(device: str, camera, config, capacity: int, levels: int, first_id: int = 0, camera_right=None,
@@ -217,6 +219,8 @@ def make_pipeline(device: str, camera, config, capacity: int, levels: int, first
         return GpuPipeline(detector=detector, tracker=tracker, **kw)
     if device != "cpu":
         raise ValueError(f"a pipeline's device is 'cuda' or 'cpu', got {device!r}")
-    detector = _cpu_detector(w, h, config.detector)
-    tracker = _cpu_tracker(w, h, config.tracker, capacity)
-    return CpuPipeline(detector=detector, tracker=tracker, pyramid=pyramid_builder(), ransac=ransac_solver(), **kw)
+    impl = cpu_implementation()             # VILIB_ROS_CPU_IMPL, read once for the whole pipeline
+    detector = _cpu_detector(w, h, config.detector, impl)
+    tracker = _cpu_tracker(w, h, config.tracker, capacity, impl)
+    return CpuPipeline(detector=detector, tracker=tracker, pyramid=pyramid_builder(impl), ransac=ransac_solver(impl),
+                       **kw)

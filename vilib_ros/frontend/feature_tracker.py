@@ -4,13 +4,14 @@
 :class:`vilib_ros.types.TrackFrame` s. Per frame:
 
 1. pyramid of the new frame;
-2. LK tracking (:mod:`vilib_ros.frontend.reference.lk` and its twins) of every live track from the previous frame, started at
-   the IMU-predicted position (rotation-only homography, :mod:`vilib_ros.frontend.imu_prediction`) or at
-   the old position, against the track's reference template from its detection frame with an affine
-   warp (``tracker.template: reference``, ``tracker.warp: affine``, the default:
-   :mod:`vilib_ros.frontend.reference.templates`) or against the previous frame's patch (``previous`` /
-   ``translation``); forward-backward check and RANSAC (fundamental matrix on undistorted points),
-   both on by default;
+2. LK tracking (:mod:`vilib_ros.frontend.reference.lk` and its twins) of every live track from
+   the previous frame, started at the IMU-predicted position (rotation-only homography,
+   :mod:`vilib_ros.frontend.imu_prediction`) or at the old position, against the track's
+   reference template from its detection frame with an affine warp (``tracker.template:
+   reference``, ``tracker.warp: affine``, the default:
+   :mod:`vilib_ros.frontend.reference.templates`) or against the previous frame's patch
+   (``previous`` / ``translation``); forward-backward check and RANSAC (fundamental matrix on
+   undistorted points), both on by default;
 3. the track table (:mod:`vilib_ros.frontend.track_table`) keeps the tracked ones; when live tracks
    fall below ``min_track_fraction`` of the target (the number of detector cells, or ``max_features``),
    FAST detection in the cells without a live track gives new tracks;
