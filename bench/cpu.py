@@ -131,7 +131,7 @@ def same_job_config():
     """The configuration that does the OpenCV-native frontend's job: frame-to-frame templates, a
     translation warp (with gain / offset), no forward-backward check, no RANSAC."""
     from vilib_ros.frontend import FrontendConfig
-    from vilib_ros.frontend.tracker import TrackerConfig
+    from vilib_ros.frontend.config import TrackerConfig
 
     return FrontendConfig(tracker=TrackerConfig(template="previous", warp="translation"), fb_check=False, ransac=False)
 
@@ -206,9 +206,10 @@ def bench_stages(frames, numpy_frames):
     """Per-stage times of ours (compiled; NumPy on ``numpy_frames`` frames) and OpenCV's."""
     import cv2
 
-    from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig, fast_score_cpu
-    from vilib_ros.frontend.pyramid import build_pyramid_cpu
-    from vilib_ros.frontend.tracker import TrackerConfig, track_cpu
+    from vilib_ros.frontend.config import DetectorConfig, TrackerConfig
+    from vilib_ros.frontend.reference.detector import CpuFastDetector, fast_score_cpu
+    from vilib_ros.frontend.reference.lk import track_cpu
+    from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
 
     cfg, tcfg = DetectorConfig(), TrackerConfig()
     res = {}
@@ -218,10 +219,10 @@ def bench_stages(frames, numpy_frames):
     fast_raw = cv2.FastFeatureDetector_create(threshold=10, nonmaxSuppression=False)
     crit = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 30, 0.01)
     try:
-        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
-        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
-        from vilib_ros.frontend.cpu_nms import nms_cells
-        from vilib_ros.frontend.cpu_pyramid import CpuPyramid
+        from vilib_ros.frontend.compiled.detector import NumbaFastDetector
+        from vilib_ros.frontend.compiled.nms import nms_cells
+        from vilib_ros.frontend.compiled.pyramid import CpuPyramid
+        from vilib_ros.frontend.compiled.tracker import NumbaLKTracker
     except ImportError as exc:
         log.warning("compiled stages not measured: %s", exc)
         NumbaFastDetector = None
@@ -273,8 +274,8 @@ import json, time
 t0 = time.perf_counter()
 import numba
 t1 = time.perf_counter()
-from vilib_ros.frontend.cpu_detector import NumbaFastDetector
-from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+from vilib_ros.frontend.compiled.detector import NumbaFastDetector
+from vilib_ros.frontend.compiled.tracker import NumbaLKTracker
 NumbaFastDetector(752, 480)
 NumbaLKTracker(752, 480)
 t2 = time.perf_counter()

@@ -118,7 +118,8 @@ def bench_opencv(frames, repeat) -> dict:
 
 
 def bench_cpu_detector(frames, repeat) -> dict:
-    from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig
+    from vilib_ros.frontend.config import DetectorConfig
+    from vilib_ros.frontend.reference.detector import CpuFastDetector
 
     det = CpuFastDetector(frames[0].shape[1], frames[0].shape[0], DetectorConfig())
     t = []
@@ -132,9 +133,9 @@ def bench_cpu_detector(frames, repeat) -> dict:
 # ------------------------------------------------------------------ GPU
 
 def _spin(det):
-    from vilib_ros._cuda import get_module
+    from bench.kernels import bench_util
 
-    k = get_module("bench_util").get_function("gpu_spin")
+    k = bench_util().get_function("gpu_spin")
     k((1, 1, 1), (1, 1, 1), (np.int64(SPIN_CYCLES),), stream=det.stream)
 
 
@@ -163,7 +164,7 @@ def detect_timed(det, image, events, baseline=False, spin=True):
 def bench_gpu_config(frames, cfg, repeat, upload=None) -> dict:
     import cupy as cp
 
-    from vilib_ros.frontend.detector_gpu import GpuFastDetector
+    from vilib_ros.frontend.gpu.detector import GpuFastDetector
 
     h, w = frames[0].shape
     det = GpuFastDetector(w, h, cfg) if upload is None else GpuFastDetector(w, h, cfg, upload=upload)
@@ -367,7 +368,7 @@ def evaluate_targets(res: dict) -> list[dict]:
 
 def run_command(args) -> int:
     from vilib_ros._cuda import cuda_available, cuda_unavailable_reason, device_name
-    from vilib_ros.frontend.detector import SCORES, DetectorConfig
+    from vilib_ros.frontend.config import SCORES, DetectorConfig
 
     frames = load_frames(args.frames_dir)
     out = Path(args.out)
@@ -387,7 +388,7 @@ def run_command(args) -> int:
         import cupy as cp
 
         sw += f", cupy {cp.__version__}, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}"
-        from vilib_ros.frontend.detector_gpu import UPLOADS
+        from vilib_ros.frontend.gpu.streamed_upload import UPLOADS
 
         combos = [(2, "sad_arc", 1, None)]
         if not args.quick:

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vilib_ros.frontend.gpu.pipeline import STEPS, FrameTracer
+
 REFERENCE = {"process_us": 125.0, "frames_per_s": 8000.0, "measured": "2026-11-22",
              "what": "uzh-rpg/vilib FeatureTrackerGPU::track (upload, pyramid, LK, redetection, results on the "
                      "host; ~100 features, 5 levels), same machine kind, same frames"}
@@ -56,6 +58,32 @@ def _pct(v, q):
 
 def _stats(v) -> dict:
     return {"p50_us": _pct(v, 50), "p90_us": _pct(v, 90), "p99_us": _pct(v, 99), "n": len(v)}
+
+
+class HostTracer(FrameTracer):
+    """The pipeline's host steps (``marks``: perf_counter_ns after each; with ``steps`` only) and
+    the streamed upload's host copy of the last frame (``copy_ns``; 0 when it did not stream)."""
+
+    def __init__(self, steps: bool = True):
+        self.steps = steps
+        self.marks: list[int] = []
+        self.copy_ns = 0
+
+    def mark(self) -> None:
+        if self.steps:
+            self.marks.append(time.perf_counter_ns())
+
+    def copied(self, ns: int) -> None:
+        self.copy_ns = ns
+
+
+class StageTracer(FrameTracer):
+    """Every stage of the frame enqueued on its own, ``on_stage(name)`` after each."""
+
+    stages = True
+
+    def __init__(self, on_stage):
+        self.stage = on_stage
 
 
 def stereo_rig(frames, disparity_px: int = 8):
@@ -94,7 +122,7 @@ def original_work_tracker(device="cuda"):
     the like-for-like comparison with its 125 us, beside our default's extra checks."""
     from vilib_ros.camera import euroc_cam0
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
-    from vilib_ros.frontend.tracker import TrackerConfig
+    from vilib_ros.frontend.config import TrackerConfig
 
     w = ORIGINAL_WORK
     cfg = FrontendConfig(tracker=TrackerConfig(**w["tracker"]), fb_check=w["fb_check"], ransac=w["ransac"],
@@ -150,29 +178,32 @@ def run_host_split(ft, frames, n, warm=50) -> dict:
     upload does not stream, whose copy then stays in ``host``)."""
     nf = len(frames)
     host, sub, bare = [], [], []
-    su = ft.pipeline._streamer
-    for k in range(n + warm):
-        su.last_fill_ns = 0
-        t0 = time.perf_counter()
-        ft.submit(frames[k % nf], _stamp())
-        t1 = time.perf_counter()
-        ft.pipeline.stream.synchronize()
-        t2 = time.perf_counter()
-        ft.result()
-        t3 = time.perf_counter()
-        if k >= warm:
-            host.append((t1 - t0) + (t3 - t2))
-            sub.append(t1 - t0)
-            bare.append(host[-1] - su.last_fill_ns * 1e-9)
+    tr = ft.pipeline.tracer = HostTracer(steps=False)
+    try:
+        for k in range(n + warm):
+            tr.copy_ns = 0
+            t0 = time.perf_counter()
+            ft.submit(frames[k % nf], _stamp())
+            t1 = time.perf_counter()
+            ft.pipeline.stream.synchronize()
+            t2 = time.perf_counter()
+            ft.result()
+            t3 = time.perf_counter()
+            if k >= warm:
+                host.append((t1 - t0) + (t3 - t2))
+                sub.append(t1 - t0)
+                bare.append(host[-1] - tr.copy_ns * 1e-9)
+    finally:
+        ft.pipeline.tracer = None
     return {"host": _stats(host), "submit": _stats(sub), "without_copy": _stats(bare)}
 
 
 def run_gpu_exec(ft, frames, n, warm=20) -> dict:
     """GPU execution time of the frame's graph: the graph is queued behind a spin kernel, so the
     events around it time the GPU, not the host's launch."""
-    from vilib_ros._cuda import get_module
+    from bench.kernels import bench_util
 
-    spin = get_module("bench_util").get_function("gpu_spin")
+    spin = bench_util().get_function("gpu_spin")
     nf = len(frames)
     gpu, seen = [], []
     for k in range(n + warm):
@@ -207,23 +238,21 @@ STREAMED_COPY = "of launch: streamed copy"
 
 def host_steps(ft, frames, n, warm=50, fresh=False) -> dict:
     """Where the host time of a synchronous process() goes, step by step (perf_counter_ns marks
-    of ``GpuPipeline.steps``; names in ``gpu_pipeline.STEPS``): the interface's checks, the frame
+    of a :class:`HostTracer`; names in ``gpu.pipeline.STEPS``): the interface's checks, the frame
     source (the host copy), events + graph launch (streamed: and the host copy after it, also
     given alone as :data:`STREAMED_COPY`), submit's return to the wait, the wait for the GPU, the
     TrackFrame, the return. ``fresh``: as in :func:`process_times`."""
-    from vilib_ros.frontend.gpu_pipeline import STEPS
-
     p = ft.pipeline
     nf = len(frames)
     out = {k: [] for k in STEPS}
     out[STREAMED_COPY] = []
-    p.steps = marks = []
-    su = p._streamer
+    tr = p.tracer = HostTracer()
+    marks = tr.marks
     try:
         for k in range(n + warm):
             img = frames[k % nf].copy() if fresh else frames[k % nf]
             marks.clear()
-            su.last_fill_ns = 0
+            tr.copy_ns = 0
             t0 = time.perf_counter_ns()
             ft.process(img, _stamp())
             t1 = time.perf_counter_ns()
@@ -231,9 +260,9 @@ def host_steps(ft, frames, n, warm=50, fresh=False) -> dict:
                 ts = [t0, *marks, t1]
                 for name, a, b in zip(STEPS, ts, ts[1:]):
                     out[name].append((b - a) * 1e-9)
-                out[STREAMED_COPY].append(su.last_fill_ns * 1e-9)
+                out[STREAMED_COPY].append(tr.copy_ns * 1e-9)
     finally:
-        p.steps = None
+        p.tracer = None
     return {k: _stats(v) for k, v in out.items()}
 
 
@@ -288,9 +317,9 @@ def graph_times(g, stream, repeats, warm=10, spin_cycles=SPIN_CYCLES) -> list:
     queued behind a spin kernel, so that the events around it time the GPU, not the host."""
     import cupy as cp
 
-    from vilib_ros._cuda import get_module
+    from bench.kernels import bench_util
 
-    spin = get_module("bench_util").get_function("gpu_spin")
+    spin = bench_util().get_function("gpu_spin")
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     ts = []
     for r in range(repeats + warm):
@@ -311,10 +340,10 @@ def stage_breakdown(ft, frames, n, right=None, warm=10) -> dict:
 
     import cupy as cp
 
-    from vilib_ros._cuda import get_module
+    from bench.kernels import bench_util
 
     p = ft.pipeline
-    spin = get_module("bench_util").get_function("gpu_spin")
+    spin = bench_util().get_function("gpu_spin")
     evs, order = {}, []
 
     def probe(name):
@@ -326,7 +355,7 @@ def stage_breakdown(ft, frames, n, right=None, warm=10) -> dict:
     e0 = cp.cuda.Event()
     times = collections.defaultdict(list)
     nf = len(frames)
-    p.probe = probe
+    p.tracer = StageTracer(probe)
     try:
         for k in range(n + warm):
             order.clear()
@@ -340,7 +369,7 @@ def stage_breakdown(ft, frames, n, right=None, warm=10) -> dict:
                     times[name].append(cp.cuda.get_elapsed_time(prev, evs[name]) * 1e-3)
                 prev = evs[name]
     finally:
-        p.probe = None
+        p.tracer = None
     return {name: _stats(v) for name, v in times.items()}
 
 
@@ -413,9 +442,9 @@ def bench_per_frame(frames, n: int = 2000) -> dict:
            "data": f"{len(frames)} real EuRoC V1_01 cam0 frames {frames[0].shape[1]}x{frames[0].shape[0]}, looped",
            "host": f"{platform.node()} {platform.processor() or platform.machine()} python {platform.python_version()}",
            "reference": REFERENCE, "targets": TARGETS, "frames": n}
-    from vilib_ros.frontend.detector import DetectorConfig
-    from vilib_ros.frontend.detector_gpu import GpuFastDetector
-    from vilib_ros.frontend.gpu_pipeline import UPLOADS
+    from vilib_ros.frontend.config import DetectorConfig
+    from vilib_ros.frontend.gpu.detector import GpuFastDetector
+    from vilib_ros.frontend.gpu.streamed_upload import UPLOADS
 
     # the upload variants, interleaved: process() latency, submit-ahead frames/s, detection alone
     fts = {}
@@ -625,7 +654,7 @@ def markdown(res) -> str:
          f"~{REFERENCE['frames_per_s']:.0f} frames/s serially, measured {REFERENCE['measured']}", "",
          "| measurement | p50 us | p90 us | p99 us |", "|---|---:|---:|---:|"]
     d = res.get("upload_default", "pageable")
-    from vilib_ros.frontend.gpu_pipeline import UPLOADS
+    from vilib_ros.frontend.gpu.streamed_upload import UPLOADS
 
     ups = [u for u in UPLOADS if u != d]
     for name, key in ((f"mono process(), upload='{d}' (default)", "mono"),
@@ -660,7 +689,7 @@ def markdown(res) -> str:
                                                          for k, v in res[key].items())]
     if res.get("host_steps"):
         names = list(next(iter(res["host_steps"].values())))
-        L += ["", "Host steps of a synchronous process(), median us (GpuPipeline.steps marks; 'wait' is the GPU):", "",
+        L += ["", "Host steps of a synchronous process(), median us (GpuPipeline.tracer marks; 'wait' is the GPU):", "",
               "| upload | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
         for up, st in res["host_steps"].items():
             L.append(f"| {up} | " + " | ".join(f"{st[k]['p50_us']:.1f}" for k in names) + " |")

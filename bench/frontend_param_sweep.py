@@ -39,7 +39,7 @@ PARTNERS = {"tracker.cpu_backend": {"tracker.mode": "translation", "tracker.temp
 
 
 def cases(partners: bool) -> list[tuple[str, object, dict]]:
-    from vilib_ros.frontend.feature_tracker import FrontendConfig
+    from vilib_ros.frontend import FrontendConfig
     from vilib_ros.nodes.params import FRONTEND_PARAMS, edge_values
 
     cfg = FrontendConfig()
@@ -69,7 +69,7 @@ def run_case(name, value, partner, device, data, n) -> tuple[str, str]:
     import logging
 
     from vilib_ros.camera import euroc_cam0, euroc_cam1
-    from vilib_ros.frontend.feature_tracker import FeatureTracker, FrontendConfig
+    from vilib_ros.frontend import FeatureTracker, FrontendConfig
     from vilib_ros.nodes.params import build_dataclass
 
     logging.getLogger("vilib_ros").setLevel(logging.ERROR)

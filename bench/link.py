@@ -34,7 +34,8 @@ class _Probe:
     def __init__(self, reps: int):
         import cupy as cp
 
-        from vilib_ros._cuda import get_module, pinned_buffer
+        from bench.kernels import bench_util
+        from vilib_ros._cuda import pinned_buffer
 
         self.cp, self.rt, self.reps = cp, cp.cuda.runtime, max(10, int(reps))
         self.keep: list = []
@@ -43,7 +44,7 @@ class _Probe:
         self.dev = cp.empty(128 << 20, cp.uint8)
         self.streams = [cp.cuda.Stream(non_blocking=True) for _ in range(8)]
         self.ev = [cp.cuda.Event() for _ in range(10)]
-        self.read = get_module("bench_util").get_function("read_words")
+        self.read = bench_util().get_function("read_words")
         self.plain = pinned_buffer(FRAME, self.keep).reshape(H, W)
         self.wc = pinned_buffer(FRAME, self.keep, write_combined=True).reshape(H, W)
         rng = np.random.default_rng(0)

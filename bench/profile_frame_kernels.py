@@ -47,6 +47,7 @@ def main():
     a = ap.parse_args()
     import cupy as cp
 
+    from bench.kernels import bench_util
     from vilib_ros._cuda import device_name, get_module, launch
     from vilib_ros.camera import euroc_cam0
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
@@ -62,7 +63,7 @@ def main():
     K = p.k
     st = p.stream
     s = (a.frames - 1) % 4
-    spin = get_module("bench_util").get_function("gpu_spin")
+    spin = bench_util().get_function("gpu_spin")
     res = {"device": device_name(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "frames": a.frames, "count": int(K.hdr("count").get()[0])}
     it = K.t["lk_iters"][:res["count"]].get()
@@ -110,7 +111,8 @@ def main():
     timed("lk_template_fb (FB check fused)", lambda: go(*K._lk_templates(s, count, fb=True)))
     # the thread mappings (LK_FEATURE_WARPS: 1, 2, 4 warps per feature) and where the level's
     # solver comes from (LK_PRESOLVE 1: stored with the template; 0: built every frame)
-    from vilib_ros.frontend.tracker import LK_OPTIONS, SOLVER_AREA
+    from vilib_ros.frontend.config import SOLVER_AREA
+    from vilib_ros.frontend.gpu.tracker import LK_OPTIONS
     res["lk_feature_warps"] = K.tracker.feature_warps
     tc0 = K.config.tracker
     defs0 = {"LK_WARPS": K.tracker.warps, "LK_OSC_EPS": f"{float(tc0.osc_eps)!r}f",
@@ -180,7 +182,7 @@ def ransac_rows(K, c, st, timed, go, last):
     ransac_models with 1-8 scoring warps: see ``ransac_kernel_probe_2026-11-28.md``.)"""
     import cupy as cp
 
-    from vilib_ros.frontend import ransac_gpu
+    from vilib_ros.frontend.gpu import ransac as ransac_gpu
 
     (ids0, xy0), (ids1, xy1) = last
     common, i0, i1 = np.intersect1d(ids0, ids1, return_indices=True)

@@ -32,7 +32,7 @@ VARIANTS = {"f2f+ransac": ("previous", "translation", False, True),
 def _tracker(variant, frames, stereo):
     from vilib_ros.camera import euroc_cam0
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
-    from vilib_ros.frontend.tracker import TrackerConfig
+    from vilib_ros.frontend.config import TrackerConfig
 
     template, warp, fb, ransac = VARIANTS[variant]
     cfg = FrontendConfig(tracker=TrackerConfig(template=template, warp=warp), fb_check=fb, ransac=ransac)

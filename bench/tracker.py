@@ -100,9 +100,9 @@ SPIN_CYCLES = 400_000   # ~0.2 ms: longer than the host needs to enqueue the mea
 
 
 def _spin_kernel():
-    from vilib_ros._cuda import get_module
+    from bench.kernels import bench_util
 
-    return get_module("bench_util").get_function("gpu_spin")
+    return bench_util().get_function("gpu_spin")
 
 
 
@@ -130,8 +130,9 @@ def bench_gpu_tracker(frames, pts_all, counts, repeats, mode):
     and the same with the new frame's upload from pinned memory + pyramid build."""
     import cupy as cp
 
-    from vilib_ros.frontend.pyramid import GpuPyramid
-    from vilib_ros.frontend.tracker import GpuLKTracker, TrackerConfig
+    from vilib_ros.frontend.config import TrackerConfig
+    from vilib_ros.frontend.gpu.pyramid import GpuPyramid
+    from vilib_ros.frontend.gpu.tracker import GpuLKTracker
 
     cfg = TrackerConfig(mode=mode)
     W, H = frames[0].shape[1], frames[0].shape[0]
@@ -224,8 +225,9 @@ def bench_iteration_cap(frames, pts_all, n=100, mode="gain_offset", caps=(1, 2, 
     as long as its slowest feature, so the time follows the cap (the tail), not the mean."""
     import cupy as cp
 
-    from vilib_ros.frontend.pyramid import GpuPyramid
-    from vilib_ros.frontend.tracker import GpuLKTracker, TrackerConfig
+    from vilib_ros.frontend.config import TrackerConfig
+    from vilib_ros.frontend.gpu.pyramid import GpuPyramid
+    from vilib_ros.frontend.gpu.tracker import GpuLKTracker
 
     W, H = frames[0].shape[1], frames[0].shape[0]
     pyrs = []
@@ -554,7 +556,7 @@ def run_command(args) -> int:
     res["tracker"] = {"opencv": bench_opencv(frames, pts, counts, args.repeats), "gpu": {}}
     log.info("OpenCV LK done (%.1f s)", time.time() - t0)
     if device == "cuda":
-        from vilib_ros.frontend.tracker import MODES
+        from vilib_ros.frontend.config import MODES
 
         for n in counts:
             res["tracker"]["gpu"][n] = {}

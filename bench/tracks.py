@@ -155,10 +155,10 @@ def deformation_floor(seq, ds, ages=(1, 5, 10, 20, 40), windows: int = 10) -> di
     started at the exact position (the generator's flow): what is left is the template's
     mismatch, translation against affine warp. {warp: {age: {median, p90, over_2px, n}}} over detections in ``windows``
     frames spread over the sequence."""
-    from vilib_ros.frontend.cpu_backend import build_pyramid_host
-    from vilib_ros.frontend.detector import make_detector
-    from vilib_ros.frontend.templates import TemplateBank
-    from vilib_ros.frontend.tracker import TrackerConfig, TrackStatus, make_tracker
+    from vilib_ros.frontend.config import TrackerConfig
+    from vilib_ros.frontend.factory import build_pyramid_host, make_detector, make_tracker
+    from vilib_ros.frontend.track_table import TemplateBank
+    from vilib_ros.types import TrackStatus
 
     w, h = ds.cameras[0].width, ds.cameras[0].height
     det = make_detector(w, h, device="cpu")

@@ -1,4 +1,4 @@
-"""Choosing the CPU implementation (vilib_ros.frontend.cpu_backend): the factories build the
+"""Choosing the CPU implementation (vilib_ros.frontend.factory): the factories build the
 compiled twins, VILIB_ROS_CPU_IMPL forces either one, a missing numba falls back to NumPy with
 one warning; and the whole CPU FeatureTracker gives the same tracks with either implementation
 over the 95 real frames."""
@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.cpu_backend import (ENV, THREADS_ENV, CompiledUnavailable, build_pyramid_host,
-                                            cpu_implementation, cpu_threads)
-from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig, make_detector
-from vilib_ros.frontend.tracker import CpuLKTracker, TrackerConfig, make_tracker
+from vilib_ros.frontend.compiled.threads import THREADS_ENV, cpu_threads
+from vilib_ros.frontend.config import DetectorConfig, TrackerConfig
+from vilib_ros.frontend.factory import (ENV, CompiledUnavailable, build_pyramid_host, cpu_implementation,
+                                        make_detector, make_tracker)
+from vilib_ros.frontend.reference.detector import CpuFastDetector
+from vilib_ros.frontend.reference.tracker import CpuLKTracker
 
 REPO = Path(__file__).resolve().parents[1]
 STAMP0 = 1_000_000_000_000
@@ -57,8 +59,8 @@ class TestCpuThreads:
     def test_all_threads_give_the_same_results(self, euroc_frames, monkeypatch):
         """The parallel loops (rows, cells, features) split work, never change a result."""
         _numba()
-        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
-        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+        from vilib_ros.frontend.compiled.detector import NumbaFastDetector
+        from vilib_ros.frontend.compiled.tracker import NumbaLKTracker
 
         out = {}
         for n in ("1", "0"):
@@ -78,8 +80,8 @@ class TestCpuThreads:
 class TestFactories:
     def test_cpu_device_builds_the_compiled_twins(self, monkeypatch):
         _numba()
-        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
-        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+        from vilib_ros.frontend.compiled.detector import NumbaFastDetector
+        from vilib_ros.frontend.compiled.tracker import NumbaLKTracker
 
         monkeypatch.delenv(ENV, raising=False)
         assert type(make_detector(752, 480, DetectorConfig(), device="cpu")) is NumbaFastDetector
@@ -88,8 +90,8 @@ class TestFactories:
     def test_auto_without_cuda_builds_the_compiled_twins(self, monkeypatch):
         _numba()
         from vilib_ros._cuda import cuda_available
-        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
-        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+        from vilib_ros.frontend.compiled.detector import NumbaFastDetector
+        from vilib_ros.frontend.compiled.tracker import NumbaLKTracker
 
         if cuda_available():
             pytest.skip("this machine has CUDA: auto picks the GPU")
@@ -104,8 +106,8 @@ class TestFactories:
 
 
 class TestBuildPyramidHost:
-    """build_pyramid_host: the compiled twin (cpu_pyramid.build_pyramid_compiled) where numba is
-    selected, against the NumPy reference (pyramid.build_pyramid_cpu). Regression guard: this test
+    """build_pyramid_host: the compiled twin (compiled.pyramid.build_pyramid_compiled) where numba is
+    selected, against the NumPy reference (reference.pyramid.build_pyramid_cpu). Regression guard: this test
     compared build_pyramid_cpu with itself (the NumPy branch of build_pyramid_host is the
     reference), so a wrong compiled halving (rounding, odd last row / column, a level missing)
     passed; and ``zip`` stopped at the shorter list, so a level missing passed as well."""
@@ -116,9 +118,10 @@ class TestBuildPyramidHost:
                                               ((480, 752), 8), ("strided", 4)])
     def test_compiled_equals_the_numpy_reference(self, euroc_frames, monkeypatch, crop, levels):
         _numba()
-        from vilib_ros.frontend import cpu_pyramid
-        from vilib_ros.frontend.cpu_pyramid import build_pyramid_compiled
-        from vilib_ros.frontend.pyramid import build_pyramid_cpu, level_shapes
+        from vilib_ros.frontend.compiled import pyramid as cpu_pyramid
+        from vilib_ros.frontend.compiled.pyramid import build_pyramid_compiled
+        from vilib_ros.frontend.config import level_shapes
+        from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
 
         frame = euroc_frames[7]
         img = frame[::2, 1::2] if crop == "strided" else frame[:crop[0], :crop[1]]
@@ -161,8 +164,7 @@ _NO_NUMBA = """
 import json, logging, os, sys
 sys.modules["numba"] = None          # numba present on disk but not importable, as where it is not installed
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-from vilib_ros.frontend.detector import make_detector
-from vilib_ros.frontend.tracker import make_tracker
+from vilib_ros.frontend.factory import make_detector, make_tracker
 out = {}
 try:
     out["types"] = [type(make_detector(752, 480, device="cpu")).__name__,
@@ -204,8 +206,8 @@ class TestFeatureTrackerCompiled:
         _numba()
         from vilib_ros.camera import euroc_cam0
         from vilib_ros.frontend import FeatureTracker
-        from vilib_ros.frontend.cpu_detector import NumbaFastDetector
-        from vilib_ros.frontend.cpu_lk import NumbaLKTracker
+        from vilib_ros.frontend.compiled.detector import NumbaFastDetector
+        from vilib_ros.frontend.compiled.tracker import NumbaLKTracker
 
         runs = {}
         for impl in ("numba", "numpy"):

@@ -1,4 +1,4 @@
-"""The compiled CPU detector (numba: cpu_pyramid, cpu_fast, cpu_nms, cpu_detector) against the
+"""The compiled CPU detector (numba: compiled.pyramid, .fast, .nms, .detector) against the
 NumPy reference (build_pyramid_cpu, fast_score_cpu, nms_suppress_cpu, cell_select_cpu):
 bit-identical pyramids, score maps, suppressed maps and cells, on the 95 real EuRoC frames
 and on random images, for every score, N = 9..12, n = 1..4 and l = 1..3."""
@@ -7,17 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.detector import (SCORE_CODES, SCORES, CpuFastDetector, DetectorConfig, cell_select_cpu,
-                                         fast_score_cpu, grid_shape_for, nms_suppress_cpu)
+from vilib_ros.frontend.config import SCORES, SCORE_CODES, DetectorConfig, grid_shape_for
 from vilib_ros.frontend.fast_lut import build_lut
-from vilib_ros.frontend.pyramid import build_pyramid_cpu
+from vilib_ros.frontend.reference.detector import CpuFastDetector, cell_select_cpu, fast_score_cpu, nms_suppress_cpu
+from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
 
 pytest.importorskip("numba", reason="numba (the compiled CPU path, a third-party dependency) is not installed")
 
-from vilib_ros.frontend.cpu_detector import NumbaFastDetector  # noqa: E402
-from vilib_ros.frontend.cpu_fast import fast_score  # noqa: E402
-from vilib_ros.frontend.cpu_nms import nms_cells, nms_full  # noqa: E402
-from vilib_ros.frontend.cpu_pyramid import CpuPyramid, build_pyramid_compiled, halve  # noqa: E402
+from vilib_ros.frontend.compiled.detector import NumbaFastDetector  # noqa: E402
+from vilib_ros.frontend.compiled.fast import fast_score  # noqa: E402
+from vilib_ros.frontend.compiled.nms import nms_cells, nms_full  # noqa: E402
+from vilib_ros.frontend.compiled.pyramid import CpuPyramid, build_pyramid_compiled, halve  # noqa: E402
 
 
 def blocky(shape, seed, block=3, noise=4):

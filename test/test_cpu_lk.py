@@ -1,4 +1,4 @@
-"""The compiled CPU LK tracker (numba: cpu_lk) against the NumPy reference track_cpu: every mode
+"""The compiled CPU LK tracker (numba: compiled.lk, compiled.tracker) against the NumPy reference track_cpu: every mode
 on real EuRoC pairs and under a synthetic illumination change, every status the reference sets,
 the oscillation stop, inputs and errors. Positions within 0.02 px, statuses identical."""
 from __future__ import annotations
@@ -6,18 +6,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.pyramid import build_pyramid_cpu
-from vilib_ros.frontend.tracker import MODES, CpuLKTracker, TrackerConfig, TrackStatus, track_cpu
+from vilib_ros.frontend.config import MODES, TrackerConfig
+from vilib_ros.frontend.reference.lk import track_cpu
+from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
+from vilib_ros.frontend.reference.tracker import CpuLKTracker
+from vilib_ros.types import TrackStatus
 
 pytest.importorskip("numba", reason="numba (the compiled CPU path, a third-party dependency) is not installed")
 
-from vilib_ros.frontend.cpu_lk import NumbaLKTracker  # noqa: E402
+from vilib_ros.frontend.compiled.tracker import NumbaLKTracker  # noqa: E402
 
 TOL_PX = 0.02
 
 
 def _detect(img):
-    from vilib_ros.frontend.detector import CpuFastDetector
+    from vilib_ros.frontend.reference.detector import CpuFastDetector
 
     return CpuFastDetector(img.shape[1], img.shape[0]).detect(img).points()
 
@@ -240,7 +243,7 @@ class TestFinestLevels:
 
 def _bank(pairs_entry, cfg, rng, capacity=400):
     """A template bank holding the templates of a pair's features in shuffled rows."""
-    from vilib_ros.frontend.templates import TemplateBank
+    from vilib_ros.frontend.track_table import TemplateBank
 
     tp, ip, pts, pred = pairs_entry
     bank = TemplateBank(capacity, cfg.levels)
@@ -255,7 +258,7 @@ class TestStoredTemplates:
     perturbed starts, illumination and warps."""
 
     def test_extraction_equals_reference(self, pairs):
-        from vilib_ros.frontend.templates import extract_templates_cpu
+        from vilib_ros.frontend.reference.templates import extract_templates_cpu
 
         cfg = TrackerConfig(template="reference")
         rng = np.random.default_rng(0)
@@ -271,7 +274,7 @@ class TestStoredTemplates:
     @pytest.mark.parametrize("warp", ["translation", "affine"])
     @pytest.mark.parametrize("mode", MODES)
     def test_tracking_equals_reference(self, pairs, mode, warp):
-        from vilib_ros.frontend.templates import track_templates_cpu
+        from vilib_ros.frontend.reference.templates import track_templates_cpu
 
         cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
         trk = NumbaLKTracker(752, 480, cfg)

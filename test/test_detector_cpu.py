@@ -4,8 +4,9 @@ import logging
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.detector import (SCORES, CpuFastDetector, DetectorConfig, cell_select_cpu, fast_score_cpu,
-                                make_detector, nms_suppress_cpu)
+from vilib_ros.frontend.config import SCORES, DetectorConfig
+from vilib_ros.frontend.factory import make_detector
+from vilib_ros.frontend.reference.detector import CpuFastDetector, cell_select_cpu, fast_score_cpu, nms_suppress_cpu
 
 # Bresenham circle, radius 3, written out independently of fast_lut.CIRCLE (clockwise from the top)
 RING = [(0, -3), (1, -3), (2, -2), (3, -1), (3, 0), (3, 1), (2, 2), (1, 3),

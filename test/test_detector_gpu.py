@@ -5,8 +5,10 @@ Every GPU output is poisoned (NaN / 0xFF / -7) before the run so unwritten value
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.detector import SCORES, CpuFastDetector, DetectorConfig, make_detector, nms_suppress_cpu
-from vilib_ros.frontend.pyramid import build_pyramid_cpu
+from vilib_ros.frontend.config import SCORES, DetectorConfig
+from vilib_ros.frontend.factory import make_detector
+from vilib_ros.frontend.reference.detector import CpuFastDetector, nms_suppress_cpu
+from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
 
 pytestmark = pytest.mark.gpu
 
@@ -14,7 +16,7 @@ W, H = 752, 480
 
 
 def gpu_detector(cfg, **kw):
-    from vilib_ros.frontend.detector_gpu import GpuFastDetector
+    from vilib_ros.frontend.gpu.detector import GpuFastDetector
 
     return GpuFastDetector(W, H, cfg, **kw)
 
@@ -109,7 +111,7 @@ class TestCellsEqualCpu:
         # multiples of 32 (e.g. 8 x 9), and the last cell row/column is partial
         cfg = DetectorConfig(levels=levels, cell_width=cw, cell_height=ch, nms_radius=n)
         w, h = 700, 419     # neither side a multiple of the cell: partial last row/column
-        from vilib_ros.frontend.detector_gpu import GpuFastDetector
+        from vilib_ros.frontend.gpu.detector import GpuFastDetector
 
         gpus = [GpuFastDetector(w, h, cfg, nms_kernel=v) for v in ("smem", "global")]
         cpu = CpuFastDetector(w, h, cfg)
@@ -210,7 +212,7 @@ class TestOccupancy:
     def test_detect_device_with_external_pyramid(self, euroc_frames):
         import cupy as cp
 
-        from vilib_ros.frontend.pyramid import GpuPyramid
+        from vilib_ros.frontend.gpu.pyramid import GpuPyramid
 
         cfg = DetectorConfig()
         gpu, cpu = gpu_detector(cfg), CpuFastDetector(W, H, cfg)
@@ -250,7 +252,7 @@ class TestBadInput:
             gpu.detect(np.zeros((H, W), np.uint8), occupancy=np.zeros((2, 2), bool))
 
     def test_make_detector_picks_gpu(self):
-        from vilib_ros.frontend.detector_gpu import GpuFastDetector
+        from vilib_ros.frontend.gpu.detector import GpuFastDetector
 
         assert isinstance(make_detector(W, H, DetectorConfig(), device="auto"), GpuFastDetector)
         assert isinstance(make_detector(W, H, DetectorConfig(), device="cuda"), GpuFastDetector)

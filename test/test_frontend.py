@@ -12,8 +12,7 @@ import pytest
 from vilib_ros import synthetic as syn
 from vilib_ros.camera import CameraModel, euroc_cam0
 from vilib_ros.frontend import FeatureTracker, FrontendConfig, check_buildable
-from vilib_ros.frontend.detector import DetectorConfig
-from vilib_ros.frontend.tracker import TrackerConfig
+from vilib_ros.frontend.config import DetectorConfig, TrackerConfig
 
 cv2 = pytest.importorskip("cv2")
 

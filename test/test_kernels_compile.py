@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from vilib_ros.frontend.ransac import kernel_defines as ransac_defines
-from vilib_ros.frontend.track_table import kernel_defines
+from vilib_ros.frontend.config import frontend_defines as kernel_defines, ransac_defines
 
 KERNELS = sorted((Path(__file__).resolve().parents[1] / "vilib_ros" / "kernels").glob("*.cu"))
 VARIANTS = {"fast.cu": [[f"-DFAST_N={n}", f"-DFAST_SCORE={s}"] for n in (9, 12) for s in (0, 1, 2)],

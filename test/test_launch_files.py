@@ -108,8 +108,7 @@ class TestParameterFile:
             assert key in specs, key
             assert key in params, key
         # names are the dataclass fields
-        from vilib_ros.frontend.detector import DetectorConfig
-        from vilib_ros.frontend.tracker import TrackerConfig
+        from vilib_ros.frontend.config import DetectorConfig, TrackerConfig
         import dataclasses
 
         for f in dataclasses.fields(DetectorConfig):

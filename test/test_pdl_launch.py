@@ -6,9 +6,12 @@ same tracks to the bit with and without it."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+BENCH_KERNELS = Path(__file__).resolve().parents[1] / "bench" / "kernels"   # bench_util.cu: chain_step
 
 gpu = pytest.mark.gpu      # every test but the setting's "0" (it reads no device) needs one
 
@@ -54,7 +57,7 @@ class TestChainInGraph:
         from vilib_ros._cuda import get_module, launch
 
         os.environ["VILIB_ROS_PDL"] = env
-        k = get_module("bench_util").get_function("chain_step")
+        k = get_module("bench_util", kernel_dir=BENCH_KERNELS).get_function("chain_step")
         links, replays = 24, 50
         s = cp.cuda.Stream(non_blocking=True)
         x = cp.zeros(1, cp.int32)

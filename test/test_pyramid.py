@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.pyramid import build_pyramid_cpu, level_shapes
+from vilib_ros.frontend.config import level_shapes
+from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
 
 
 def loop_halve(img):
@@ -46,7 +47,7 @@ class TestBuildPyramidCpu:
 
 
 def _poisoned_pyramid(w, h, levels):
-    from vilib_ros.frontend.pyramid import GpuPyramid
+    from vilib_ros.frontend.gpu.pyramid import GpuPyramid
 
     pyr = GpuPyramid(w, h, levels)
     for lv in pyr.levels:

@@ -1,5 +1,5 @@
 """The frontend's fundamental-matrix RANSAC (vilib_ros.frontend.ransac): the NumPy reference, the
-numba twin (cpu_ransac) and the device kernels (kernels/ransac.cu, ransac_gpu) against planted
+numba twin (compiled.ransac) and the device kernels (kernels/ransac.cu, gpu.ransac) against planted
 ground truth on synthetic two-view correspondences, against OpenCV's FM_RANSAC on the same data,
 against each other (the same chosen hypothesis and mask), on degenerate input, and the adaptive
 termination rule against its closed form."""
@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.ransac import (HYPOTHESES, MIN_INLIERS, TABLE, adaptive_best, ransac_reference,
-                                       sample_indices, update_hypotheses)
-from vilib_ros.frontend.track_table import ransac_outliers
+from vilib_ros.frontend.factory import ransac_outliers
+from vilib_ros.frontend.ransac import HYPOTHESES, MIN_INLIERS, TABLE, adaptive_best, sample_indices, update_hypotheses
+from vilib_ros.frontend.reference.ransac import ransac_reference
 
 F_PX = 460.0
 THR = 1.0 / F_PX                  # the default ransac_threshold (1 px) in normalised units
@@ -59,7 +59,7 @@ def true_error(F, x1, x2):
 def _impls():
     out = [pytest.param(lambda *a: ransac_reference(*a)[0], id="numpy")]
     try:
-        from vilib_ros.frontend.cpu_ransac import ransac_numba
+        from vilib_ros.frontend.compiled.ransac import ransac_numba
     except ImportError:            # numba is an optional dependency of the compiled CPU path
         return out
     return out + [pytest.param(lambda *a: ransac_numba(*a)[0], id="numba")]
@@ -162,7 +162,7 @@ class TestNumbaTwin:
 
     def test_same_choice(self):
         pytest.importorskip("numba")
-        from vilib_ros.frontend.cpu_ransac import ransac_numba
+        from vilib_ros.frontend.compiled.ransac import ransac_numba
 
         same_best = agree = total = 0
         for seed in range(30):
@@ -188,7 +188,7 @@ class TestRefit:
 
     def test_numba_matches_reference(self):
         pytest.importorskip("numba")
-        from vilib_ros.frontend.cpu_ransac import ransac_numba
+        from vilib_ros.frontend.compiled.ransac import ransac_numba
 
         agree = total = 0
         for seed in range(12):
@@ -230,12 +230,12 @@ class TestSampleIndices:
     def test_draw_in_32_bits(self):
         """kernels/ransac.cu (rs_sample) draws the sample as uint32 u mod n and moves on by
         v + 1 == n ? 0 : v + 1 (no 64-bit division): written out here in uint32 arithmetic, it
-        gives the indices of the numba twin's sampler (cpu_ransac._sample, int64 arithmetic: what
+        gives the indices of the numba twin's sampler (compiled.ransac._sample, int64 arithmetic: what
         the device must match bit for bit) for every row of the table and candidate counts up to
         the capacity. Regression guard: the test re-derived the draw in Python and compared it with
         sample_indices only, so the sampler the CPU pipeline runs was never checked."""
         pytest.importorskip("numba", reason="numba (the compiled CPU path, cpu_ransac) is not installed")
-        from vilib_ros.frontend import cpu_ransac
+        from vilib_ros.frontend.compiled import ransac as cpu_ransac
 
         assert (TABLE[:HYPOTHESES] >= np.uint32(2 ** 31)).any()     # draws an int32 reading would get wrong
         idx = np.empty(8, np.int64)
@@ -265,8 +265,8 @@ class TestGpuRansac:
         return x1.astype(np.float32), x2.astype(np.float32)
 
     def test_kernels_match_numba(self):
-        from vilib_ros.frontend.cpu_ransac import ransac_numba
-        from vilib_ros.frontend.ransac_gpu import GpuRansac
+        from vilib_ros.frontend.compiled.ransac import ransac_numba
+        from vilib_ros.frontend.gpu.ransac import GpuRansac
 
         g = GpuRansac(512)
         for seed in range(24):
@@ -288,8 +288,8 @@ class TestGpuRansac:
         atomic, every thread its own slots) and the sample draw in 32-bit arithmetic (kernels/ransac.cu, 2026-11-24):
         every one of the HYPOTHESES hypotheses has the numba twin's validity, F (bit for bit) and
         inlier count, not only the chosen one; counts and F poisoned first."""
-        from vilib_ros.frontend import cpu_ransac as cr
-        from vilib_ros.frontend.ransac_gpu import GpuRansac
+        from vilib_ros.frontend.compiled import ransac as cr
+        from vilib_ros.frontend.gpu.ransac import GpuRansac
 
         g = GpuRansac(512)
         for seed, n in ((3, 8), (4, 37), (5, 300), (6, 500)):
@@ -312,8 +312,8 @@ class TestGpuRansac:
 
     def test_status_and_nan(self):
         """Rows LK did not track are not candidates (and not flagged); NaN rows are flagged."""
-        from vilib_ros.frontend.cpu_ransac import ransac_numba
-        from vilib_ros.frontend.ransac_gpu import GpuRansac
+        from vilib_ros.frontend.compiled.ransac import ransac_numba
+        from vilib_ros.frontend.gpu.ransac import GpuRansac
 
         g = GpuRansac(256)
         x1, x2 = self._pair(7, 200, 0.25)
@@ -327,7 +327,7 @@ class TestGpuRansac:
         assert np.array_equal(m_g[keep], m_c) and not m_g[~keep].any() and m_g[5]
 
     def test_fewer_than_eight(self):
-        from vilib_ros.frontend.ransac_gpu import GpuRansac
+        from vilib_ros.frontend.gpu.ransac import GpuRansac
 
         g = GpuRansac(64)
         x1, x2 = self._pair(1, 7, 0.0)
@@ -340,8 +340,8 @@ class TestGpuRansac:
         its rank among the candidates (bits of one word, a block scan): a 6,000-slot table with
         untracked rows and NaN rows spread through it, against the numba twin on the candidates;
         run twice on one instance (the last-block counter wraps between frames)."""
-        from vilib_ros.frontend.cpu_ransac import ransac_numba
-        from vilib_ros.frontend.ransac_gpu import GpuRansac
+        from vilib_ros.frontend.compiled.ransac import ransac_numba
+        from vilib_ros.frontend.gpu.ransac import GpuRansac
 
         g = GpuRansac(6000)
         for seed, n in ((11, 5800), (12, 2100)):
@@ -361,7 +361,7 @@ class TestGpuRansac:
             assert not m_g[st != 0].any() and m_g[17] and m_g[n - 3]
 
     def test_capacity_out_of_range(self):
-        from vilib_ros.frontend.ransac_gpu import MAX_PER, THREADS, GpuRansac
+        from vilib_ros.frontend.gpu.ransac import MAX_PER, THREADS, GpuRansac
 
         with pytest.raises(ValueError, match="between 1 and"):
             GpuRansac(MAX_PER * THREADS + 1)

@@ -1,4 +1,4 @@
-"""Reference templates (tracker.template='reference', warp='affine'; vilib_ros.frontend.templates):
+"""Reference templates (tracker.template='reference', warp='affine'; vilib_ros.frontend.reference.templates):
 stored templates against the image they come from, LK against stored templates against the
 generator's exact flow, the frontend's drift by track age against frame-to-frame tracking on a
 rendered sequence, the template rows of the track table, the configuration (the default).
@@ -12,11 +12,12 @@ import pytest
 
 from vilib_ros import synthetic as syn
 from vilib_ros.frontend import FeatureTracker, FrontendConfig
-from vilib_ros.frontend.pyramid import build_pyramid_cpu
-from vilib_ros.frontend.templates import TemplateBank, extract_templates_cpu, stored_level, track_templates_cpu
-from vilib_ros.frontend.track_table import TrackTable
-from vilib_ros.frontend.tracker import PATCH_AREA, TrackerConfig, TrackStatus, _template_level
-from vilib_ros.types import CellFeatures
+from vilib_ros.frontend.config import PATCH_AREA, TrackerConfig
+from vilib_ros.frontend.reference.lk import _template_level
+from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
+from vilib_ros.frontend.reference.templates import extract_templates_cpu, stored_level, track_templates_cpu
+from vilib_ros.frontend.track_table import TemplateBank, TrackTable
+from vilib_ros.types import CellFeatures, TrackStatus
 
 REF = TrackerConfig(template="reference", warp="affine")
 F2F = TrackerConfig(template="previous", warp="translation")
@@ -30,7 +31,7 @@ def rendered():
 
 
 def _detect(img):
-    from vilib_ros.frontend.detector import CpuFastDetector
+    from vilib_ros.frontend.reference.detector import CpuFastDetector
 
     return CpuFastDetector(img.shape[1], img.shape[0]).detect(img).points()
 

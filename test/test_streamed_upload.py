@@ -1,11 +1,11 @@
-"""The streamed upload (vilib_ros.frontend.streamed_upload): the band layout, and on the GPU the
+"""The streamed upload (vilib_ros.frontend.gpu.streamed_upload): the band layout, and on the GPU the
 device waiting for the host's bands, giving the reference result, and never hanging."""
 import time
 
 import numpy as np
 import pytest
 
-from vilib_ros.frontend.streamed_upload import BANDS, TILE_ROWS, band_rows
+from vilib_ros.frontend.gpu.streamed_upload import BANDS, TILE_ROWS, band_rows
 
 
 class TestBandRows:
@@ -40,8 +40,9 @@ class TestStreamedDetector:
         guard: the reference was the mapped GPU upload alone, the same pyramid and detector
         kernels, so a fault common to both (a band released before its copy read the same way
         by both, a wrong kernel) passed."""
-        from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig
-        from vilib_ros.frontend.detector_gpu import GpuFastDetector
+        from vilib_ros.frontend.config import DetectorConfig
+        from vilib_ros.frontend.gpu.detector import GpuFastDetector
+        from vilib_ros.frontend.reference.detector import CpuFastDetector
 
         cfg = DetectorConfig()
         a = GpuFastDetector(self.W, self.H, cfg, upload="streamed")
@@ -62,8 +63,9 @@ class TestStreamedDetector:
     def test_host_that_never_copies_cannot_hang_the_device(self, euroc_frames):
         """Regression guard for the wait on host memory: a frame launched and never copied ends
         after the 1 s timeout, is counted, and the next frame is right again."""
-        from vilib_ros.frontend.detector import CpuFastDetector, DetectorConfig
-        from vilib_ros.frontend.detector_gpu import GpuFastDetector
+        from vilib_ros.frontend.config import DetectorConfig
+        from vilib_ros.frontend.gpu.detector import GpuFastDetector
+        from vilib_ros.frontend.reference.detector import CpuFastDetector
 
         cfg = DetectorConfig()
         det = GpuFastDetector(self.W, self.H, cfg, upload="streamed")

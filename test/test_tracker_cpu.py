@@ -1,4 +1,4 @@
-"""NumPy reference LK tracker (vilib_ros.frontend.tracker.track_cpu) against independent references:
+"""NumPy reference LK tracker (vilib_ros.frontend.reference.lk.track_cpu) against independent references:
 known synthetic shifts, the synthetic generator's ground-truth flow, OpenCV's pyramidal LK."""
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from vilib_ros import synthetic as syn
-from vilib_ros.frontend.tracker import MODES, CpuLKTracker, TrackerConfig, TrackStatus, track_cpu, track_opencv
+from vilib_ros.frontend.config import MODES, TrackerConfig
+from vilib_ros.frontend.reference.lk import track_cpu
+from vilib_ros.frontend.reference.tracker import CpuLKTracker, track_opencv
+from vilib_ros.types import TrackStatus
 
 cv2 = pytest.importorskip("cv2")
 
@@ -180,7 +183,7 @@ class TestAgainstOpenCV:
 class TestSyntheticGroundTruth:
     @pytest.mark.parametrize("mode", MODES)
     def test_median_error_default_preset(self, mode):
-        from vilib_ros.frontend.detector import make_detector
+        from vilib_ros.frontend.factory import make_detector
 
         seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.3, stereo=False, seed=1))
         det = make_detector(752, 480, device="cpu")
@@ -200,7 +203,7 @@ class TestSyntheticGroundTruth:
         assert n_ok >= 0.8 * n_vis
 
     def test_illumination_change_translation_only_is_worse(self, synth_illum):
-        from vilib_ros.frontend.detector import make_detector
+        from vilib_ros.frontend.factory import make_detector
 
         seq, imgs = synth_illum
         det = make_detector(752, 480, device="cpu")
@@ -382,7 +385,7 @@ def _build_shim(tmp_path_factory, feature_warps: int):
 def _run_emulated_lk(lib, tmpl, img, pts, pred, cfg):
     import ctypes
 
-    from vilib_ros.frontend.pyramid import build_pyramid_cpu
+    from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
 
     P = ctypes.c_void_p
     tp, ip = build_pyramid_cpu(tmpl, cfg.levels), build_pyramid_cpu(img, cfg.levels)
@@ -402,7 +405,7 @@ def _run_emulated_lk(lib, tmpl, img, pts, pred, cfg):
                ptr(act), ctypes.c_int(n), ctypes.c_int(cfg.max_iterations), ctypes.c_float(cfg.eps),
                ctypes.c_float(cfg.min_eigen), ctypes.c_float(cfg.max_residual), ptr(opos), ptr(ost), ptr(ores),
                ptr(og), ptr(oo), ptr(oit))
-    from vilib_ros.frontend.tracker import TrackResult
+    from vilib_ros.types import TrackResult
 
     return TrackResult(opos, ost, ores, og, oo, oit)
 
@@ -411,7 +414,7 @@ def _run_emulated_lk(lib, tmpl, img, pts, pred, cfg):
 class TestKernelSourceOnHost:
     @pytest.mark.parametrize("mode", MODES)
     def test_lk_kernel_matches_reference(self, emulated, euroc_frames, mode):
-        from vilib_ros.frontend.detector import make_detector
+        from vilib_ros.frontend.factory import make_detector
 
         a, b = euroc_frames[40], euroc_frames[43]
         pts = make_detector(752, 480, device="cpu").detect(a).points()[::12][:20]
@@ -459,7 +462,7 @@ def _run_emulated_extract(lib, pyr, pos, cfg, capacity):
     """lk_extract of ``pos`` into bank rows capacity-1, capacity-2, ... (rows are not slots)."""
     import ctypes
 
-    from vilib_ros.frontend.tracker import BANK_STRIDE
+    from vilib_ros.frontend.config import BANK_STRIDE
 
     P = ctypes.c_void_p
     ptr = lambda a: a.ctypes.data_as(P)  # noqa: E731
@@ -477,7 +480,7 @@ def _run_emulated_extract(lib, pyr, pos, cfg, capacity):
 def _run_emulated_template(lib, bank, valid, tslot, pyr, pred, gain0, offset0, affine0, cfg):
     import ctypes
 
-    from vilib_ros.frontend.tracker import TrackResult
+    from vilib_ros.types import TrackResult
 
     P = ctypes.c_void_p
     ptr = lambda a: a.ctypes.data_as(P)  # noqa: E731
@@ -508,8 +511,8 @@ class TestTemplateKernelsOnHost:
     through the SIMT shim, against the NumPy oracle (extract_templates_cpu, track_templates_cpu)."""
 
     def test_extract_matches_reference(self, emulated, euroc_frames):
-        from vilib_ros.frontend.pyramid import build_pyramid_cpu
-        from vilib_ros.frontend.templates import extract_templates_cpu
+        from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
+        from vilib_ros.frontend.reference.templates import extract_templates_cpu
 
         cfg = TrackerConfig(template="reference", warp="affine")
         pyr = build_pyramid_cpu(euroc_frames[30], cfg.levels)
@@ -531,9 +534,9 @@ class TestTemplateKernelsOnHost:
         """The level solvers lk_extract_<mode> stores after the samples (flat-patch measure, the
         inverses of the translation (+ illumination) block Hs and, on 16x16 levels, of the affine
         Gauss-Newton matrix H, at gain 1) against float64 NumPy built from the oracle's samples."""
-        from vilib_ros.frontend.pyramid import build_pyramid_cpu
-        from vilib_ros.frontend.templates import extract_templates_cpu
-        from vilib_ros.frontend.tracker import PATCH_AREA, _MODE_INFO
+        from vilib_ros.frontend.config import MODE_INFO as _MODE_INFO, PATCH_AREA
+        from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
+        from vilib_ros.frontend.reference.templates import extract_templates_cpu
 
         cfg = TrackerConfig(mode=mode, template="reference", warp="affine")
         pyr = build_pyramid_cpu(euroc_frames[30], cfg.levels)
@@ -585,8 +588,8 @@ class TestTemplateKernelsOnHost:
 
     @staticmethod
     def _check_template_kernel(emulated, euroc_frames, warp, mode):
-        from vilib_ros.frontend.pyramid import build_pyramid_cpu
-        from vilib_ros.frontend.templates import extract_templates_cpu, track_templates_cpu
+        from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
+        from vilib_ros.frontend.reference.templates import extract_templates_cpu, track_templates_cpu
 
         cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
         a, b = euroc_frames[40], euroc_frames[46]

@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 
 from vilib_ros import synthetic as syn
-from vilib_ros.frontend.tracker import MODES, PATCH_AREA, WARPS, TrackerConfig, TrackStatus, track_cpu
+from vilib_ros.frontend.config import MODES, PATCH_AREA, WARPS, TrackerConfig
+from vilib_ros.frontend.reference.lk import track_cpu
+from vilib_ros.types import TrackStatus
 
 pytestmark = pytest.mark.gpu
 
 
 def _pairs(euroc_frames):
-    from vilib_ros.frontend.detector import make_detector
+    from vilib_ros.frontend.factory import make_detector
 
     det = make_detector(752, 480, device="cpu")
     out = []
@@ -37,7 +39,7 @@ def pairs(euroc_frames):
 class TestGpuMatchesReference:
     @pytest.mark.parametrize("mode", MODES)
     def test_positions_status_illumination(self, pairs, mode):
-        from vilib_ros.frontend.tracker import GpuLKTracker
+        from vilib_ros.frontend.gpu.tracker import GpuLKTracker
 
         cfg = TrackerConfig(mode=mode)
         gpu = GpuLKTracker(752, 480, cfg, max_features=512)
@@ -72,7 +74,7 @@ class TestGpuMatchesReference:
         assert np.median(d) < 0.002
 
     def test_inactive_and_left_image(self, pairs):
-        from vilib_ros.frontend.tracker import GpuLKTracker
+        from vilib_ros.frontend.gpu.tracker import GpuLKTracker
 
         a, b, _ = pairs[0]
         pts = np.array([[100, 100], [745, 240], [300, 200], [400, 300]], np.float32)
@@ -86,7 +88,8 @@ class TestGpuMatchesReference:
         assert r.status[2] == TrackStatus.INACTIVE and r.status[3] == TrackStatus.DIVERGED
 
     def test_make_tracker_picks_gpu(self):
-        from vilib_ros.frontend.tracker import GpuLKTracker, make_tracker
+        from vilib_ros.frontend.factory import make_tracker
+        from vilib_ros.frontend.gpu.tracker import GpuLKTracker
 
         assert isinstance(make_tracker(752, 480, TrackerConfig(), device="auto"), GpuLKTracker)
 
@@ -97,8 +100,8 @@ def _device_templates(gpu, cfg, img, pts, rows, capacity):
     import cupy as cp
 
     from vilib_ros._cuda import launch
-    from vilib_ros.frontend.pyramid import GpuPyramid
-    from vilib_ros.frontend.tracker import BANK_STRIDE
+    from vilib_ros.frontend.config import BANK_STRIDE
+    from vilib_ros.frontend.gpu.pyramid import GpuPyramid
 
     pyr = GpuPyramid(752, 480, cfg.levels)
     pyr.upload(img)
@@ -115,12 +118,12 @@ def _device_templates(gpu, cfg, img, pts, rows, capacity):
 
 class TestTemplateKernels:
     """lk_extract and lk_template_<warp>_<mode> against the NumPy oracle of
-    vilib_ros.frontend.templates, with poisoned buffers."""
+    vilib_ros.frontend.reference.templates, with poisoned buffers."""
 
     def test_extract_matches_reference(self, pairs):
-        from vilib_ros.frontend.pyramid import build_pyramid_cpu
-        from vilib_ros.frontend.templates import extract_templates_cpu
-        from vilib_ros.frontend.tracker import GpuLKTracker
+        from vilib_ros.frontend.gpu.tracker import GpuLKTracker
+        from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
+        from vilib_ros.frontend.reference.templates import extract_templates_cpu
 
         cfg = TrackerConfig(template="reference", warp="affine")
         gpu = GpuLKTracker(752, 480, cfg, max_features=512)
@@ -149,9 +152,9 @@ class TestTemplateKernels:
         import cupy as cp
 
         from vilib_ros._cuda import launch
-        from vilib_ros.frontend.pyramid import GpuPyramid
-        from vilib_ros.frontend.templates import track_templates_cpu
-        from vilib_ros.frontend.tracker import GpuLKTracker
+        from vilib_ros.frontend.gpu.pyramid import GpuPyramid
+        from vilib_ros.frontend.gpu.tracker import GpuLKTracker
+        from vilib_ros.frontend.reference.templates import track_templates_cpu
 
         cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
         gpu = GpuLKTracker(752, 480, cfg, max_features=512, feature_warps=feature_warps)

@@ -4,9 +4,9 @@
 * :func:`resolve_device` - turn the user's ``device`` choice (``auto|cuda|cpu``) into
   ``cuda`` or ``cpu``, falling back to the CPU with a clear log line where CUDA is
   missing or a kernel does not compile.
-* :func:`get_module` - load ``vilib_ros/kernels/<name>.cu`` once with
-  ``cupy.RawModule`` and cache it per (device, name, compile-time defines), as
-  ``cupyx.scipy.ndimage`` does.
+* :func:`get_module` - load ``vilib_ros/kernels/<name>.cu`` (or ``<name>.cu`` of another
+  folder, ``kernel_dir``) once with ``cupy.RawModule`` and cache it per (device, name,
+  compile-time defines), as ``cupyx.scipy.ndimage`` does.
 * :func:`launch` - launch a kernel and, in checked mode (tests set
   ``VILIB_ROS_CHECK_LAUNCHES=1``), synchronise and raise on any asynchronous error.
 * :class:`Layout` - named fields in one flat byte buffer (host pinned or device), so that
@@ -16,8 +16,9 @@
 * :class:`GraphCache` - CUDA graphs captured from a stream, keyed by their variant: the one
   home for graph capture (a failed capture is logged once and the caller launches directly).
 
-No rclpy here. Kernel sources may ``#include "x.cuh"`` from the kernel folder: the header
-text is inlined before compilation, so CuPy's source-keyed kernel cache sees header edits.
+No rclpy here. Kernel sources may ``#include "x.cuh"`` from their own folder or the package's
+kernel folder: the header text is inlined before compilation, so CuPy's source-keyed kernel
+cache sees header edits.
 """
 from __future__ import annotations
 
@@ -110,8 +111,10 @@ def _defines_key(defines: Mapping[str, int | float | str] | None) -> tuple:
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)
 
 
-def kernel_source(name: str) -> str:
-    """``kernels/<name>.cu`` with its quoted includes (kernel folder, each once) inlined."""
+def kernel_source(name: str, kernel_dir: Path | str | None = None) -> str:
+    """``<kernel_dir>/<name>.cu`` (default: the package's ``kernels/``) with its quoted includes
+    (from ``kernel_dir``, else the package's kernel folder; each once) inlined."""
+    folder = Path(kernel_dir) if kernel_dir is not None else KERNEL_DIR
     seen: set[str] = set()
 
     def expand(path: Path) -> str:
@@ -123,18 +126,18 @@ def kernel_source(name: str) -> str:
             if inc in seen:
                 return ""
             seen.add(inc)
-            return expand(KERNEL_DIR / inc)
+            return expand(folder / inc if (folder / inc).is_file() else KERNEL_DIR / inc)
 
         return _INCLUDE.sub(sub, path.read_text())
 
-    return expand(KERNEL_DIR / f"{name}.cu")
+    return expand(folder / f"{name}.cu")
 
 
 @functools.lru_cache(maxsize=None)
-def _load(device_id: int, name: str, defines: tuple, extra: tuple = ()):
+def _load(device_id: int, name: str, defines: tuple, extra: tuple = (), kernel_dir: str | None = None):
     import cupy
 
-    code = kernel_source(name)
+    code = kernel_source(name, kernel_dir)
     options = ["-std=c++17", f"-I{KERNEL_DIR}", *extra]
     options += [f"-D{k}={v}" for k, v in defines]
     with cupy.cuda.Device(device_id):
@@ -146,12 +149,15 @@ def _load(device_id: int, name: str, defines: tuple, extra: tuple = ()):
     return mod
 
 
-def get_module(name: str, defines: Mapping[str, int | float | str] | None = None, options: tuple[str, ...] = ()):
+def get_module(name: str, defines: Mapping[str, int | float | str] | None = None, options: tuple[str, ...] = (),
+               kernel_dir: Path | str | None = None):
     """The compiled ``kernels/<name>.cu`` for the current device, cached; ``options``: further
-    NVRTC options (e.g. ``-fmad=false`` where results must match the CPU bit for bit)."""
+    NVRTC options (e.g. ``-fmad=false`` where results must match the CPU bit for bit);
+    ``kernel_dir``: the folder of ``<name>.cu`` where it is not the package's ``kernels/``."""
     import cupy
 
-    return _load(cupy.cuda.Device().id, name, _defines_key(defines), tuple(options))
+    folder = None if kernel_dir is None else str(Path(kernel_dir).resolve())
+    return _load(cupy.cuda.Device().id, name, _defines_key(defines), tuple(options), folder)
 
 
 @functools.lru_cache(maxsize=1)

@@ -203,7 +203,7 @@ def warm_kernels(who: str, cal, stereo: bool, device: str, backend: bool) -> dic
     frontend's here and the backend's in a child process at the same time; says so where it takes
     longer than :data:`COMPILE_NOTICE_S`. Returns ``{"seconds", "compiled", "where"}``."""
     from vilib_ros._cuda import resolve_device
-    from vilib_ros.frontend.cpu_backend import cache_location, cpu_implementation
+    from vilib_ros.frontend.factory import cache_location, cpu_implementation
 
     if cpu_implementation() != "numba":
         return {"seconds": 0.0, "compiled": False, "where": None}

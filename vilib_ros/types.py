@@ -4,6 +4,7 @@ Everything is NumPy on the host; GPU stages keep their own device buffers.
 """
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
@@ -36,6 +37,35 @@ class CellFeatures:
         """(K, 2) float32 level-0 positions of the non-empty cells."""
         v = self.valid
         return np.stack([self.x[v], self.y[v]], axis=1).astype(np.float32)
+
+
+class TrackStatus(enum.IntEnum):
+    """Per-feature outcome (int8), the same codes as ``LK_*`` in ``kernels/lk.cu``."""
+
+    TRACKED = 0
+    LEFT_IMAGE = 1
+    DIVERGED = 2
+    NOT_CONVERGED = 3
+    INACTIVE = 4
+
+
+@dataclass
+class TrackResult:
+    """Tracker output (every LK twin): per feature, its position in the new image, status, the
+    illumination and (affine warp) the warp relative to its template."""
+
+    pos: np.ndarray        # float32 (N, 2) level-0 positions
+    status: np.ndarray     # int8 (N,) TrackStatus
+    residual: np.ndarray   # float32 (N,) final mean |I - (1+a)T - b| on level 0, 0..255 units
+    gain: np.ndarray       # float32 (N,) 1 + alpha
+    offset: np.ndarray     # float32 (N,) beta, 0..255 units
+    iterations: np.ndarray  # int32 (N,) total iterations over all levels
+    timings: dict = field(default_factory=dict)
+    affine: np.ndarray | None = None   # float32 (N, 4) a11 a12 a21 a22 of the affine warp (warp='affine' only)
+
+    @property
+    def tracked(self) -> np.ndarray:
+        return self.status == TrackStatus.TRACKED
 
 
 class FrameStats(Mapping):

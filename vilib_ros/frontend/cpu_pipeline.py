@@ -1,17 +1,18 @@
-"""The frontend's CPU pipeline: one frame at a time, with the NumPy track table.
+"""The frontend's CPU pipeline: one frame at a time, with the NumPy track table, on either CPU
+twin's stages (compiled or reference).
 
 Per frame: pyramid; LK of every live track from the previous frame (from the IMU-predicted
 position where a rotation is given) against the previous frame's patch
 (``tracker.template: previous``) or against the track's stored reference template
-(``reference``, :mod:`vilib_ros.frontend.templates`); optional forward-backward check and
-RANSAC; table update; templates taken again where due; redetection in free cells when live
+(``reference``, :mod:`vilib_ros.frontend.reference.templates`); optional forward-backward check
+and RANSAC; table update; templates taken again where due; redetection in free cells when live
 tracks fall below the fraction (with ``reference``, the new tracks' templates are stored);
 optional stereo matching.
-It calls the detector and the tracker only through ``detector.detect(image, occupancy=...)``
-and ``tracker.track(tmpl, img, pos, pred)``, so any CPU implementation made by
-:func:`~vilib_ros.frontend.detector.make_detector` / :func:`~vilib_ros.frontend.tracker.make_tracker`
-plugs in. The GPU pipeline (:mod:`vilib_ros.frontend.gpu_pipeline`) makes the same decisions on
-the device.
+It calls its stages only through what it is given: ``detector.detect(image, occupancy=...)``,
+``tracker.track(tmpl, img, pos, pred)`` (and the template calls), ``pyramid(image, levels)`` and
+``ransac(xy_old, xy_new, threshold, confidence)``: the factory
+(:func:`vilib_ros.frontend.factory.make_pipeline`) gives it the compiled or the reference ones.
+The GPU pipeline (:mod:`vilib_ros.frontend.gpu.pipeline`) makes the same decisions on the device.
 """
 from __future__ import annotations
 
@@ -20,32 +21,33 @@ import time
 import numpy as np
 
 from vilib_ros.frontend.imu_prediction import predict_points
-from vilib_ros.frontend.cpu_backend import build_pyramid_host
 from vilib_ros.frontend.stereo import StereoMatcher
-from vilib_ros.frontend.templates import TemplateBank
-from vilib_ros.frontend.track_table import TrackTable, fb_passed, ransac_outliers
-from vilib_ros.frontend.tracker import TrackStatus
-from vilib_ros.types import TrackFrame
+from vilib_ros.frontend.track_table import TemplateBank, TrackTable, fb_passed
+from vilib_ros.types import TrackFrame, TrackStatus
 
 
 class CpuPipeline:
+    """One frame at a time on the host (see the module docstring). ``pyramid``: the pyramid
+    function; ``ransac``: the RANSAC function, returning (outlier mask or None, ...)."""
+
     device = "cpu"
 
     def __init__(self, camera, config, detector, tracker, capacity: int, levels: int, first_id: int = 0,
-                 camera_right=None, T_right_left=None):
+                 camera_right=None, T_right_left=None, *, pyramid, ransac):
         self.camera = camera
         self.config = config
         self.detector = detector
         self.tracker = tracker
+        self.pyramid = pyramid
+        self.ransac = ransac
         self.levels = int(levels)
         c = config.detector
         self.table = TrackTable(capacity, detector.grid_shape, (c.cell_width, c.cell_height), first_id)
-        self.stereo = (StereoMatcher(camera_right, T_right_left, tracker, self.levels)
+        self.stereo = (StereoMatcher(camera_right, T_right_left, tracker, self.levels, pyramid)
                        if camera_right is not None and config.stereo else None)
         tc = config.tracker
         # stored templates: reference templates, or (warp='affine') previous-frame ones taken again every frame
-        self.bank = (TemplateBank(capacity, tc.levels) if tc.template == "reference" or tc.warp == "affine"
-                     else None)
+        self.bank = TemplateBank(capacity, tc.levels) if tc.stored_templates else None
         self._prev_pyr = None
 
     @property
@@ -74,7 +76,7 @@ class CpuPipeline:
         t0 = time.perf_counter()
         c = self.config
         tab = self.table
-        pyr = build_pyramid_host(image, self.levels)
+        pyr = self.pyramid(image, self.levels)
         n = tab.count
         if self._prev_pyr is not None and n:
             uv0 = tab.uv[:n].copy()
@@ -99,8 +101,8 @@ class CpuPipeline:
             reject = None
             if c.ransac:
                 keep = ok if fb_ok is None else ok & fb_ok
-                out = ransac_outliers(tab.xy[:n][keep], xy_new[keep], c.ransac_threshold / float(self.camera.fx),
-                                      c.ransac_confidence)
+                out = self.ransac(tab.xy[:n][keep], xy_new[keep], c.ransac_threshold / float(self.camera.fx),
+                                  c.ransac_confidence)[0]
                 if out is not None:
                     reject = np.zeros(n, bool)
                     reject[np.flatnonzero(keep)[out]] = True

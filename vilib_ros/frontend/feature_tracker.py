@@ -4,23 +4,25 @@
 :class:`vilib_ros.types.TrackFrame` s. Per frame:
 
 1. pyramid of the new frame;
-2. LK tracking (:mod:`vilib_ros.frontend.tracker`) of every live track from the previous frame, started at
-   the IMU-predicted position (rotation-only homography, :mod:`vilib_ros.frontend.imu_prediction`) or at
-   the old position, against the track's reference template from its detection frame with an affine
-   warp (``tracker.template: reference``, ``tracker.warp: affine``, the default:
-   :mod:`vilib_ros.frontend.templates`) or against the previous frame's patch (``previous`` /
-   ``translation``); forward-backward check and RANSAC (fundamental matrix on undistorted points),
-   both on by default;
+2. LK tracking (:mod:`vilib_ros.frontend.reference.lk` and its twins) of every live track from
+   the previous frame, started at the IMU-predicted position (rotation-only homography,
+   :mod:`vilib_ros.frontend.imu_prediction`) or at the old position, against the track's
+   reference template from its detection frame with an affine warp (``tracker.template:
+   reference``, ``tracker.warp: affine``, the default:
+   :mod:`vilib_ros.frontend.reference.templates`) or against the previous frame's patch
+   (``previous`` / ``translation``); forward-backward check and RANSAC (fundamental matrix on
+   undistorted points), both on by default;
 3. the track table (:mod:`vilib_ros.frontend.track_table`) keeps the tracked ones; when live tracks
    fall below ``min_track_fraction`` of the target (the number of detector cells, or ``max_features``),
    FAST detection in the cells without a live track gives new tracks;
 4. keypoints undistorted to normalised coordinates; velocities; optional stereo matching of the
    tracks into the right image with the same LK kernel (:mod:`vilib_ros.frontend.stereo`).
 
-The work is done by a pipeline: :class:`~vilib_ros.frontend.gpu_pipeline.GpuPipeline` (one CUDA
-graph per frame, the track table on the device, results in page-locked memory) or
-:class:`~vilib_ros.frontend.cpu_pipeline.CpuPipeline` (NumPy, and whatever CPU detector and
-tracker the factories make). This class is the interface: input checks, counted skips, IMU
+The work is done by a pipeline that :func:`vilib_ros.frontend.factory.make_pipeline` builds:
+:class:`~vilib_ros.frontend.gpu.pipeline.GpuPipeline` (one CUDA graph per frame, the track table
+on the device, results in page-locked memory) or
+:class:`~vilib_ros.frontend.cpu_pipeline.CpuPipeline` (the NumPy track table, and the CPU
+implementation's stages). This class is the interface: input checks, counted skips, IMU
 rotation, the submit / result queue, live configuration and ids.
 """
 from __future__ import annotations
@@ -29,86 +31,20 @@ import collections
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from vilib_ros.frontend.detector import DetectorConfig, make_detector
-from vilib_ros.frontend.gpu_pipeline import RESULT_SLOTS
+from vilib_ros._cuda import CudaUnavailable, resolve_device
+from vilib_ros.frontend.config import COUNTER_INDEX, FrontendConfig, flat_fields, grid_shape_for, live_fields
+from vilib_ros.frontend.factory import RESULT_SLOTS, make_pipeline
 from vilib_ros.frontend.imu_prediction import GyroPredictor, ImuGapError
-from vilib_ros.frontend.track_table import COUNTER_INDEX
-from vilib_ros.frontend.tracker import TrackerConfig, make_tracker
 from vilib_ros.log_throttle import ThrottledWarnings
 from vilib_ros.types import FrameStats, TrackFrame
 
 log = logging.getLogger("vilib_ros.frontend")
 _U8 = np.dtype(np.uint8)
-
-
-@dataclass
-class FrontendConfig:
-    detector: DetectorConfig = field(default_factory=DetectorConfig)
-    tracker: TrackerConfig = field(default_factory=TrackerConfig)
-    max_features: int = 0              # target track count; 0 = number of detector cells
-    min_track_fraction: float = 0.3    # redetect when live tracks < fraction * target
-    fb_check: bool = True              # forward-backward check (on: bench/results/tracks_quality.md)
-    fb_threshold: float = 0.5          # px
-    fb_levels: int = 0                 # pyramid levels of the backward track, finest first; 0 = the tracker's levels
-    ransac: bool = True                # fundamental-matrix RANSAC on undistorted points (on: bench/results/tracks_quality.md)
-    ransac_threshold: float = 1.0      # px (converted with fx)
-    ransac_confidence: float = 0.99
-    imu_prediction: bool = True        # use gyro samples when given
-    imu_max_gap_ms: float = 50.0
-    stereo: bool = True                # track into image_right when given
-    stereo_epipolar_threshold: float = 2.0  # px; 0 = off
-    use_graph: bool = True             # GPU: CUDA-graph the per-frame sequence
-
-    def validate(self) -> "FrontendConfig":
-        if not isinstance(self.detector, DetectorConfig) or not isinstance(self.tracker, TrackerConfig):
-            raise ValueError("FrontendConfig.detector / .tracker must be DetectorConfig / TrackerConfig")
-        self.detector.validate()
-        self.tracker.validate()
-        if int(self.max_features) != self.max_features or self.max_features < 0:
-            raise ValueError(f"FrontendConfig.max_features must be an integer >= 0, got {self.max_features!r}")
-        if not 0.0 <= self.min_track_fraction <= 1.0:
-            raise ValueError(f"FrontendConfig.min_track_fraction must be in [0, 1], got {self.min_track_fraction!r}")
-        for f in ("fb_threshold", "ransac_threshold", "imu_max_gap_ms"):
-            if not getattr(self, f) > 0:
-                raise ValueError(f"FrontendConfig.{f} must be > 0, got {getattr(self, f)!r}")
-        if int(self.fb_levels) != self.fb_levels or not 0 <= self.fb_levels <= self.tracker.levels:
-            raise ValueError(f"FrontendConfig.fb_levels must be an integer in 0..tracker.levels "
-                             f"({self.tracker.levels}; 0 = all of them), got {self.fb_levels!r}")
-        if not 0.5 < self.ransac_confidence < 1.0:
-            raise ValueError(f"FrontendConfig.ransac_confidence must be in (0.5, 1), got {self.ransac_confidence!r}")
-        if not self.stereo_epipolar_threshold >= 0:
-            raise ValueError("FrontendConfig.stereo_epipolar_threshold must be >= 0")
-        return self
-
-    @property
-    def fb_levels_used(self) -> int:
-        """The backward track's levels: ``fb_levels``, or all of the tracker's where it is 0."""
-        return int(self.fb_levels) or int(self.tracker.levels)
-
-
-# Fields that FeatureTracker.apply_config changes on a running tracker (kernel scalars and host-side
-# thresholds); a change of any other field is structural: the caller builds a new tracker.
-LIVE_FIELDS = frozenset({
-    "detector.threshold", "tracker.max_iterations", "tracker.eps", "tracker.min_eigen", "tracker.max_residual",
-    "fb_threshold", "fb_levels", "ransac_threshold", "ransac_confidence", "min_track_fraction", "imu_prediction",
-    "imu_max_gap_ms", "stereo_epipolar_threshold", "tracker.template_refresh_residual", "tracker.template_max_age"})
 HOST_COUNTERS = ("frames", "skipped_empty", "skipped_nonmonotonic", "imu_predicted", "imu_nan", "imu_gaps", "resets",
                  "graph_launches", "upload_timeouts")
-
-
-def _flat_fields(config: FrontendConfig) -> dict:
-    out = {}
-    for f in dataclasses.fields(config):
-        v = getattr(config, f.name)
-        if dataclasses.is_dataclass(v):
-            out.update({f"{f.name}.{g.name}": getattr(v, g.name) for g in dataclasses.fields(v)})
-        else:
-            out[f.name] = v
-    return out
 
 
 def _is_cupy(a) -> bool:
@@ -121,23 +57,6 @@ class FrameWarnings(ThrottledWarnings):
 
     def __init__(self, period_s: float = 10.0):
         super().__init__(log, period_s)
-
-
-def check_buildable(width: int, height: int, config: FrontendConfig, device: str = "cpu") -> None:
-    """ValueError, with the reason, where a :class:`FeatureTracker` of this image size and
-    configuration could not be built on ``device`` ('cpu' or 'cuda'): the configuration's own
-    checks, the detector's cells and border against the image, and on the GPU the track table's
-    capacity. A node checks a parameter change with it before taking it (regression: an in-range
-    ``detector.cell_width`` of 1024 passed the configuration's checks, and the rebuild of the
-    tracker then raised inside the post-set callback and ended the frontend node)."""
-    from vilib_ros.frontend.detector import check_geometry, grid_shape_for
-    from vilib_ros.frontend.track_table import check_capacity
-
-    config.validate()
-    check_geometry(width, height, config.detector)
-    if device == "cuda":
-        rows, cols = grid_shape_for(width, height, config.detector)
-        check_capacity(int(config.max_features) or rows * cols, rows * cols)
 
 
 class FeatureTracker:
@@ -160,8 +79,6 @@ class FeatureTracker:
 
     def __init__(self, camera, config: FrontendConfig | None = None, device: str = "auto",
                  camera_right=None, T_right_left=None, first_id: int = 0):
-        from vilib_ros._cuda import CudaUnavailable, resolve_device
-
         self.config = (config or FrontendConfig()).validate()
         if int(first_id) != first_id or first_id < 0:
             raise ValueError(f"first_id must be an integer >= 0, got {first_id!r}")
@@ -196,27 +113,13 @@ class FeatureTracker:
         self.device = self._pipe.device
 
     def _make_pipeline(self, dev: str, first_id: int):
-        from vilib_ros._cuda import CudaUnavailable
-
         c = self.config
-        detector = make_detector(self.width, self.height, c.detector, device=dev)
-        self.grid_shape = tuple(detector.grid_shape)
+        self.grid_shape = grid_shape_for(self.width, self.height, c.detector)
         self.n_cells = self.grid_shape[0] * self.grid_shape[1]
         self.target = int(c.max_features) if c.max_features > 0 else self.n_cells
         self.levels = max(int(c.tracker.levels), int(c.detector.levels))
-        tracker = make_tracker(self.width, self.height, c.tracker, device=dev, max_features=self.target)
-        kw = dict(camera=self.camera, config=c, detector=detector, tracker=tracker, capacity=self.target,
-                  levels=self.levels, first_id=first_id, camera_right=self.camera_right,
-                  T_right_left=self.T_right_left)
-        if dev == "cuda":
-            if getattr(detector, "device", "cpu") != "cuda" or getattr(tracker, "device", "cpu") != "cuda":
-                raise CudaUnavailable("GPU tracker or detector unavailable")
-            from vilib_ros.frontend.gpu_pipeline import GpuPipeline
-
-            return GpuPipeline(**kw)
-        from vilib_ros.frontend.cpu_pipeline import CpuPipeline
-
-        return CpuPipeline(**kw)
+        return make_pipeline(dev, self.camera, c, capacity=self.target, levels=self.levels, first_id=first_id,
+                             camera_right=self.camera_right, T_right_left=self.T_right_left)
 
     # ------------------------------------------------------------------ state
     @property
@@ -262,17 +165,18 @@ class FeatureTracker:
         self.stats_host["resets"] += 1
 
     def apply_config(self, config: FrontendConfig) -> bool:
-        """Apply ``config`` to the running tracker where only live fields (:data:`LIVE_FIELDS`:
-        the detector threshold, LK iteration cap, eps, min eigenvalue and residual, the
-        forward-backward and RANSAC thresholds, ...) changed, and return True; tracks and ids go
-        on. Return False and change nothing where a structural field changed (sizes, levels,
-        cells, modes, stereo, ...): the caller builds a new tracker (``first_id=next_id``).
-        ``config`` is validated first (ValueError)."""
+        """Apply ``config`` to the running tracker where only live fields changed (those marked
+        live in :mod:`vilib_ros.frontend.config`: the detector threshold, LK iteration cap, eps,
+        min eigenvalue and residual, the forward-backward and RANSAC thresholds, ...), and return
+        True; tracks and ids go on. Return False and change nothing where a structural field
+        changed (sizes, levels, cells, modes, stereo, ...): the caller builds a new tracker
+        (``first_id=next_id``). ``config`` is validated first (ValueError)."""
         config.validate()
-        old, new = _flat_fields(self.config), _flat_fields(config)
+        old, new = flat_fields(self.config), flat_fields(config)
         changed = {k for k in new if new[k] != old[k]}
-        if changed - LIVE_FIELDS:
-            log.info("structural frontend change (%s): the tracker must be rebuilt", ", ".join(sorted(changed - LIVE_FIELDS)))
+        structural = changed - live_fields(config)
+        if structural:
+            log.info("structural frontend change (%s): the tracker must be rebuilt", ", ".join(sorted(structural)))
             return False
         config = dataclasses.replace(config, detector=dataclasses.replace(config.detector),
                                      tracker=dataclasses.replace(config.tracker))

@@ -38,8 +38,8 @@ def integrate_gyro(gyro: np.ndarray, t0_ns: int, t1_ns: int, max_gap_ns: int = 5
 
     Plain Python floats over the handful of samples of a frame interval, the sub-interval
     rotations chained as quaternions: it runs inside the frontend's ``process()`` on every frame,
-    and there NumPy's per-call cost made the ~40 small array operations of a vectorised version
-    ~0.3 ms on the H100 host (0.09 ms in a tight loop), a loop of 3x3 products per sample more.
+    where NumPy's per-call cost would dominate the few dozen small array operations of a
+    vectorised version (and of a loop of 3x3 products per sample).
     """
     g = np.asarray(gyro, np.float64)
     if g.ndim != 2 or g.shape[1] != 4:

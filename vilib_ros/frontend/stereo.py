@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from vilib_ros.frontend.imu_prediction import predict_points
-from vilib_ros.frontend.cpu_backend import build_pyramid_host
-from vilib_ros.frontend.tracker import TrackStatus
+from vilib_ros.types import TrackStatus
 
 CAM_MODEL_CODE = {"none": 0, "radial-tangential": 1, "equidistant": 2}
 
@@ -49,10 +48,12 @@ def epipolar_ok(E, xy_left, xy_right, fx_right: float, threshold: float, ok) -> 
 
 
 class StereoMatcher:
-    """CPU stereo matching with a tracker that has ``track(tmpl, img, pos, pred)``."""
+    """CPU stereo matching with a tracker that has ``track(tmpl, img, pos, pred)`` and a
+    ``pyramid(image, levels)`` function for the right image."""
 
-    def __init__(self, camera_right, T_right_left, tracker, levels: int):
+    def __init__(self, camera_right, T_right_left, tracker, levels: int, pyramid):
         self.camera_right = camera_right
+        self.pyramid = pyramid
         self.R_rl = np.asarray(T_right_left, np.float64).reshape(4, 4)[:3, :3]
         self.E = essential_rl(T_right_left)
         self.tracker = tracker
@@ -65,7 +66,7 @@ class StereoMatcher:
         xy_r = np.full((n, 2), np.nan)
         if n == 0:
             return uv_r, xy_r, 0, 0
-        pyr_r = build_pyramid_host(image_right, self.levels)
+        pyr_r = self.pyramid(image_right, self.levels)
         pred = predict_points(self.camera_right, self.R_rl.T, uv, xy)
         res = self.tracker.track(pyr_left, pyr_r, uv, pred)
         ok = res.status == TrackStatus.TRACKED

@@ -1,8 +1,8 @@
-"""The track table: live tracks with persistent ids, updated once per frame.
+"""The track table: live tracks with persistent ids, updated once per frame; and the template bank.
 
-:class:`TrackTable` is the NumPy table of the CPU pipeline; ``kernels/frontend.cu``
-(``table_update``, ``new_tracks``) is its device twin in the GPU pipeline. Both make the same
-decisions in the same order, so the two pipelines give the same ids:
+:class:`TrackTable` is the NumPy table of the CPU pipeline (with either CPU twin's stages);
+``kernels/frontend.cu`` (``table_update``, ``new_tracks``) is its device twin in the GPU
+pipeline. Both make the same decisions in the same order, so the two pipelines give the same ids:
 
 * **update** (after LK): a track lives on where LK says TRACKED, the forward-backward check (if
   on) passes and RANSAC (if on) does not reject it. Live tracks are compacted to the front of
@@ -16,40 +16,16 @@ decisions in the same order, so the two pipelines give the same ids:
   never given twice, and a track's id depends only on the frame of its detection run and its
   cell, not on what happened to other tracks.
 
-:data:`HEADER` and :data:`COUNTERS` name the int64 header slots and counters of the device
-table and of the GPU result slots; :func:`kernel_defines` turns them into the kernels'
-``H_*`` / ``C_*`` defines (one name for one thing).
+:data:`~vilib_ros.frontend.config.COUNTERS` names the counters (here, in the device table and
+in the GPU result slots). :class:`TemplateBank` holds the tracks' stored templates
+(:mod:`vilib_ros.frontend.reference.templates`), one row per track slot (``TrackTable.tslot``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from vilib_ros.frontend.tracker import TrackStatus
-from vilib_ros.types import CellFeatures, FrameStats, TrackFrame
-
-HEADER = ("count", "next_id", "detect", "new")
-N_HEADER = 8
-COUNTERS = ("lost_left_image", "lost_diverged", "lost_not_converged", "fb_rejected", "ransac_rejected",
-            "tracked_total", "iterations_total", "tracks_lost", "tracks_new", "redetections", "detection_runs",
-            "stereo_matched", "stereo_rejected", "templates_refreshed")
-COUNTER_INDEX = {name: i for i, name in enumerate(COUNTERS)}
-MAX_CAPACITY = 4096     # table kernels: one block of 1024 threads, 4 slots each
-MAX_CELLS = 8192        # new_tracks: 8 cells per thread
-
-
-def check_capacity(target: int, cells: int) -> None:
-    """ValueError where the device-side table cannot hold ``target`` tracks or ``cells`` detector cells."""
-    if target > MAX_CAPACITY:
-        raise ValueError(f"the GPU frontend holds at most {MAX_CAPACITY} tracks, got a target of {target}")
-    if cells > MAX_CELLS:
-        raise ValueError(f"the GPU frontend handles at most {MAX_CELLS} detector cells, got {cells}")
-
-
-def kernel_defines() -> dict[str, int]:
-    """``H_<NAME>`` / ``C_<NAME>`` compile-time indices for ``kernels/frontend.cu``."""
-    d = {f"H_{n.upper()}": i for i, n in enumerate(HEADER)}
-    d.update({f"C_{n.upper()}": i for i, n in enumerate(COUNTERS)})
-    return d
+from vilib_ros.frontend.config import COUNTER_INDEX, COUNTERS, PATCH_AREA
+from vilib_ros.types import CellFeatures, FrameStats, TrackFrame, TrackStatus
 
 
 def fb_passed(fb_pos, fb_status, uv, threshold: float) -> np.ndarray:
@@ -58,17 +34,20 @@ def fb_passed(fb_pos, fb_status, uv, threshold: float) -> np.ndarray:
     return (np.asarray(fb_status) == TrackStatus.TRACKED) & (d < np.float32(threshold))
 
 
-def ransac_outliers(xy_old, xy_new, threshold: float, confidence: float) -> np.ndarray | None:
-    """Outliers of the fundamental-matrix RANSAC (:mod:`vilib_ros.frontend.ransac`; compiled where
-    numba is, else the NumPy reference) on undistorted normalised points, as a bool mask over the
-    rows; None where it cannot run (fewer than 8 finite points, no model)."""
-    from vilib_ros.frontend.cpu_backend import cpu_implementation
+class TemplateBank:
+    """Fixed-size template slots for ``capacity`` tracks and ``levels`` pyramid levels (see
+    :mod:`vilib_ros.frontend.reference.templates`): ``patch`` float32 (capacity, levels,
+    PATCH_AREA), ``valid`` uint8 (capacity, levels). The track table names each track's row
+    (``TrackTable.tslot``)."""
 
-    if cpu_implementation() == "numba":
-        from vilib_ros.frontend.cpu_ransac import ransac_numba as ransac
-    else:
-        from vilib_ros.frontend.ransac import ransac_reference as ransac
-    return ransac(xy_old, xy_new, threshold, confidence)[0]
+    def __init__(self, capacity: int, levels: int):
+        self.capacity, self.levels = int(capacity), int(levels)
+        self.patch = np.zeros((self.capacity, self.levels, PATCH_AREA), np.float32)
+        self.valid = np.zeros((self.capacity, self.levels), np.uint8)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.patch.nbytes + self.valid.nbytes)
 
 
 class TrackTable:
@@ -90,7 +69,7 @@ class TrackTable:
         self.score = np.zeros(S, np.float32)
         self.level = np.zeros(S, np.int32)
         self.age = np.zeros(S, np.int32)
-        # LK state per track (vilib_ros.frontend.templates): the last result's residual and
+        # LK state per track (vilib_ros.frontend.reference.templates): the last result's residual and
         # illumination; with reference templates also the template's bank row and age
         self.residual = np.zeros(S, np.float32)
         self.gain = np.ones(S, np.float32)

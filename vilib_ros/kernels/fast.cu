@@ -5,7 +5,7 @@
 // Compile-time defines: FAST_N (arc length 9..12), FAST_SCORE (0 SAD-B, 1 SAD-A, 2 MT).
 // MT is found by binary search with the LUT here and by sliding-window minima in the NumPy
 // reference: two independent formulations of one definition.
-// Definitions match vilib_ros/frontend/detector.py (fast_score_cpu) bit for bit.
+// Definitions match vilib_ros/frontend/reference/detector.py (fast_score_cpu) bit for bit.
 #include "pdl.cuh"
 #ifndef FAST_N
 #define FAST_N 10

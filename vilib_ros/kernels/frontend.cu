@@ -1,11 +1,11 @@
-// The GPU frontend's track table (vilib_ros.frontend.gpu_pipeline): the device twin of
+// The GPU frontend's track table (vilib_ros.frontend.gpu.frame): the device twin of
 // vilib_ros.frontend.track_table.TrackTable, with the same decisions in the same order (the
 // tests run both on the same frames and compare ids and positions).
 //
 // The table holds `count` live tracks in slots 0..count-1, compacted and oldest first, as
 // structure-of-arrays of `capacity` slots (ids, uv, xy, vel, score, level, age). Its header
 // hdr[H_*] and counters cnt[C_*] are int64; the indices are compile-time defines made from
-// vilib_ros.frontend.track_table.HEADER and COUNTERS (one name for one thing).
+// vilib_ros.frontend.config.HEADER and COUNTERS (one name for one thing).
 //
 // Per frame (one CUDA graph): pyramid_frame -> lk_frontend (temporal; lk_template_* with stored
 // templates, lk_template_fb_* with the forward-backward check fused) [-> lk_frontend (backward),
@@ -14,7 +14,7 @@
 // the result) [-> lk_extract: the templates due] [stereo frames: finalize without the result ->
 // lk_frontend (stereo) -> pack_output].
 //
-// Stored templates (vilib_ros.frontend.templates; tracker.template 'reference' or warp 'affine'):
+// Stored templates (vilib_ros.frontend.reference.templates; tracker.template 'reference' or warp 'affine'):
 // per slot also the template's bank row `tslot` (moved with the slot; bank rows stay put), the
 // last LK illumination `gain` / `offset`, warp `affine` and mean |residual|, the template's age
 // `tmpl_age`, and `refresh` (1: lk_extract takes the slot's template from this frame). Where
@@ -272,7 +272,7 @@ __device__ __forceinline__ void new_tracks(
 }
 
 // The frame's result into its output slot (page-locked host memory, written directly:
-// zero-copy), the layout of vilib_ros.frontend.gpu_pipeline's output Layout (byte offsets as
+// zero-copy), the layout of vilib_ros.frontend.gpu.frame.result_layout (byte offsets as
 // arguments): header and counters, then per live track id, uv, xy and velocity (as double), score,
 // level, age, and on stereo frames the right-image position (NaN where not matched).
 // Thread mapping: slot i by thread i (rows i, i + blockDim.x * gridDim.x, ...); block 0 also writes

@@ -17,7 +17,7 @@
 // Coordinates: level-0 pixel centres at integers; level l coordinate x_l = (x_0 + 0.5) / 2^l - 0.5
 // (the 2x2-mean pyramid). Level l image: width w0 >> l, height h0 >> l, pitch = width.
 //
-// Status codes (int8), shared with vilib_ros.frontend.tracker.TrackStatus.
+// Status codes (int8), shared with vilib_ros.types.TrackStatus.
 #include "pdl.cuh"
 #define LK_TRACKED 0
 #define LK_LEFT_IMAGE 1
@@ -68,17 +68,17 @@ struct LkGroup {
     int phase;     // the buffer of the next exchange
 };
 
-// The stored template bank (vilib_ros.frontend.templates, lk_extract_<mode>): per bank row and
+// The stored template bank (vilib_ros.frontend.reference.templates, lk_extract_<mode>): per bank row and
 // level TPL_STRIDE floats, the (P + 2) x (P + 2) samples (TPL_AREA) then the level's solver,
 // which depends on the template alone and so is made once when the template is taken instead of
 // on every frame's LK chain: the flat-patch measure and the inverses of the Gauss-Newton matrices
 // at gain g = 1. At gain g, H(g) = D H(1) D with D = diag(g on the geometric parameters, 1 on
 // gain / offset), so H(g)^-1 = D^-1 H(1)^-1 D^-1 (solver_scale).
-#define TPL_AREA 324           // vilib_ros.frontend.tracker.PATCH_AREA: (16 + 2)^2 floats per level
+#define TPL_AREA 324           // vilib_ros.frontend.config.PATCH_AREA: (16 + 2)^2 floats per level
 #ifndef TPL_SOLVER
-#define TPL_SOLVER 84          // the solver's floats (vilib_ros.frontend.tracker.SOLVER_AREA)
+#define TPL_SOLVER 84          // the solver's floats (vilib_ros.frontend.config.SOLVER_AREA)
 #endif
-#define TPL_STRIDE (TPL_AREA + TPL_SOLVER)   // vilib_ros.frontend.tracker.BANK_STRIDE
+#define TPL_STRIDE (TPL_AREA + TPL_SOLVER)   // vilib_ros.frontend.config.BANK_STRIDE
 #define SLV_LMIN 0             // smallest eigenvalue of the gradient matrix per pixel (flat-patch test)
 #define SLV_FAIL 1             // 1: the translation (+ illumination) matrix Hs is not SPD; + 2: the affine H
 #define SLV_HS 4               // Hs(1)^-1, NS x NS row-major (solve_level's matrix; H's last NS rows / columns)
@@ -253,7 +253,7 @@ __device__ __forceinline__ void template_from_image(const uchar* __restrict__ T,
     }
 }
 
-// From a stored template level S (vilib_ros.frontend.templates: the (P + 2) x (P + 2) bilinear
+// From a stored template level S (vilib_ros.frontend.reference.templates: the (P + 2) x (P + 2) bilinear
 // samples 0..255 around the template position, row stride P + 2; written by lk_extract with the
 // arithmetic of template_from_image, so both give the same values).
 template <int P, int G = 1>
@@ -582,7 +582,7 @@ __device__ __forceinline__ float affine_solver(const float (&tv)[Lay<P, G>::NL],
 }
 
 // Gauss-Newton iterations of one level for one feature (whole warp) with an affine warp against
-// the template in tv / gx / gy (vilib_ros.frontend.templates._track_affine): the template sample
+// the template in tv / gx / gy (vilib_ros.frontend.reference.templates._track_affine): the template sample
 // at offset u from the centre is compared with the image at x + A u (A = a11 a12 a21 a22, kept
 // across levels). Parameters [d11, d12, d21, d22, dtx, dty, (dalpha), (dbeta)], U = [g gx ux,
 // g gx uy, g gy ux, g gy uy, g gx, g gy, (T), (1)], H = sum U U^T once per level (g = 1 + alpha
@@ -746,7 +746,7 @@ __device__ int solve_level_affine(const uchar* __restrict__ I, int w, int h, con
     return code;
 }
 
-#define AFFINE_DET_MIN 0.25f   // vilib_ros.frontend.templates.AFFINE_DET_RANGE
+#define AFFINE_DET_MIN 0.25f   // vilib_ros.frontend.config.AFFINE_DET_RANGE
 #define AFFINE_DET_MAX 4.0f
 
 // LK_PRESOLVE 1: lk_template_* take each level's solver from the bank (written by
@@ -891,7 +891,7 @@ __device__ void lk_track_impl(const unsigned long long* __restrict__ tmpl_levels
 LK_KERNELS(lk_track, lk_track_impl, LK_ARGS, LK_PASS)
 
 // ---------------------------------------------------------------------------------------------
-// The frontend's LK launches (vilib_ros.frontend.gpu_pipeline), on the device-side track table:
+// The frontend's LK launches (vilib_ros.frontend.gpu.frame), on the device-side track table:
 // the number of slots comes from device memory (`count`), the initial guess is made here (the
 // rotation-only prediction of vilib_ros.frontend.imu_prediction.predict_points where M[9] != 0:
 // distort(M [xy, 1]) with `cam_pred`, else `guess`), and lane 0 undistorts the result with
@@ -996,7 +996,7 @@ LK_KERNELS(lk_frontend, lk_frontend_impl, LKF_ARGS, LKF_PASS)
 
 
 // ---------------------------------------------------------------------------------------------
-// Stored templates (vilib_ros.frontend.templates; tracker.template 'reference' or warp 'affine'):
+// Stored templates (vilib_ros.frontend.reference.templates; tracker.template 'reference' or warp 'affine'):
 // the template bank holds per bank row `levels` template levels of TPL_AREA floats (`bank`) and
 // their validity (`bank_valid`); the track table names each track's row (`tslot`).
 //

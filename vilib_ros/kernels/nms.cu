@@ -21,9 +21,8 @@
 #define NMS_R 1
 #endif
 
-// The ring walk below is written out in both tests on purpose: a shared __device__ helper for
-// the ring offsets measured up to 1.4x slower NMS-C at n = 4 on the H100 (2026-11-22, two runs compared
-// in bench/results/perf_notes.md), as the offsets no longer folded to constants.
+// The ring walk below is written out in both tests on purpose: with a shared __device__ helper
+// for the ring offsets, the offsets would not fold to constants and NMS-C would slow down at large n.
 // Spiral test, ring by ring (Foerstner): ring r = 1..NMS_R is walked clockwise from its
 // top-left corner; the 8r loads of one ring are issued together (no branch between them, so
 // they overlap), and the test exits early after the first ring that suppresses the pixel.
@@ -85,7 +84,7 @@ __device__ __forceinline__ bool better(float s, unsigned int k, float bs, unsign
 // Compile-time geometry (the detector passes its config as -D defines; 0 = take the kernel
 // arguments): with the cell size and the level count known, the level loop unrolls and every
 // pixel-index division / modulo by the (per level) cell or tile width becomes a shift or a
-// multiply, which was most of the per-thread instructions of these short kernels.
+// multiply: otherwise most of the per-thread instructions of these short kernels.
 #ifndef NMS_CW
 #define NMS_CW 0
 #endif

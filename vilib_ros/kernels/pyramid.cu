@@ -55,8 +55,8 @@ __device__ __forceinline__ unsigned long long pf_globaltimer()
 }
 
 // Thread 0 waits until the host has released this block's tile (its flag, word 0 of the block's
-// own 128-byte line: strong loads of one address from many blocks are served one after the other,
-// ~0.9 us each over PCIe on the H100, where loads of distinct lines overlap); the block then goes
+// own 128-byte line: strong loads of one address from many blocks are served one after the other
+// over PCIe, where loads of distinct lines overlap); the block then goes
 // on. The flag follows the host's band copy, so the tile's bytes are in page-locked memory before.
 __device__ __forceinline__ void pf_wait_tile(const FrameParams* __restrict__ hp)
 {

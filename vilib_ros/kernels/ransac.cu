@@ -1,10 +1,10 @@
 // Fundamental-matrix RANSAC on the device, inside the frame's CUDA graph (between LK / the
 // forward-backward check and table_update): the algorithm of vilib_ros.frontend.ransac,
-// operation for operation as its numba twin vilib_ros.frontend.cpu_ransac (float64; this module
+// operation for operation as its numba twin vilib_ros.frontend.compiled.ransac (float64; this module
 // is compiled with -fmad=false so that no multiply-add is fused), so that both choose the same
 // hypothesis and give the same mask.
 //
-// One kernel, ransac_frame (scratch preallocated by vilib_ros.frontend.ransac_gpu.GpuRansac):
+// One kernel, ransac_frame (scratch preallocated by vilib_ros.frontend.gpu.ransac.GpuRansac):
 // one block of RS_THREADS threads per hypothesis h = blockIdx.x.
 //   1. Candidates, in every block: thread t owns the contiguous slots [t * per, (t + 1) * per)
 //      and keeps a bit per slot that LK tracked, the forward-backward check passed and has
@@ -27,7 +27,7 @@
 //      through L2 (__ldcg).
 // One launch instead of three (candidates, models, select): two kernel boundaries fewer on the
 // frame's serial chain, and the candidates' scan runs in every block at once.
-// Defines (vilib_ros.frontend.ransac.kernel_defines, one name for one thing): RS_HYPOTHESES,
+// Defines (vilib_ros.frontend.config.ransac_defines, one name for one thing): RS_HYPOTHESES,
 // RS_SAMPLE, RS_MIN_INLIERS, RS_LO_ITERATIONS, RS_INVERSE_ITERATIONS, RS_LANES, RS_SQRT2 and the
 // state slots RS_N (candidates), RS_BEST, RS_COUNT (final inliers), RS_EVALUATED; H_COUNT.
 #include "pdl.cuh"

@@ -4,7 +4,7 @@
 
 #define TT_THREADS 1024          // table kernels: one block of 1024 threads
 #define FULL_MASK 0xffffffffu
-#define ST_TRACKED 0             // vilib_ros.frontend.tracker.TrackStatus
+#define ST_TRACKED 0             // vilib_ros.types.TrackStatus
 #define ST_LEFT_IMAGE 1
 #define ST_DIVERGED 2
 #define ST_NOT_CONVERGED 3

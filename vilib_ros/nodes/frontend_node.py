@@ -355,7 +355,7 @@ class FrontendNode(FrontendInput, Node):
             try:
                 cfg = self._build_config({**self.p, **changed})
                 if self.cam is not None:
-                    from vilib_ros.frontend.feature_tracker import check_buildable
+                    from vilib_ros.frontend import check_buildable
 
                     # what building the tracker would refuse: the image's cells and border, the GPU's
                     # track table (regression: refused there, in the post-set callback, it ended the node)

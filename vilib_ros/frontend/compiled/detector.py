@@ -1,20 +1,21 @@
 """Compiled CPU detector: pyramid -> FAST CRF -> NMS-C with numba, the interface of
-:class:`vilib_ros.frontend.detector.CpuFastDetector` and bit-identical output.
+:class:`vilib_ros.frontend.reference.detector.CpuFastDetector` and bit-identical output.
 
 Every buffer (pyramid levels, score maps, cell outputs, occupancy) is allocated at
 construction; :meth:`NumbaFastDetector.detect` allocates only its small result arrays.
-Made by ``make_detector(..., device='cpu')`` (see :mod:`.cpu_backend`).
+Made by ``make_detector(..., device='cpu')`` (see :mod:`vilib_ros.frontend.factory`).
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from vilib_ros.frontend.cpu_backend import cpu_threads
-from vilib_ros.frontend.cpu_fast import fast_score
-from vilib_ros.frontend.cpu_nms import MAX_LEVELS, nms_cells, nms_full
-from vilib_ros.frontend.cpu_pyramid import CpuPyramid
-from vilib_ros.frontend.detector import SCORE_CODES, CpuFastDetector, check_image, check_occupancy
+from vilib_ros.frontend.compiled.fast import fast_score
+from vilib_ros.frontend.compiled.nms import MAX_LEVELS, nms_cells, nms_full
+from vilib_ros.frontend.compiled.pyramid import CpuPyramid
+from vilib_ros.frontend.compiled.threads import cpu_threads
+from vilib_ros.frontend.config import SCORE_CODES, check_image, check_occupancy
+from vilib_ros.frontend.reference.detector import CpuFastDetector
 from vilib_ros.types import CellFeatures
 
 _DUMMY_MAP = np.zeros((1, 1), np.float32)

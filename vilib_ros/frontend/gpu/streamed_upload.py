@@ -1,19 +1,16 @@
 """The streamed upload: the frame is launched first and copied into page-locked memory after.
 
 With ``upload='mapped'`` the host copies a pageable frame into a page-locked slot and then
-launches the frame; the pyramid kernel reads the slot over PCIe. The copy (13-40 us for a
-752x480 frame on the H100 host, more from a frame not in the host's caches) and the read then
+launches the frame; the pyramid kernel reads the slot over PCIe. The copy and the read then
 follow each other. With ``upload='streamed'`` the host launches the frame FIRST and then copies
 it in :data:`BANDS` bands of rows; after each band it releases the band's pyramid tiles (32 x 128
 pixels, one block of ``kernels/pyramid.cu`` each) by storing the frame's number into each tile's
 flag, and each block (``pf_wait_tile``) waits for its flag. The host copy and the device's read
 of the frame overlap; only the last band's read is left after the copy.
 
-Every tile has its own flag in its own 128-byte line: on the H100, strong loads of ONE address
-from the 90 blocks of a 752x480 frame were served one after the other (90 loads: 101-107 us on
-one word, 40-44 us on one line per band, 13 us on one line per tile, ``bench/streamed_upload_probe.py``;
-the pyramid kernel itself took 127 us instead of 45 us with one shared counter, in a probe of
-kernel variants on 2026-11-28).
+Every tile has its own flag in its own 128-byte line: strong loads of ONE address from many
+blocks (the 90 tiles of a 752x480 frame) are served one after the other over PCIe, while loads of
+distinct lines overlap.
 
 Only a frame with nothing else in flight streams (``process()``, ``detect()``), launched from a
 captured CUDA graph: a direct launch in checked mode synchronises right after the kernel, before
@@ -24,12 +21,13 @@ that waits longer than 1 s (a host that died mid-copy) goes on and sets the time
 """
 from __future__ import annotations
 
-from time import perf_counter_ns as _ns
-
 import numpy as np
 
 from vilib_ros._cuda import host_device_pointer, pinned_buffer
 
+#: how a frame gets to the device (``upload`` of GpuPipeline and GpuFastDetector; the list is in
+#: :mod:`vilib_ros.frontend.gpu.pipeline`'s docstring)
+UPLOADS = ("streamed", "mapped", "copy", "pageable")
 BANDS = 4
 TILE_ROWS, TILE_COLS = 32, 128      # kernels/pyramid.cu PF_TH, PF_TW: one block's tile, never split between bands
 FLAG_WORDS = 32                     # kernels/pyramid.cu PF_FLAG_WORDS: one 128-byte line per flag
@@ -61,7 +59,6 @@ class StreamedUpload:
         self._dev = host_device_pointer(lines.ctypes.data)
         self._value = 0                     # the flags' value once the armed frame is copied
         self.timeouts = 0
-        self.last_fill_ns = 0               # the last fill's duration (benchmarks: the host copy inside the launch step)
 
     def arm(self, prm: np.ndarray) -> None:
         """Fill the streamed-upload fields of one FrameParams (``prm``: its 128 page-locked bytes
@@ -81,7 +78,6 @@ class StreamedUpload:
     def fill(self, staging: np.ndarray, image: np.ndarray) -> None:
         """Copy ``image`` into ``staging`` band by band, each band's tiles released to the device
         when copied. Every tile is released even if a copy fails, so no block waits for the timeout."""
-        t0 = _ns()
         value = self._value
         done = 0
         try:
@@ -92,7 +88,6 @@ class StreamedUpload:
         finally:
             if done < len(self.bounds):
                 self._flags[:self.tiles] = value
-            self.last_fill_ns = _ns() - t0
 
     def take_timeouts(self) -> int:
         """Frames whose pyramid gave up waiting since the last call (counted in :attr:`timeouts`)."""

@@ -1,6 +1,6 @@
 """Compiled (numba) non-maxima suppression combined with cell selection (NMS-C): the
 algorithm of ``kernels/nms.cu`` and of ``nms_suppress_cpu`` + ``cell_select_cpu`` in
-:mod:`vilib_ros.frontend.detector`, with identical output (definitions there).
+:mod:`vilib_ros.frontend.reference.detector`, with identical output (definitions there).
 
 Loop mapping: cells in parallel (``prange``); each cell walks its level-k region (cells
 ``(cw >> k) x (ch >> k)`` on level k, one grid for all levels) in raster order, level 0 first,

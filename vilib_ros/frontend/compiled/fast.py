@@ -1,13 +1,13 @@
 """Compiled (numba) FAST corner response: the algorithm of ``kernels/fast.cu`` and
-:func:`vilib_ros.frontend.detector.fast_score_cpu`, bit for bit (the definitions are in
-:mod:`vilib_ros.frontend.detector`).
+:func:`vilib_ros.frontend.reference.detector.fast_score_cpu`, bit for bit (the definitions are in
+:mod:`vilib_ros.frontend.reference.detector`).
 
 Loop mapping: rows in parallel (``prange``), two passes per row over 16 row segments (one per
 circle pixel, indexed by the loop counter). Pass 1 (branch-free uint8 compares, so the compiler
 vectorises it over x) applies a necessary condition: a run of N >= 9 contiguous circle pixels
 holds one pixel of every opposite pair (i, i + 8), so some class (darker or brighter) must occur
-in all eight pairs (OpenCV's FAST prunes the same way; it changes no result; ~6% of the pixels of
-a EuRoC frame pass). Pass 2 takes those candidates: the 16 differences, the darker and brighter
+in all eight pairs (OpenCV's FAST prunes the same way; it changes no result; few pixels of a
+natural image pass). Pass 2 takes those candidates: the 16 differences, the darker and brighter
 masks looked up in the bit-packed 8 KB table (upper 11 bits pick the word, lower 5 the bit), and
 the score: SAD-B, SAD-A (over the qualifying arc) or MT (max over classes and N-windows of the
 window's smallest signed difference, minus 1).

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from vilib_ros._cuda import CudaUnavailable, Layout, get_module, launch
-from vilib_ros.frontend.ransac import HYPOTHESES, LANES, SAMPLE, STATE, TABLE, kernel_defines
+from vilib_ros.frontend.config import ransac_defines
+from vilib_ros.frontend.ransac import HYPOTHESES, LANES, SAMPLE, STATE, TABLE
 
 #: ``-fmad=false``: no fused multiply-add, so that the float64 results are those of the numba twin
 OPTIONS = ("-fmad=false",)
@@ -45,7 +46,7 @@ class GpuRansac:
         self.buf = cp.asarray(host)
         self.v = self.layout.views(self.buf)
         try:
-            self._k = get_module("ransac", kernel_defines(), OPTIONS).get_function("ransac_frame")
+            self._k = get_module("ransac", ransac_defines(), OPTIONS).get_function("ransac_frame")
         except CudaUnavailable:
             raise
         except Exception as exc:

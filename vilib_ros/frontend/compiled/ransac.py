@@ -1,7 +1,8 @@
-"""Compiled (numba) fundamental-matrix RANSAC: the algorithm of :mod:`vilib_ros.frontend.ransac`,
-written operation for operation as ``kernels/ransac.cu`` (float64, no fast-math, no contraction:
-the kernels are compiled with ``-fmad=false``), so that CPU and GPU choose the same hypothesis
-and give the same mask on the same input.
+"""Compiled (numba) fundamental-matrix RANSAC: the algorithm of :mod:`vilib_ros.frontend.ransac`
+(its NumPy reference: :mod:`vilib_ros.frontend.reference.ransac`), written operation for
+operation as ``kernels/ransac.cu`` (float64, no fast-math, no contraction: the kernels are
+compiled with ``-fmad=false``), so that CPU and GPU choose the same hypothesis and give the same
+mask on the same input.
 
 Loop mapping: the hypotheses in order, one at a time (the adaptive rule stops early); per
 hypothesis its 8-point model (elimination with full pivoting), then the inlier count over the
@@ -276,7 +277,7 @@ def smallest_eigenvector(a, x) -> bool:
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def is_inlier(F, X1, Y1, X2, Y2, thr2) -> bool:
-    """OpenCV FM_RANSAC's error of one pair within ``thr2`` (ransac.epipolar_error)."""
+    """OpenCV FM_RANSAC's error of one pair within ``thr2`` (reference.ransac.epipolar_error)."""
     a = F[0] * X1 + F[1] * Y1 + F[2]
     b = F[3] * X1 + F[4] * Y1 + F[5]
     c = F[6] * X1 + F[7] * Y1 + F[8]
@@ -347,7 +348,7 @@ def ransac_fm(x1, x2, thr2, confidence, table, inlier, lo_iterations):
 
 def ransac_numba(xy_old, xy_new, threshold: float, confidence: float, lo_iterations: int = LO_ITERATIONS):
     """(outlier mask over the rows or None, best hypothesis, its inliers): as
-    :func:`vilib_ros.frontend.ransac.ransac_reference`, compiled."""
+    :func:`vilib_ros.frontend.reference.ransac.ransac_reference`, compiled."""
     x1 = np.asarray(xy_old, np.float64).reshape(-1, 2)
     x2 = np.asarray(xy_new, np.float64).reshape(-1, 2)
     fin = np.isfinite(x1).all(1) & np.isfinite(x2).all(1)

@@ -1,4 +1,6 @@
-"""FAST corner detector with combined non-maxima suppression and cell selection.
+"""The NumPy reference of the FAST corner detector with combined non-maxima suppression and cell
+selection: the definitions every twin follows bit for bit (the compiled one in
+:mod:`vilib_ros.frontend.compiled.detector`, the GPU one in :mod:`vilib_ros.frontend.gpu.detector`).
 
 Pipeline (the paper's, Nagy et al. IROS 2020): image pyramid -> FAST corner response on
 detection levels 0..l-1 -> NMS within the (2n+1)^2 Moore neighbourhood combined with one
@@ -28,124 +30,16 @@ Definitions (identical on CPU and GPU; the tests check this exactly):
 """
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, fields
-
 import numpy as np
 
+from vilib_ros.frontend.config import (DetectorConfig, check_geometry, check_image, check_occupancy,
+                                       grid_shape_for)
 from vilib_ros.frontend.fast_lut import CIRCLE, arc_coverage, build_lut, lut_lookup
-from vilib_ros.frontend.pyramid import build_pyramid_cpu, level_shapes
+from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
 from vilib_ros.types import CellFeatures
 
-log = logging.getLogger("vilib_ros.frontend.detector")
-
-SCORES = ("sad_circle", "sad_arc", "max_threshold")
-SCORE_CODES = {name: i for i, name in enumerate(SCORES)}
 EMPTY_XY = -1.0
 
-
-@dataclass
-class DetectorConfig:
-    threshold: float = 10.0     # eps, intensity levels (floor is used), 1..254
-    arc_length: int = 10        # N, 9..12
-    score: str = "sad_arc"      # 'sad_circle' | 'sad_arc' | 'max_threshold'
-    levels: int = 2             # detection pyramid levels l, 1..4
-    cell_width: int = 32        # level-0 pixels, a multiple of 32
-    cell_height: int = 32       # level-0 pixels, a multiple of 2**(levels-1)
-    nms_radius: int = 1         # n: (2n+1)^2 Moore neighbourhood, 1..4
-    border: int = 8             # pixels skipped at every level's edge, >= 3
-
-    def validate(self) -> "DetectorConfig":
-        def is_int(v):
-            return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-        for f in ("arc_length", "levels", "cell_width", "cell_height", "nms_radius", "border"):
-            if not is_int(getattr(self, f)):
-                raise ValueError(f"DetectorConfig.{f} must be an integer, got {getattr(self, f)!r}")
-        try:
-            thr = float(self.threshold)
-        except (TypeError, ValueError):
-            raise ValueError(f"DetectorConfig.threshold must be a number, got {self.threshold!r}") from None
-        if not (1.0 <= thr < 255.0):
-            raise ValueError(f"DetectorConfig.threshold must be in [1, 255), got {self.threshold!r}")
-        if not 9 <= self.arc_length <= 12:
-            raise ValueError(f"DetectorConfig.arc_length must be in 9..12, got {self.arc_length}")
-        if self.score not in SCORES:
-            raise ValueError(f"DetectorConfig.score must be one of {SCORES}, got {self.score!r}")
-        if not 1 <= self.levels <= 4:
-            raise ValueError(f"DetectorConfig.levels must be in 1..4, got {self.levels}")
-        if self.cell_width < 32 or self.cell_width % 32:
-            raise ValueError(f"DetectorConfig.cell_width must be a positive multiple of 32, got {self.cell_width}")
-        step = 1 << (self.levels - 1)
-        if self.cell_height < step or self.cell_height % step:
-            raise ValueError(f"DetectorConfig.cell_height must be a positive multiple of 2**(levels-1) = {step}, "
-                             f"got {self.cell_height}")
-        if not 1 <= self.nms_radius <= 4:
-            raise ValueError(f"DetectorConfig.nms_radius must be in 1..4, got {self.nms_radius}")
-        if self.border < 3:
-            raise ValueError(f"DetectorConfig.border must be >= 3, got {self.border}")
-        return self
-
-    @property
-    def threshold_int(self) -> int:
-        return int(np.floor(float(self.threshold)))
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DetectorConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown DetectorConfig fields: {sorted(unknown)}")
-        return cls(**d)
-
-
-def grid_shape_for(width: int, height: int, config: DetectorConfig) -> tuple[int, int]:
-    return (-(-height // config.cell_height), -(-width // config.cell_width))
-
-
-def check_geometry(width: int, height: int, config: DetectorConfig) -> None:
-    """ValueError where the image cannot hold one cell plus the border on every level."""
-    config.validate()
-    if int(width) != width or int(height) != height or width <= 0 or height <= 0:
-        raise ValueError(f"image size must be positive integers, got {width}x{height}")
-    b = config.border
-    if width < config.cell_width + 2 * b or height < config.cell_height + 2 * b:
-        raise ValueError(f"image {width}x{height} is smaller than one cell ({config.cell_width}x{config.cell_height}) "
-                         f"plus the border ({b} px each side)")
-    if width >= 1 << 14 or height >= 1 << 14:
-        raise ValueError(f"image {width}x{height} is too large (max 16383 px per side)")
-    hl, wl = level_shapes(width, height, config.levels)[-1]
-    if wl < 2 * b + 1 or hl < 2 * b + 1:
-        raise ValueError(f"pyramid level {config.levels - 1} ({wl}x{hl}) is smaller than twice the border ({b}) "
-                         f"plus one pixel: use fewer levels or a smaller border")
-
-
-def check_image(image, width: int, height: int) -> np.ndarray:
-    if not isinstance(image, np.ndarray):
-        raise ValueError(f"image must be a numpy array, got {type(image).__name__}")
-    if image.size == 0:
-        raise ValueError(f"image is empty (shape {image.shape})")
-    if image.ndim != 2:
-        raise ValueError(f"image must be 2D (mono8), got shape {image.shape}")
-    if image.dtype != np.uint8:
-        raise ValueError(f"image must be uint8, got {image.dtype}")
-    if image.shape != (height, width):
-        raise ValueError(f"image shape {image.shape} differs from the detector's {(height, width)}")
-    return image
-
-
-def check_occupancy(occupancy, grid_shape: tuple[int, int]):
-    if occupancy is None:
-        return None
-    occ = np.asarray(occupancy)
-    if occ.shape != tuple(grid_shape):
-        raise ValueError(f"occupancy shape {occ.shape} differs from the grid shape {tuple(grid_shape)}")
-    if occ.dtype != np.bool_:
-        raise ValueError(f"occupancy must be a bool array, got {occ.dtype}")
-    return occ
-
-
-# ----------------------------------------------------------------------------- CPU reference
 
 def fast_score_cpu(img: np.ndarray, arc_length: int, threshold: float, score: str, border: int,
                    lut: np.ndarray | None = None) -> np.ndarray:
@@ -241,12 +135,13 @@ def cell_select_cpu(maps: list[np.ndarray], config: DetectorConfig, grid_shape: 
 
 class CpuFastDetector:
     """NumPy reference and fallback; same interface as
-    :class:`vilib_ros.frontend.detector_gpu.GpuFastDetector`."""
+    :class:`vilib_ros.frontend.gpu.detector.GpuFastDetector`. ``config``: a validated
+    :class:`~vilib_ros.frontend.config.DetectorConfig` (default: the defaults)."""
 
     device = "cpu"
 
     def __init__(self, width: int, height: int, config: DetectorConfig | None = None):
-        self.config = (config or DetectorConfig()).validate()
+        self.config = config or DetectorConfig()
         check_geometry(width, height, self.config)
         self.width, self.height = int(width), int(height)
         self.grid_shape = grid_shape_for(self.width, self.height, self.config)
@@ -268,30 +163,3 @@ class CpuFastDetector:
         check_image(image, self.width, self.height)
         occ = check_occupancy(occupancy, self.grid_shape)
         return cell_select_cpu(self.suppressed_maps(image), self.config, self.grid_shape, occ)
-
-
-def make_detector(width: int, height: int, config: DetectorConfig | None = None, device: str = "auto"):
-    """:class:`~vilib_ros.frontend.detector_gpu.GpuFastDetector` where CUDA works, else the CPU
-    detector (compiled, or the NumPy :class:`CpuFastDetector`: :mod:`vilib_ros.frontend.cpu_backend`).
-
-    ``auto`` falls back to the CPU with a logged reason (no CUDA, or kernels that fail to
-    compile); ``cuda`` raises :class:`vilib_ros._cuda.CudaUnavailable` instead.
-    """
-    from vilib_ros._cuda import CudaUnavailable, resolve_device
-
-    config = (config or DetectorConfig()).validate()
-    check_geometry(width, height, config)
-    from vilib_ros.frontend.cpu_backend import make_cpu_detector
-
-    dev = resolve_device(device)
-    if dev == "cpu":
-        return make_cpu_detector(width, height, config)
-    from vilib_ros.frontend.detector_gpu import GpuFastDetector
-
-    try:
-        return GpuFastDetector(width, height, config)
-    except CudaUnavailable as exc:
-        if device == "cuda":
-            raise
-        log.warning("GPU detector unavailable, using the CPU path: %s", exc)
-        return make_cpu_detector(width, height, config)

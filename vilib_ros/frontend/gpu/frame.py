@@ -3,7 +3,7 @@
 :class:`FrameKernels` owns the device side: a ring of :data:`RING` device pyramids (per camera),
 the device table (:func:`table_layout`: header, counters, the live tracks, cell occupancy, LK
 scratch, per-slot frame parameters, constants) and the kernels. It enqueues a frame in two
-parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline.GpuPipeline`:
+parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu.pipeline.GpuPipeline`:
 
 * :meth:`~FrameKernels.enqueue_upload` (upload stream): ``pyramid_frame`` (reads the frame from
   page-locked host memory or a device copy, builds the levels, copies the frame parameters to the
@@ -12,7 +12,7 @@ parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline
   frame, from the IMU-predicted position, undistorted result; with stored templates
   ``lk_template_<warp>_<mode>`` from each track's template; ``lk_template_fb_<warp>_<mode>`` with
   the forward-backward check in the same warp) [-> ``lk_frontend`` backward: the forward-backward
-  check, frame to frame] [-> ``ransac_frame`` (:mod:`vilib_ros.frontend.ransac_gpu`): its
+  check, frame to frame] [-> ``ransac_frame`` (:mod:`vilib_ros.frontend.gpu.ransac`): its
   outliers flagged] -> ``table_update`` (status, compaction, velocity, age, cell
   occupancy, redetection flag; templates due flagged) -> ``fast_crf_levels`` -> ``nms_cell`` (both
   return at once unless the flag is set) -> ``finalize`` (new tracks where the flag is set; the
@@ -20,7 +20,7 @@ parts, each captured as a CUDA graph by :class:`~vilib_ros.frontend.gpu_pipeline
   ``lk_frontend`` stereo with the epipolar check -> ``pack_output``].
 
 Stored templates (``tracker.template: reference`` or ``tracker.warp: affine``,
-:mod:`vilib_ros.frontend.templates`): the template bank (``bank`` float32 (S, levels,
+:mod:`vilib_ros.frontend.reference.templates`): the template bank (``bank`` float32 (S, levels,
 BANK_STRIDE): the samples, then the level's solver; ``bank_valid`` uint8 (S, levels)) is its own
 device buffer, not part of the table;
 the table holds per slot the bank row
@@ -35,10 +35,10 @@ from __future__ import annotations
 import numpy as np
 
 from vilib_ros._cuda import CudaUnavailable, Layout, get_module, launch
-from vilib_ros.frontend.pyramid import GpuPyramid
-from vilib_ros.frontend.ransac_gpu import GpuRansac
+from vilib_ros.frontend.config import BANK_STRIDE, COUNTER_INDEX, COUNTERS, HEADER, N_HEADER, frontend_defines
+from vilib_ros.frontend.gpu.pyramid import GpuPyramid
+from vilib_ros.frontend.gpu.ransac import GpuRansac
 from vilib_ros.frontend.stereo import cam_params, essential_rl
-from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, HEADER, N_HEADER, kernel_defines
 
 RING = 4
 FUSED_LEVELS = 5                # pyramid_frame builds levels 1..5; further ones by pyramid_halve
@@ -52,11 +52,6 @@ TEMPLATE_COLUMNS = (("tslot", np.int32, 1), ("gain", np.float32, 1), ("offset", 
                     ("affine", np.float32, 4), ("residual", np.float32, 1), ("tmpl_age", np.int32, 1),
                     ("refresh", np.uint8, 1), ("lk_residual", np.float32, 1), ("lk_gain", np.float32, 1),
                     ("lk_offset", np.float32, 1), ("lk_affine", np.float32, 4))
-
-
-def uses_templates(tracker_config) -> bool:
-    """Whether tracks are tracked against stored templates (as CpuPipeline's template bank)."""
-    return tracker_config.template == "reference" or tracker_config.warp == "affine"
 
 
 def table_layout(S: int, n_cells: int, templates: bool = False) -> Layout:
@@ -109,7 +104,7 @@ class FrameKernels:
                 lvl[s, 1] = [a.data.ptr for a in self.pyrs_r[s].levels]
         self._lvl = [cp.asarray(lvl[s].reshape(-1)) for s in range(RING)]
         tc = config.tracker
-        self.templates = uses_templates(tc)
+        self.templates = tc.stored_templates
         self.layout = table_layout(self.S, detector.n_cells, self.templates)
         host = np.zeros(self.layout.nbytes, np.uint8)
         hv = self.layout.views(host)
@@ -128,15 +123,13 @@ class FrameKernels:
         self.table = cp.asarray(host)
         self.t = self.layout.views(self.table)
         if self.templates:
-            from vilib_ros.frontend.tracker import BANK_STRIDE
-
             self.bank = cp.zeros((self.S, int(tc.levels), BANK_STRIDE), cp.float32)
             self.bank_valid = cp.zeros((self.S, int(tc.levels)), cp.uint8)
         p0 = self.layout.offset("params")
         self._M = [self.table[p0 + s * PARAMS_BYTES + 4 * _F32_M:p0 + s * PARAMS_BYTES + 4 * (_F32_M + 12)]
                    .view(cp.float32) for s in range(RING)]
         try:
-            fe = get_module("frontend", kernel_defines())
+            fe = get_module("frontend", frontend_defines())
             pm = get_module("pyramid")
             self._k_update, self._k_final, self._k_pack = (fe.get_function(n) for n in
                                                            ("table_update", "finalize", "pack_output"))
@@ -157,10 +150,11 @@ class FrameKernels:
         return _view1(self.t["hdr"], H[name])
 
     # ------------------------------------------------------------------ launches
-    def enqueue_upload(self, s, stereo, hp_dev: int, stream, checked: bool, probe=None, cams=None) -> None:
+    def enqueue_upload(self, s, stereo, hp_dev: int, stream, checked: bool, tracer=None, cams=None) -> None:
         """Pyramid of slot ``s`` (both cameras on stereo frames; ``cams``: only these, ``(0,)`` or
         ``(1,)``) from the frame whose address the frame parameters at ``hp_dev`` (page-locked) hold.
-        The left camera's launch also copies the frame parameters to the device."""
+        The left camera's launch also copies the frame parameters to the device. ``tracer``: a
+        :class:`~vilib_ros.frontend.gpu.pipeline.FrameTracer` told of each stage, or None."""
         cams = tuple(cams) if cams is not None else ((0, 1) if stereo else (0,))
         launch(self._k_pyr, ((self.W + 127) // 128, (self.H + 31) // 32, len(cams)), (256, 1, 1),
                (np.uint64(hp_dev), self.t["params"][s], self._lvl[s], np.int32(self.levels), np.int32(self.W),
@@ -173,8 +167,8 @@ class FrameKernels:
                 launch(self._k_halve, ((w + 31) // 32, (h + 7) // 8, 1), (32, 8, 1),
                        (src, np.int32(src.shape[1]), dst, np.int32(w), np.int32(w), np.int32(h)),
                        stream=stream, checked=checked)
-        if probe:
-            probe("pyramid")
+        if tracer:
+            tracer.stage("pyramid")
 
     def _lk(self, tmpl, img, count, tmpl_pos, guess, outs, xy=None, M=None, cam_pred=None, cam_out=None, gate=None,
             epi=None, epi_threshold=0.0, counters=(None, None), levels=None):
@@ -234,7 +228,7 @@ class FrameKernels:
                 count, t["uv"], t["tslot"], t["refresh"], self.bank, self.bank_valid)
         return self._k_extract, ((self.S + warps - 1) // warps, 1, 1), (32, warps, 1), args
 
-    def enqueue_compute(self, s, stereo, stream, checked: bool, out_offsets: tuple, probe=None,
+    def enqueue_compute(self, s, stereo, stream, checked: bool, out_offsets: tuple, tracer=None,
                         with_stereo: bool = True) -> None:
         """Tracking, RANSAC, table, redetection and result of the frame in slot ``s``; on stereo
         frames then :meth:`enqueue_stereo` unless ``with_stereo`` is false (the caller enqueues it
@@ -244,12 +238,11 @@ class FrameKernels:
         sp = (s - 1) % RING                 # the previous frame's slot (an empty table after a reset)
         count = self.hdr("count")
         prm = t["params"][s]
-        probe = probe or (lambda name: None)
 
-        def go(kern, grid, block, args, name=None):
+        def go(kern, grid, block, args, name):
             launch(kern, grid, block, args, stream=stream, checked=checked)
-            if name:
-                probe(name)
+            if tracer:
+                tracer.stage(name)
 
         fused_fb = self.templates and c.fb_check
         if self.templates:
@@ -266,7 +259,8 @@ class FrameKernels:
             self.ransac.enqueue(stream, checked, t["hdr"], t["lk_status"], t["uv"], t["xy"], t["lk_xy"], t["fb_pos"],
                                 t["fb_status"] if c.fb_check else None, c.fb_threshold, c.ransac_threshold / self.fx,
                                 c.ransac_confidence)
-            probe("ransac")
+            if tracer:
+                tracer.stage("ransac")
         rows, cols = d.grid_shape
         dc = c.detector
         go(self._k_update, (1, 1, 1), (1024, 1, 1),
@@ -278,9 +272,11 @@ class FrameKernels:
             np.float64(c.min_track_fraction * self.S), *self._template_update_args()), "table")
         gate = self.hdr("detect")
         d.enqueue_crf(self._det_desc[s], stream, checked, gate=gate, block_rows=self.crf_block_rows)
-        probe("crf")
+        if tracer:
+            tracer.stage("crf")
         d.enqueue_nms(stream, checked, occupancy=t["occ"], gate=gate)
-        probe("nms")
+        if tracer:
+            tracer.stage("nms")
         pack_args = (prm, t["st_pos"], t["st_xy"], np.int32(N_HEADER), np.int32(len(COUNTERS)), *out_offsets)
         go(self._k_final, (1, 1, 1), (1024, 1, 1),
            (t["hdr"], t["cnt"], t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
@@ -289,9 +285,9 @@ class FrameKernels:
         if self.templates:
             go(*self._extract(s, count), name="extract")
         if stereo and with_stereo:
-            self.enqueue_stereo(s, stream, checked, out_offsets, probe)
+            self.enqueue_stereo(s, stream, checked, out_offsets, tracer)
 
-    def enqueue_stereo(self, s, stream, checked: bool, out_offsets: tuple, probe=None) -> None:
+    def enqueue_stereo(self, s, stream, checked: bool, out_offsets: tuple, tracer=None) -> None:
         """The stereo match of the frame in slot ``s`` (left to right LK with the epipolar check)
         and the packing of its result: after :meth:`enqueue_compute` and both pyramids."""
         t, c = self.t, self.config
@@ -303,11 +299,11 @@ class FrameKernels:
                          epi_threshold=c.stereo_epipolar_threshold,
                          counters=(_view1(t["cnt"], ci["stereo_matched"]), _view1(t["cnt"], ci["stereo_rejected"]))),
                stream=stream, checked=checked)
-        if probe:
-            probe("stereo")
+        if tracer:
+            tracer.stage("stereo")
         launch(self._k_pack, ((self.S + 255) // 256, 1, 1), (256, 1, 1),
                (t["hdr"], t["cnt"], prm, t["ids"], t["uv"], t["xy"], t["vel"], t["score"], t["level"], t["age"],
                 t["st_pos"], t["st_xy"], np.int32(N_HEADER), np.int32(len(COUNTERS)), *out_offsets),
                stream=stream, checked=checked)
-        if probe:
-            probe("pack")
+        if tracer:
+            tracer.stage("pack")

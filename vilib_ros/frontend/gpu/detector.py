@@ -1,4 +1,4 @@
-"""The FAST detector on the GPU: the kernels of :mod:`vilib_ros.frontend.detector` (same
+"""The FAST detector on the GPU: the kernels of :mod:`vilib_ros.frontend.reference.detector` (same
 definitions, bit for bit), as in the paper's code (uzh-rpg/vilib: DetectorBase ->
 DetectorBaseGPU -> FASTGPU).
 
@@ -6,7 +6,7 @@ DetectorBaseGPU -> FASTGPU).
 buffers. :meth:`~GpuFastDetector.detect_device` enqueues CRF + NMS-C on a pyramid that is
 already on the device (the frontend's path, optionally gated by a device flag);
 :meth:`~GpuFastDetector.detect` is the host convenience twin of
-:meth:`vilib_ros.frontend.detector.CpuFastDetector.detect`: frame in, cells out, one CUDA graph.
+:meth:`vilib_ros.frontend.reference.detector.CpuFastDetector.detect`: frame in, cells out, one CUDA graph.
 """
 from __future__ import annotations
 
@@ -16,16 +16,14 @@ import numpy as np
 
 from vilib_ros._cuda import (CudaUnavailable, GraphCache, cuda_available, cuda_unavailable_reason,
                              get_module, host_device_pointer, launch, pinned_buffer, pinned_frames)
-from vilib_ros.frontend.detector import (SCORE_CODES, DetectorConfig, check_geometry, check_image, check_occupancy,
-                                         grid_shape_for)
+from vilib_ros.frontend.config import (DetectorConfig, check_geometry, check_image, check_occupancy, fast_defines,
+                                       grid_shape_for, level_shapes, nms_defines)
 from vilib_ros.frontend.fast_lut import build_lut
-from vilib_ros.frontend.pyramid import GpuPyramid, level_shapes
-from vilib_ros.frontend.streamed_upload import StreamedUpload
+from vilib_ros.frontend.gpu.pyramid import GpuPyramid
+from vilib_ros.frontend.gpu.streamed_upload import UPLOADS, StreamedUpload
 from vilib_ros.types import CellFeatures
 
 log = logging.getLogger("vilib_ros.frontend.detector")
-
-UPLOADS = ("streamed", "mapped", "copy", "pageable")     # as vilib_ros.frontend.gpu_pipeline.UPLOADS
 
 
 def _score_pitch(w: int) -> int:
@@ -47,7 +45,7 @@ class GpuFastDetector:
     buffers (frame, occupancy, cell results). :meth:`detect` reads the frame where it lies:
     with ``upload='streamed'`` (default) the graph is launched first and a pageable frame is
     then copied into the staging buffer in bands that the pyramid kernel waits for
-    (:mod:`vilib_ros.frontend.streamed_upload`); with ``'mapped'`` the pyramid kernel reads
+    (:mod:`vilib_ros.frontend.gpu.streamed_upload`); with ``'mapped'`` the pyramid kernel reads
     page-locked host memory directly (a pageable frame is copied into the staging buffer first;
     frames from :meth:`pinned_frames` are read in place); with ``'copy'`` a copy into the device pyramid
     comes first; with ``'pageable'`` that copy is made straight from the caller's array (the
@@ -61,7 +59,7 @@ class GpuFastDetector:
     def __init__(self, width: int, height: int, config: DetectorConfig | None = None,
                  warps_per_cell: int = 8, use_graph: bool = True, nms_kernel: str = "auto",
                  static_geometry: bool = True, upload: str = "streamed"):
-        self.config = (config or DetectorConfig()).validate()
+        self.config = config or DetectorConfig()
         check_geometry(width, height, self.config)
         if not cuda_available():
             raise CudaUnavailable(cuda_unavailable_reason())
@@ -82,8 +80,8 @@ class GpuFastDetector:
         self.upload = upload
         # NMS-C variant: 'global' reads the score maps through L1; 'smem' first stages each
         # cell (+ nms_radius apron, every level) in shared memory. Identical results; 'auto'
-        # = 'global' for n = 1, 'smem' for n >= 2, the faster one on the H100
-        # (bench/results/perf_notes.md). static_geometry: cell size and level count compiled in.
+        # picks the faster of the two for the radius: 'global' for n = 1, 'smem' for n >= 2.
+        # static_geometry: cell size and level count compiled in.
         r = c.nms_radius
         if nms_kernel == "auto":
             nms_kernel = "global" if r <= 1 else "smem"
@@ -96,11 +94,8 @@ class GpuFastDetector:
         self.nms_kernel = nms_kernel
         self.static_geometry = bool(static_geometry)
         try:
-            fast = get_module("fast", {"FAST_N": c.arc_length, "FAST_SCORE": SCORE_CODES[c.score]})
-            nms_defs = {"NMS_R": c.nms_radius, "NMS_MAX_THREADS": 512 if self.warps_per_cell <= 16 else 1024}
-            if static_geometry:
-                nms_defs.update(NMS_CW=c.cell_width, NMS_CH=c.cell_height, NMS_LEVELS=c.levels)
-            nms = get_module("nms", nms_defs)
+            fast = get_module("fast", fast_defines(c))
+            nms = get_module("nms", nms_defines(c, self.warps_per_cell, static_geometry))
             pyr = get_module("pyramid")
             self._k_crf = fast.get_function("fast_crf_levels")
             self._k_nms = {"global": nms.get_function("nms_cell"), "smem": nms.get_function("nms_cell_smem")}

@@ -1,7 +1,7 @@
 """The frontend's GPU pipeline: the host side of a frame, one to three CUDA graph launches and one event.
 
 Per frame the host fills the slot's frame parameters in page-locked memory (source address,
-result slot, rotation prediction, dt), launches the slot's graphs (:mod:`vilib_ros.frontend.gpu_frame`)
+result slot, rotation prediction, dt), launches the slot's graphs (:mod:`vilib_ros.frontend.gpu.frame`)
 and records one event; :meth:`GpuPipeline.collect` waits for it and hands out a TrackFrame whose
 arrays are views of the frame's result slot in page-locked memory (written by the kernels:
 zero-copy). With frames in flight (submit-ahead) the upload graph goes on the upload stream and
@@ -17,7 +17,7 @@ How the frame gets to the device (``upload``):
 
 * ``'streamed'`` (default): as ``'mapped'``, but a frame with nothing in flight is launched
   before its host copy, which then goes in bands that the pyramid kernel waits for
-  (:mod:`vilib_ros.frontend.streamed_upload`): the copy and the device's read overlap;
+  (:mod:`vilib_ros.frontend.gpu.streamed_upload`): the copy and the device's read overlap;
 * ``'mapped'``: a pageable frame is copied into a page-locked slot and the pyramid
   kernel reads it there (zero-copy); frames from :meth:`GpuPipeline.pinned_frames` are read in
   place;
@@ -25,15 +25,18 @@ How the frame gets to the device (``upload``):
 * ``'pageable'``: a DMA copy straight from the caller's array (the driver stages it);
 * a CuPy array is read in place on the device.
 
-Slots: :data:`~vilib_ros.frontend.gpu_frame.RING` frame slots (staging buffer, device pyramid,
+Slots: :data:`~vilib_ros.frontend.gpu.frame.RING` frame slots (staging buffer, device pyramid,
 frame parameters) and :data:`RESULT_SLOTS` result slots. With nothing in flight the frame is copied
 into the first staging buffer every time, whatever its frame slot: one buffer the host's caches
-keep, where four in turn cost 13-17 us more per copy (``bench/host_copy_probe.py``,
-``copyto_cold_ring4`` against ``copyto_cold``). A frame's result stays valid until
+keep, where four in turn would each be cold. A frame's result stays valid until
 ``RESULT_SLOTS - 1`` further frames have been submitted; a result not yet collected when its
 slot comes round again is copied first. RANSAC runs on the device inside the compute graph
-(:mod:`vilib_ros.frontend.ransac_gpu`): no synchronisation within a frame. The decisions are
+(:mod:`vilib_ros.frontend.gpu.ransac`): no synchronisation within a frame. The decisions are
 those of :class:`~vilib_ros.frontend.track_table.TrackTable`.
+
+Benchmarks hang one optional :class:`FrameTracer` on :attr:`GpuPipeline.tracer` (None by
+default): the host steps of a frame (:data:`STEPS`), the streamed copy's duration, and with
+``stages`` every stage enqueued on its own (no graph) with a call after each.
 """
 from __future__ import annotations
 
@@ -41,21 +44,53 @@ from time import perf_counter_ns as _ns
 
 import numpy as np
 
-from vilib_ros._cuda import GraphCache, checked_launches, host_device_pointer, pinned_buffer, pinned_frames
-from vilib_ros.frontend.gpu_frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
-from vilib_ros.frontend.streamed_upload import StreamedUpload
-from vilib_ros.frontend.track_table import COUNTER_INDEX, COUNTERS, check_capacity
+from vilib_ros._cuda import (CudaUnavailable, GraphCache, checked_launches, host_device_pointer, pinned_buffer,
+                             pinned_frames)
+from vilib_ros.frontend.config import COUNTER_INDEX, COUNTERS, check_capacity
+from vilib_ros.frontend.gpu.frame import H, PARAMS_BYTES, RING, FrameKernels, result_layout
+from vilib_ros.frontend.gpu.streamed_upload import UPLOADS, StreamedUpload
 from vilib_ros.types import FrameStats, TrackFrame
 
 RESULT_SLOTS = 8
-UPLOADS = ("streamed", "mapped", "copy", "pageable")
-#: what the host does between the marks of ``GpuPipeline.steps`` (benchmark), one name per interval
+#: what the host does between the marks of a :class:`FrameTracer` (one name per interval; the
+#: first starts, and the last ends, outside the pipeline)
 STEPS = ("checks", "source", "launch", "between", "wait", "frame", "return")
 # FrameParams (kernels/frame.cuh): word offsets of its fields
 _U64_SRC, _U64_OUT = 0, 2
 _F32_M, _F32_USE_M, _F32_DT, _I32_STEREO = 6, 15, 18, 19
 _H_COUNT, _H_NEXT_ID = H["count"], H["next_id"]
 _RESULT_COLUMNS = ("hdr", "cnt", "ids", "uv", "xy", "vel", "score", "level", "age", "uv_r", "xy_r")
+
+
+def _set_motion(f32, R, dt: float) -> None:
+    """The rotation prediction ``R`` (or none) and ``dt`` into one slot's FrameParams (its float32 words)."""
+    if R is None:
+        f32[_F32_USE_M] = 0.0
+    else:
+        f32[_F32_M:_F32_M + 9] = np.asarray(R, np.float64).T.ravel()
+        f32[_F32_USE_M] = 1.0
+    f32[_F32_DT] = dt
+
+
+class FrameTracer:
+    """What a benchmark learns from :attr:`GpuPipeline.tracer` (this class does nothing: a
+    benchmark overrides what it wants).
+
+    :meth:`mark` is called after each host step of a frame (the intervals are :data:`STEPS`),
+    :meth:`copied` with the streamed upload's host copy. With :attr:`stages` the frame's kernels
+    are enqueued one by one on the compute stream (no CUDA graph, upload and compute on one
+    stream) and :meth:`stage` is called with each stage's name after it is enqueued."""
+
+    stages = False
+
+    def mark(self) -> None:
+        """A host step of the frame is done."""
+
+    def copied(self, ns: int) -> None:
+        """The streamed upload's host copy took ``ns`` nanoseconds."""
+
+    def stage(self, name: str) -> None:
+        """The stage ``name`` is enqueued (with :attr:`stages`)."""
 
 
 class _Ticket:
@@ -107,8 +142,6 @@ class GpuPipeline:
         self._dev = {a.ctypes.data: host_device_pointer(a.ctypes.data)
                      for a in [x for cam in self._img for x in cam] + [prm, res]}
         if not all(self._dev.values()):
-            from vilib_ros._cuda import CudaUnavailable
-
             raise CudaUnavailable("page-locked host memory is not mapped into the device's address space")
         self._prm_dev = [self._dev[prm.ctypes.data] + PARAMS_BYTES * s for s in range(RING)]
         self._img_dev = [[self._dev[a.ctypes.data] for a in cam] for cam in self._img]
@@ -122,8 +155,7 @@ class GpuPipeline:
         self.graphs = GraphCache(self.stream, config.use_graph, name="frontend")
         self.graphs_up = GraphCache(self.up_stream, config.use_graph, name="frontend upload")
         self.graph_launches = 0
-        self.probe = None                   # benchmark: called with each stage's name after it is enqueued
-        self.steps = None                   # benchmark: a list; perf_counter_ns() appended after each host step
+        self.tracer: FrameTracer | None = None      # benchmarks (module docstring)
         self._pinned: dict[int, int] = {}   # frames of pinned_frames(): host -> device address
         self._frames = 0
         self._slot_out = [-1] * RING        # result slot of the last frame uploaded into each frame slot
@@ -199,9 +231,10 @@ class GpuPipeline:
 
     # ------------------------------------------------------------------ per frame
     def submit(self, image, image_right, stamp_ns: int, R, dt: float, host_stats: dict) -> _Ticket:
-        steps = self.steps
-        if steps is not None:
-            steps.append(_ns())             # STEPS[0]: the interface's checks done
+        tracer = self.tracer
+        if tracer:
+            tracer.mark()                   # STEPS[0]: the interface's checks done
+        staged = tracer if tracer and tracer.stages else None
         s, o, k = self._frames % RING, self._frames % RESULT_SLOTS, self._frames
         self._frames += 1
         # Nothing in flight (every earlier frame collected, as process() does): the GPU is idle, so
@@ -209,7 +242,7 @@ class GpuPipeline:
         # of 8: there is no earlier frame for the upload to overlap with). Otherwise the upload graph
         # on the upload stream overlaps the compute of the frames before it.
         pending = self._pending
-        alone = not pending and self.probe is None
+        alone = not pending and staged is None
         if pending:
             old = pending.pop(o, None)
             if old is not None:             # never collected: copy it out before its slot is reused
@@ -222,7 +255,7 @@ class GpuPipeline:
         st = 0 if alone else s              # the staging buffer (module docstring)
         self._stage_out[st] = o
         stereo = image_right is not None and self.stereo_on
-        up = self.stream if (self.probe or alone) else self.up_stream
+        up = self.stream if (staged or alone) else self.up_stream
         if k >= RING - 1 and up is not self.stream:
             # slot s is the previous frame of frame k - (RING - 1): the upload waits for it
             up.wait_event(self._ev_done[(k - RING + 1) % RESULT_SLOTS])
@@ -242,17 +275,11 @@ class GpuPipeline:
         else:
             u[_U64_SRC + 1] = self._source(image_right, 1, s, st, up) if stereo else 0
         u[_U64_OUT] = self._out_dev[o]
-        f = self._prm_f32[s]
-        if R is None:
-            f[_F32_USE_M] = 0.0
-        else:
-            f[_F32_M:_F32_M + 9] = np.asarray(R, np.float64).T.ravel()
-            f[_F32_USE_M] = 1.0
-        f[_F32_DT] = dt
+        _set_motion(self._prm_f32[s], R, dt)
         self._prm_i32[s, _I32_STEREO] = 1 if stereo else 0
         tk = _Ticket(s, o, int(stamp_ns), stereo, host_stats, (image, image_right))   # alive until collected
-        if steps is not None:
-            steps.append(_ns())             # slot, frame source (the host copy), parameters
+        if tracer:
+            tracer.mark()                   # slot, frame source (the host copy), parameters
         self._ev_start[o].record(up)
         if split:
             self._launch_split(s, st, image_right)
@@ -261,15 +288,15 @@ class GpuPipeline:
                          self._deferred)
         else:
             self._launch(self.graphs_up, ("up", s, stereo), up, lambda checked: self.k.enqueue_upload(
-                s, stereo, self._prm_dev[s], up, checked, probe=self.probe))
+                s, stereo, self._prm_dev[s], up, checked, tracer=staged))
             if up is not self.stream:
                 self._ev_up[s].record(up)
                 self.stream.wait_event(self._ev_up[s])
             self._launch(self.graphs, (s, stereo), self.stream, lambda checked: self.k.enqueue_compute(
-                s, stereo, self.stream, checked, self._out_offsets, probe=self.probe))
+                s, stereo, self.stream, checked, self._out_offsets, tracer=staged))
         self._ev_done[o].record(self.stream)
-        if steps is not None:
-            steps.append(_ns())             # events and graph launch
+        if tracer:
+            tracer.mark()                   # events and graph launch
         if self._checked:                   # the graphs' kernels: a fault shows here
             self.stream.synchronize()
         host_stats["graph_launches"] = self.graph_launches
@@ -283,9 +310,8 @@ class GpuPipeline:
         launched); meanwhile the host copies the right frame into its staging buffer, then the
         right camera's pyramid goes on the upload stream (its PCIe read overlaps the left part's
         kernels); the stereo match and the packing follow both. The right frame is not streamed:
-        launching its pyramid first left 90 blocks polling their flags over PCIe through both
-        copies, which slowed the host's copies (2026-11-28: stereo from fresh frames 235 us
-        against 213 us copying first, in the same run)."""
+        launching its pyramid first would leave its blocks polling their flags over PCIe through
+        both copies, which slows the host's copies."""
         k, main, side = self.k, self.stream, self.up_stream
         self._launch(self.graphs, ("left", s), main, lambda checked: (
             k.enqueue_upload(s, True, self._prm_dev[s], main, checked, cams=(0,)),
@@ -337,10 +363,11 @@ class GpuPipeline:
         """The graph for ``key`` (captured from ``enqueue`` the first time), else the kernels.
         ``deferred``: (staging, frame) of a streamed upload, copied after the graph's launch (before
         the kernels when they are launched one by one: a checked launch waits for its kernel)."""
-        g = None if self.probe else cache.get(key, lambda: enqueue(False))
+        tracer = self.tracer
+        g = None if tracer and tracer.stages else cache.get(key, lambda: enqueue(False))
         if g is None:
             if deferred is not None:
-                self._streamer.fill(*deferred)
+                self._fill(deferred)
             enqueue(True)
             return
         try:
@@ -348,7 +375,15 @@ class GpuPipeline:
             self.graph_launches += 1
         finally:
             if deferred is not None:
-                self._streamer.fill(*deferred)
+                self._fill(deferred)
+
+    def _fill(self, deferred) -> None:
+        """The streamed upload's host copy of (staging, frame), timed for a tracer."""
+        tracer = self.tracer
+        t0 = _ns() if tracer else 0
+        self._streamer.fill(*deferred)
+        if tracer:
+            tracer.copied(_ns() - t0)
 
     # ------------------------------------------------------------------ results
     def collect(self, tk: _Ticket) -> TrackFrame:
@@ -363,12 +398,12 @@ class GpuPipeline:
     def _frame(self, tk: _Ticket) -> TrackFrame:
         o = tk.out
         ev_done = self._ev_done[o]
-        steps = self.steps
-        if steps is not None:
-            steps.append(_ns())             # submit's return, result() up to the wait
+        tracer = self.tracer
+        if tracer:
+            tracer.mark()                   # submit's return, result() up to the wait
         ev_done.synchronize()
-        if steps is not None:
-            steps.append(_ns())             # the wait for the GPU
+        if tracer:
+            tracer.mark()                   # the wait for the GPU
         hdr, cnt, ids, uv, xy, vel, score, level, age, uv_r, xy_r = self._out_cols[o]
         n = int(hdr[_H_COUNT])
         if self._streamer.take_timeouts():
@@ -381,6 +416,6 @@ class GpuPipeline:
                         uv_r[:n] if tk.stereo else None, xy_r[:n] if tk.stereo else None,
                         {"gpu_s": self._elapsed(self._ev_start[o], ev_done) * 1e-3},
                         FrameStats(COUNTER_INDEX, cnt, tk.host))
-        if steps is not None:
-            steps.append(_ns())             # the TrackFrame (views of the result slot)
+        if tracer:
+            tracer.mark()                   # the TrackFrame (views of the result slot)
         return fr

@@ -1,19 +1,15 @@
-"""Reference templates and the affine warp: each track is tracked against the patch of the
-frame where it was detected (``tracker.template: reference``), with the patch's deformation since
-then estimated (``tracker.warp: affine``).
+"""Reference templates and the affine warp, the NumPy reference: each track is tracked against
+the patch of the frame where it was detected (``tracker.template: reference``), with the patch's
+deformation since then estimated (``tracker.warp: affine``).
 
-Frame to frame (``template: previous``, ``warp: translation``, the default before) each frame's LK
-template is the previous frame's patch at the previous result, so every step's sub-pixel error
-stays in the next template and a track's error is a random walk over its age. That is about
-half of it: LK from the detection frame's template straight into frame k, started at
-the exact position, is off by 0.26 / 0.33 px (median, ages 20 / 40, V1_01 motion) where
-frame-to-frame tracking is off by 0.43 / 0.65 px, because a translation cannot follow the
-patch's deformation (perspective, rotation, scale), and the best translation of a deformed
-patch is not where its centre went. With an affine warp A (x_image = x + A u for the template
-offset u) against the reference template the error stays at the one-step level (0.05-0.07 px
-median up to age 40, in the pipeline), since the template's error no longer accumulates and its
-deformation is modelled (``bench/results/tracks_quality.md``). A reference template without the
-warp gains nothing.
+Tracked frame to frame (``template: previous``, ``warp: translation``), each frame's LK template
+is the previous frame's patch at the previous result, so every step's sub-pixel error stays in
+the next template and a track's error is a random walk over its age. A translation also cannot
+follow the patch's deformation (perspective, rotation, scale), and the best translation of a
+deformed patch is not where its centre went. With an affine warp A (x_image = x + A u for the
+template offset u) against the reference template, the template's error does not accumulate
+and its deformation is modelled, so a track's error stays at the level of one step. A reference
+template without the warp gains nothing.
 
 The paper's own code tracks against the first observation (uzh-rpg/vilib
 ``FeatureTrackerGPU``, ``klt_template_is_first_observation = true``: the reference patch and its
@@ -26,17 +22,17 @@ Where the patch no longer looks like its template, the track ends (LK diverges, 
 and illumination restart at identity). ``template: previous`` with ``warp: affine`` is the
 reference tracker with its templates taken again every frame.
 
-Storage (:class:`TemplateBank`), fixed-size slots as on the GPU:
+Storage (:class:`vilib_ros.frontend.track_table.TemplateBank`), fixed-size slots as on the GPU:
 
 * ``patch``: float32 (S, levels, PATCH_AREA): per track slot and tracked pyramid level, the
   (P + 2) x (P + 2) bilinear samples (0..255) around the template position at that level
   (``x_l = (x_0 + 0.5) / 2**l - 0.5``), row stride P + 2 (P = the level's patch size, 16 or 8;
   PATCH_AREA = 18 * 18 = 324). The inner P x P samples are the template values; the ring gives
-  the central-difference gradients, exactly the values ``lk.cu`` computes from the template
-  image today (same bilinear fraction for every sample), so LK on a stored template of the
-  previous frame equals today's LK.
+  the central-difference gradients, exactly the values ``lk.cu`` computes from a template image
+  (same bilinear fraction for every sample), so LK on a stored template of the previous frame
+  equals LK from the previous frame's pyramid.
 * ``valid``: uint8 (S, levels): 1 where the patch and its ring fit in the level (else the level
-  is skipped; at level 0 the track ends as LEFT_IMAGE, as today).
+  is skipped; at level 0 the track ends as LEFT_IMAGE).
 * per track in the table (moved when the table compacts, the bank rows stay put: an
   indirection, as vilib's ``d_indir_data``): ``tslot`` (bank row), ``gain`` / ``offset`` (the
   last frame's illumination relative to the template), ``affine`` (a11 a12 a21 a22, the last
@@ -53,33 +49,32 @@ on 16 x 16 levels an affine phase (8 x 8 patches: A held). The Hessian is not st
 "approximated simultaneous" gain it depends on the gain at each level's start; the CPU rebuilds
 it from the stored patch per frame (32 patch sums, one pass).
 
-The GPU port (``kernels/lk.cu``, ``kernels/frontend.cu``, ``gpu_frame.py``; every
-template / warp on both devices, reference + affine the default):
+On the GPU (``kernels/lk.cu``, ``kernels/frontend.cu``, :mod:`vilib_ros.frontend.gpu.frame`;
+every template / warp on both devices, reference + affine the default):
 
-1. The template bank is its own device buffer (``FrameKernels.bank`` float32 [S][levels][324],
-   ``bank_valid`` uint8 [S][levels]; 2.2 MB for 345 tracks, allocated once), not part of the
-   device table (the table is copied to the host per frame for RANSAC). The table holds per slot
-   ``tslot`` int32, ``gain``, ``offset``, ``affine`` float32[4], ``residual``, ``tmpl_age`` int32
-   and ``refresh`` uint8, compacted by ``table_update`` with the other columns (``tslot`` moves,
-   the bank rows do not). On the GPU each level of a bank row also holds the level's solver
-   (``tracker.SOLVER_AREA`` floats after the samples, ``tracker.BANK_STRIDE`` in all): the
+1. The template bank is its own device buffer (``FrameKernels.bank`` float32 [S][levels][BANK_STRIDE],
+   ``bank_valid`` uint8 [S][levels], allocated once), not part of the device table (the table is
+   copied to the host per frame for RANSAC). The table holds per slot ``tslot`` int32, ``gain``,
+   ``offset``, ``affine`` float32[4], ``residual``, ``tmpl_age`` int32 and ``refresh`` uint8,
+   compacted by ``table_update`` with the other columns (``tslot`` moves, the bank rows do not).
+   On the GPU each level of a bank row also holds the level's solver
+   (``config.SOLVER_AREA`` floats after the samples, ``config.BANK_STRIDE`` in all): the
    flat-patch measure and the inverses of the Gauss-Newton matrices at gain 1, from which LK
-   scales the inverse at the level's gain (H(g) = D H(1) D); the NumPy oracle and the CPU twin
-   rebuild the matrices per level and frame (the same values up to rounding).
+   scales the inverse at the level's gain (H(g) = D H(1) D); this reference and the compiled
+   twin rebuild the matrices per level and frame (the same values up to rounding).
 2. ``lk_extract_<mode>`` (one warp per slot, lane l filling samples l, l + 32, ... of each level's
    (P + 2)^2 patch, with the one bilinear fraction per patch of ``lk.cu``'s template loads, then
-   the level's solver from the samples), in the
-   frame's graph after ``finalize`` on the slots flagged ``refresh``: the new tracks
-   (``new_tracks``, which also gives them the lowest free bank rows, as :meth:`TrackTable.add`:
-   a bitmap of the rows ``tslot[0..count)`` names, ranked by a block scan) and the templates due
-   (``table_update``).
+   the level's solver from the samples), in the frame's graph after ``finalize`` on the slots
+   flagged ``refresh``: the new tracks (``new_tracks``, which also gives them the lowest free bank
+   rows, as :meth:`TrackTable.add`: a bitmap of the rows ``tslot[0..count)`` names, ranked by a
+   block scan) and the templates due (``table_update``).
 3. ``lk_template_<warp>_<mode>``: ``solve_level`` (translation) or ``solve_level_affine`` on the
    template values and gradients loaded from ``bank[tslot]`` (``template_from_bank``: lane l owns
    column l % P and rows l / P + k * 32 / P, the stored sample and its 4 neighbours), alpha /
    beta starting from the slot's ``gain - 1`` / ``offset / 255``. Affine: each lane samples the
    image at x + A u with its own bilinear weights, the 8 sums of U r by butterfly, the inverses of
    H 8 x 8 and its 4 x 4 translation sub-block from the level's stored solver, phase switch and
-   composition with the inverse step as per-warp scalars; ``LK_FEATURE_WARPS`` (2) warps per
+   composition with the inverse step as per-warp scalars; ``LK_FEATURE_WARPS`` warps per
    track, each sampling its share of the 16 x 16 levels. The previous frame's
    pyramid is read only by the forward-backward check, which ``lk_template_fb_<warp>_<mode>`` runs
    in the same warp right after the forward track (one launch for both).
@@ -90,50 +85,29 @@ template / warp on both devices, reference + affine the default):
 
 Tests: the kernels on the host through a SIMT shim (``test_tracker_cpu.TestTemplateKernelsOnHost``)
 and on the GPU (``test_tracker_gpu.TestTemplateKernels``) against this module's functions; the
-whole GPU pipeline against the CPU pipeline (``test_frontend.TestGpuMatchesCpu``). Cost:
-``bench/results/frontend_templates.md``.
+whole GPU pipeline against the CPU pipeline (``test_frontend.TestGpuMatchesCpu``).
 
 The oracle is :func:`track_templates_cpu` / :func:`extract_templates_cpu`, the compiled twin
-:class:`vilib_ros.frontend.cpu_lk.NumbaLKTracker` (``track_templates`` / ``extract_templates``,
-bit-identical to the oracle on the tests' pairs).
+:class:`vilib_ros.frontend.compiled.tracker.NumbaLKTracker` (``track_templates`` /
+``extract_templates``, bit-identical to the oracle on the tests' pairs).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from vilib_ros.frontend.tracker import (_MODE_INFO, PATCH_AREA, TrackerConfig, TrackResult, TrackStatus, _as_pyramid,
-                                        _bilinear, _fits, _track, finish, level0_status)
-
-#: the smallest / largest determinant of an affine warp (area ratio) before the track counts as diverged
-AFFINE_DET_RANGE = (0.25, 4.0)
-#: the patch size of the levels on which the affine parameters are estimated (on 8 x 8 patches,
-#: 64 samples for 8 parameters diverge too often: the warp is kept there)
-AFFINE_PATCH = 16
-
-
-class TemplateBank:
-    """Fixed-size template slots for ``capacity`` tracks and ``levels`` pyramid levels (see the
-    module docstring): ``patch`` float32 (capacity, levels, PATCH_AREA), ``valid`` uint8
-    (capacity, levels). The track table names each track's row (``TrackTable.tslot``)."""
-
-    def __init__(self, capacity: int, levels: int):
-        self.capacity, self.levels = int(capacity), int(levels)
-        self.patch = np.zeros((self.capacity, self.levels, PATCH_AREA), np.float32)
-        self.valid = np.zeros((self.capacity, self.levels), np.uint8)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.patch.nbytes + self.valid.nbytes)
+from vilib_ros.frontend.config import AFFINE_DET_RANGE, AFFINE_PATCH, MODE_INFO, PATCH_AREA, TrackerConfig
+from vilib_ros.frontend.reference.lk import _as_pyramid, _bilinear, _fits, _track, finish, level0_status
+from vilib_ros.types import TrackResult, TrackStatus
 
 
 # ---------------------------------------------------------------------------------------------
-# NumPy reference (the test oracle; the compiled twin is vilib_ros.frontend.cpu_lk)
+# NumPy reference (the test oracle; the compiled twin is vilib_ros.frontend.compiled.lk)
 
 
 def extract_templates_cpu(tmpl_pyr, pos, config: TrackerConfig | None = None):
     """Templates of the features at ``pos`` (N, 2, level-0 pixels) in one pyramid:
     (patch (N, levels, PATCH_AREA) float32, valid (N, levels) uint8), the bank's layout."""
-    cfg = (config or TrackerConfig()).validate()
+    cfg = config or TrackerConfig()
     L = int(cfg.levels)
     tp = _as_pyramid(tmpl_pyr, L)
     pos = np.asarray(pos, np.float32).reshape(-1, 2).astype(np.float64)
@@ -178,9 +152,9 @@ def track_templates_cpu(patch, valid, slots, img_pyr, pred, config: TrackerConfi
     ``pred`` (N, 2) with the illumination ``gain`` / ``offset`` (default 1 / 0) and, for
     ``warp='affine'``, the warp ``affine`` ((N, 4) a11 a12 a21 a22, default identity): the last
     frame's estimates relative to the template. ``warp='translation'`` runs the iteration of
-    :func:`~vilib_ros.frontend.tracker.track_cpu` (which is this with templates taken from one
+    :func:`~vilib_ros.frontend.reference.lk.track_cpu` (which is this with templates taken from one
     pyramid); ``'affine'`` the same with the patch mapped by x = t + A u (:func:`_track_affine`)."""
-    cfg = (config or TrackerConfig()).validate()
+    cfg = config or TrackerConfig()
     L = int(cfg.levels)
     ip = _as_pyramid(img_pyr, L)
     slots = np.asarray(slots, np.int64).reshape(-1)
@@ -219,13 +193,13 @@ def _track_affine(template, ip, pred, A0, cfg: TrackerConfig, active, alpha0, be
     and a start a few pixels off made them diverge. When it converges, on levels with
     AFFINE_PATCH patches an affine phase with all parameters follows (the iteration cap counts
     both); on the other levels the level ends. Stops, oscillation test, statuses and outputs as
-    :func:`~vilib_ros.frontend.tracker.track_cpu`, on the step of the position (the oscillation
+    :func:`~vilib_ros.frontend.reference.lk.track_cpu`, on the step of the position (the oscillation
     test restarts with the affine phase); a warp whose determinant leaves AFFINE_DET_RANGE is
     DIVERGED."""
     L = int(cfg.levels)
     h0, w0 = ip[0].shape
     n = pred.shape[0]
-    _, g_t, o_t = _MODE_INFO[cfg.mode]
+    _, g_t, o_t = MODE_INFO[cfg.mode]
     gslot = 6 if g_t >= 0 else -1
     oslot = (6 + (g_t >= 0)) if o_t >= 0 else -1
     npar = 6 + (g_t >= 0) + (o_t >= 0)

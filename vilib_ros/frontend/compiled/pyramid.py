@@ -1,5 +1,5 @@
-"""Compiled (numba) image pyramid: the 2x2 mean of :mod:`.pyramid`, bit-identical to
-:func:`vilib_ros.frontend.pyramid.build_pyramid_cpu`.
+"""Compiled (numba) image pyramid: the 2x2 mean of :mod:`vilib_ros.frontend.reference.pyramid`,
+bit-identical to :func:`vilib_ros.frontend.reference.pyramid.build_pyramid_cpu`.
 
 Level k+1 = ``(a + b + c + d + 2) >> 2`` over the 2x2 blocks of level k, size ``(h // 2, w // 2)``.
 :class:`CpuPyramid` holds the level buffers (allocated once) and refills them per frame.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from vilib_ros.frontend.pyramid import _check, level_shapes
+from vilib_ros.frontend.config import check_levels, level_shapes
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -30,7 +30,7 @@ def build_pyramid_compiled(img: np.ndarray, levels: int) -> list[np.ndarray]:
     img = np.asarray(img)
     if img.dtype != np.uint8 or img.ndim != 2:
         raise ValueError(f"pyramid input must be a 2D uint8 image, got {img.dtype} with shape {img.shape}")
-    _check(img.shape[1], img.shape[0], levels)
+    check_levels(img.shape[1], img.shape[0], levels)
     out = [img]
     for h, w in level_shapes(img.shape[1], img.shape[0], levels)[1:]:
         dst = np.empty((h, w), np.uint8)
@@ -47,7 +47,7 @@ class CpuPyramid:
     """
 
     def __init__(self, width: int, height: int, levels: int):
-        _check(width, height, levels)
+        check_levels(width, height, levels)
         self.shapes = level_shapes(width, height, levels)
         self.levels: list[np.ndarray] = [np.zeros(s, np.uint8) for s in self.shapes]
 
