@@ -173,13 +173,9 @@ def generated_sequence(duration_s: float, who: str, root: Path = OUTPUT_ROOT) ->
 # ----------------------------------------------------------------------------- compiled kernels
 def _warm_backend() -> None:
     """The backend's compiled functions (what VioEstimator's constructor warms up)."""
-    from vilib_ros.backend import keyframes, schur, triangulation
-    from vilib_ros.backend.imu import warm_up
+    from vilib_ros.backend.estimator import warm_up
 
-    triangulation.warm_up()
     warm_up()
-    keyframes.warm_up()
-    schur.warm_up()
 
 
 def _warm_frontend(cal, stereo: bool) -> None:

@@ -133,6 +133,16 @@ def clean_frame(f: TrackFrame, stereo: bool) -> _Frame:
     return _Frame(int(f.stamp_ns), ids, xy, xr)
 
 
+def warm_up(schur: bool = True) -> None:
+    """Compile (or load from numba's cache) the estimator's compiled functions: the triangulation,
+    the IMU preintegration mean, the keyframe decision and, with ``schur``, the own smoother's kernels."""
+    triangulation_warm_up()
+    imu_warm_up()
+    keyframes_warm_up()
+    if schur:
+        schur_warm_up()
+
+
 class VioEstimator:
     """See the module docstring. Interface: add_imu, add_imu_batch, add_frame, propagate, state_covariance,
     trajectory, write_tum, landmarks, counters, stats."""
@@ -179,11 +189,7 @@ class VioEstimator:
         self.trajectory_record = TrajectoryRecord()
         self._initialised = False
         self._last_frame_t: int | None = None
-        triangulation_warm_up()
-        imu_warm_up()
-        keyframes_warm_up()
-        if self.settings.solver == "schur":
-            schur_warm_up()
+        warm_up(schur=self.settings.solver == "schur")
         # what the first initialisation imports, before any frame is timed
         import cv2  # noqa: F401
         import scipy.spatial.transform  # noqa: F401
