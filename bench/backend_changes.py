@@ -349,7 +349,7 @@ def code_of(rev: str, root: Path) -> Path:
 class RemoteEstimator:
     """A ``VioEstimator`` of the code under ``code`` (this checkout, or a commit's: :func:`code_of`)
     in a subprocess of its own, fed in lockstep (each frame answered before the next row's turn);
-    after :meth:`finish` it has what :func:`bench.accuracy.backend_row` reads of an
+    after :meth:`finish` it has what :func:`bench.sequences.backend_row` reads of an
     estimator."""
 
     def __init__(self, code: Path, config: dict, isam: dict, cam0, cam1, imu_noise):
@@ -424,7 +424,7 @@ def run_lockstep(rows, frames, imu_t, imu_d, cam0, cam1, imu_noise, mode: str, c
 
 def _inputs(name: str, cache: Path, tmp: Path):
     """(data line, gt TUM, cameras, imu, [(input label, frames)]) of a sequence, or a skip reason."""
-    from bench.accuracy import exact_tracks, gt_tum_of, our_tracks, rendered, sequence_config
+    from bench.sequences import exact_tracks, gt_tum_of, our_tracks, rendered, sequence_config
     from vilib_ros.datasets import open_dataset
     from vilib_ros.synthetic import SyntheticSequence
 
@@ -458,7 +458,7 @@ def select_rows(spec: str) -> list:
 def run(sequences, cache: Path, machine: dict, load, modes=("stereo", "mono"), rows=None) -> dict:
     """The table; ``machine`` describes the machine, ``load()`` gives its load average; ``rows``: a
     subset of CHANGES + TRIED (default: all)."""
-    from bench.accuracy import backend_row
+    from bench.sequences import backend_row
 
     _load = load
     logging.getLogger("vilib_ros.backend.estimator").setLevel(logging.ERROR)

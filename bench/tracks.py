@@ -6,7 +6,7 @@ Per variant (a FrontendConfig, :data:`VARIANTS`), from one run of the CPU fronte
 whole sequence (cached like the other rows):
 
 * our tracks against the exact flow by track age (median / p90 / share over 2 px, px), as in
-  :func:`bench.accuracy.track_errors`, over tracks born in windows every 100 frames;
+  :func:`bench.sequences.track_errors`, over tracks born in windows every 100 frames;
 * tracks per frame (median), track lifetime (median and mean final age of the tracks, frames);
 * the backend (today's BackendConfig) on them, stereo and mono: ATE of the causal and the
   smoothed trajectory;
@@ -194,7 +194,7 @@ def deformation_floor(seq, ds, ages=(1, 5, 10, 20, 40), windows: int = 10) -> di
 
 def run_variants(seq, ds, names: list[str], args, cache, tmp, gt_tum) -> list[dict]:
     """One row per variant (see the module docstring)."""
-    from bench.accuracy import backend_row, our_tracks, run_backend, track_errors
+    from bench.sequences import backend_row, our_tracks, run_backend, track_errors
 
     c0, c1 = ds.cameras[0], ds.cameras[1]
     starts = tuple(range(100, max(101, len(seq.frame_stamps_ns) - 100), 100))
@@ -228,7 +228,7 @@ def run_variants(seq, ds, names: list[str], args, cache, tmp, gt_tum) -> list[di
 
 
 def markdown(res: dict) -> str:
-    from bench.accuracy import _f
+    from bench.sequences import fmt as _f
 
     m = res["machine"]
     L = [f"# Tracks an estimator can trust ({res['date']})", "",

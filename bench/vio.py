@@ -137,7 +137,7 @@ def run_mode(ds, device: str, mode: str, alone: bool = True, backend: dict | Non
 
 def run_command(args) -> int:
     from vilib_ros._cuda import device_name, resolve_device
-    from bench.accuracy import rendered
+    from bench.sequences import rendered
     from bench.results import load as _load
     from bench.results import machine as _machine
     from vilib_ros.datasets import open_dataset

@@ -231,10 +231,3 @@ class AslDataset(Dataset):
             raise FrameError("size_mismatch", f"{self._files[cam][index]}: size {img.shape[1]}x{img.shape[0]} "
                                               f"differs from the camera's other images ({size[0]}x{size[1]})")
         return img
-
-
-def open_dataset(path: str | Path) -> Dataset:
-    """Kept for existing imports: the one implementation is :func:`vilib_ros.datasets.open_dataset`."""
-    from . import open_dataset as _open
-
-    return _open(path)
