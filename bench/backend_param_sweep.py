@@ -2,7 +2,7 @@
 time, stereo and mono, on a generated sequence: does the estimator run, or refuse the value with a
 message, and never raise while it runs?
 
-The backend node's parameters are declared with ranges (``vilib_ros.nodes.params.BACKEND_PARAMS``).
+The backend node's parameters are declared with ranges (on the ``BackendConfig`` fields).
 Each case builds a ``BackendConfig`` with one value changed (a ``ValueError`` from ``validate()`` is a
 refusal, with its message) and runs ``VioEstimator`` over the generator's sequence with its IMU. The
 estimator must never raise (an indeterminate system is a counted reset); the trajectory it gives must
@@ -33,14 +33,13 @@ import numpy as np  # noqa: E402
 
 def cases() -> list[tuple[str, object]]:
     from vilib_ros.backend import BackendConfig
-    from vilib_ros.nodes.params import BACKEND_PARAMS, edge_values
+    from vilib_ros.nodes.params import edge_values, specs_from_dataclass
 
-    base = BackendConfig()
     out = []
-    for name, meta in BACKEND_PARAMS.items():
-        if not hasattr(base, name) or name == "mode":      # the mode is the sweep's other axis
+    for spec in specs_from_dataclass(BackendConfig()):
+        if spec.name == "mode":      # the mode is the sweep's other axis
             continue
-        out += [(name, v) for v in edge_values(getattr(base, name), meta.range, meta.choices)]
+        out += [(spec.name, v) for v in edge_values(spec.default, spec.range, spec.choices)]
     return out
 
 

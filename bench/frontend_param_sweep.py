@@ -1,8 +1,8 @@
 """Every declared frontend parameter at the ends of its range, each choice and each flipped bool, one at
 a time, on real frames: does the frontend run, or refuse the value with a clear message?
 
-The ROS parameters of ``frontend_node`` are declared with ranges (``vilib_ros.nodes.params
-.FRONTEND_PARAMS``), and a value inside a range must either work or be refused at construction with a
+The ROS parameters of ``frontend_node`` are declared with ranges (on the ``FrontendConfig`` fields,
+``vilib_ros.nodes.params.specs_from_dataclass``), and a value inside a range must either work or be refused at construction with a
 ``ValueError`` that says why (a value that only makes sense with another one, e.g. ``tracker.levels``
 8 needs 8 ``tracker.patch_sizes``, or a cell larger than the image). Each case here builds the
 ``FeatureTracker`` with that one value changed (and, with ``--partners``, once more with the partner
@@ -40,18 +40,14 @@ PARTNERS = {"tracker.cpu_backend": {"tracker.mode": "translation", "tracker.temp
 
 def cases(partners: bool) -> list[tuple[str, object, dict]]:
     from vilib_ros.frontend import FrontendConfig
-    from vilib_ros.nodes.params import FRONTEND_PARAMS, edge_values
+    from vilib_ros.nodes.params import edge_values, specs_from_dataclass
 
-    cfg = FrontendConfig()
     out = []
-    for name, meta in FRONTEND_PARAMS.items():
-        default = cfg
-        for part in name.split("."):
-            default = getattr(default, part)
-        for v in edge_values(default, meta.range, meta.choices):
-            out.append((name, v, {}))
-            if partners and name in PARTNERS:
-                out.append((name, v, PARTNERS[name]))
+    for spec in specs_from_dataclass(FrontendConfig()):
+        for v in edge_values(spec.default, spec.range, spec.choices):
+            out.append((spec.name, v, {}))
+            if partners and spec.name in PARTNERS:
+                out.append((spec.name, v, PARTNERS[spec.name]))
     return out
 
 

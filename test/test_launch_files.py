@@ -160,6 +160,9 @@ class TestRviz:
 class TestNodeDocumentation:
     @pytest.mark.parametrize("node_name", sorted(NODE_MODULES))
     def test_docstring_documents_interface(self, node_name):
+        """Each node module says what it subscribes, publishes and where its parameters are
+        documented: the generated reference (docs/parameters.md, ``--print-parameters``), or a
+        Parameters section naming every parameter."""
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
         import importlib
 
@@ -167,77 +170,87 @@ class TestNodeDocumentation:
         doc = mod.__doc__
         for section in ("Subscribed", "Published", "Parameters"):
             assert f"\n{section}\n" in doc, f"{node_name}: no {section} section"
-        if node_name == "frontend_node":
-            own = mod.node_specs(True)        # node-level parameters (algorithm ones: printed table)
-        elif node_name == "backend_node":
-            own = mod.node_specs()
-        else:
-            own = mod.parameter_table()
-        # in the Parameters section, as a whole name (a short name such as ``rate`` or ``device`` is also
-        # a word of the prose above it: found anywhere, a parameter missing from the section passed)
         params_doc = doc[doc.index("\nParameters\n"):]
-        for s in own:
-            documented = re.search(rf"(?<![\w.]){re.escape(s.name)}(?![\w])", params_doc) is not None or (
-                s.name.startswith("right.") and "right.*" in params_doc)
-            assert documented, f"{node_name}: parameter {s.name} is not documented in its Parameters section"
+        pointer = f"python -m vilib_ros.nodes.{node_name} --print-parameters"
+        if not ("docs/parameters.md" in params_doc and pointer in params_doc):
+            # as a whole name (a short name such as ``rate`` is also a word of the prose)
+            for s in mod.parameter_table():
+                assert re.search(rf"(?<![\w.]){re.escape(s.name)}(?![\w])", params_doc), \
+                    f"{node_name}: parameter {s.name} is neither in its Parameters section nor does it point at " \
+                    f"docs/parameters.md and `{pointer}`"
         assert callable(mod.main)
         src = Path(mod.__file__).read_text()
         assert 'if __name__ == "__main__":\n    main()' in src
 
+    def test_parameters_md_is_generated_from_the_declarations(self):
+        """docs/parameters.md is what the nodes' parameter tables generate (names, types, defaults,
+        ranges, choices, read-only / live, descriptions)."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("parameters_doc", REPO / "tools" / "parameters_doc.py")
+        tool = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tool)
+        expected = tool.render()
+        actual = (REPO / "docs" / "parameters.md").read_text()
+        assert actual == expected, f"docs/parameters.md differs from the declarations: run {tool.COMMAND}"
+        for node in NODE_MODULES:       # every node, every parameter, in the generated file
+            assert f"## {node}\n" in actual
+            for s in declared(node).values():
+                assert f"| `{s.name}` |" in actual, f"{node}.{s.name}"
+
+
+def _leaf_fields(obj, prefix=""):
+    """(dotted name, dataclass field) of every non-dataclass field of ``obj``."""
+    import dataclasses
+
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            yield from _leaf_fields(v, prefix + f.name + ".")
+        else:
+            yield prefix + f.name, f
+
 
 class TestOneSourceOfTruth:
-    """Issue 16: each parameter's range, choices and help live once (vilib_ros.nodes.params
-    FRONTEND_PARAMS / BACKEND_PARAMS); everything else is derived from them or checked here.
-    Before, detector.threshold's range was written three times and disagreed."""
+    """Each algorithm parameter's help, range, choices and liveness are written once, on its
+    dataclass field (vilib_ros.params_meta.param); the ROS parameters, --print-parameters and
+    docs/parameters.md are derived from them, and validate() agrees with them."""
 
-    @staticmethod
-    def _norm(text: str) -> str:
-        return " ".join(text.split())
-
-    @pytest.mark.parametrize("node_name,fn", [("frontend_node", "frontend_specs"), ("backend_node", "backend_specs")])
-    def test_docstring_table_is_the_code_table(self, node_name, fn):
-        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-        import importlib
-
-        from vilib_ros.nodes.params import format_table
-
-        mod = importlib.import_module(f"vilib_ros.nodes.{node_name}")
-        table = format_table(getattr(mod, fn)())
-        assert self._norm(table) in self._norm(mod.__doc__), \
-            f"{node_name}'s docstring table differs from --print-parameters; paste:\n{table}"
-
-    def test_every_field_has_one_entry(self):
-        import dataclasses
-
+    @pytest.mark.parametrize("which", ["frontend", "backend"])
+    def test_every_field_carries_its_parameter_metadata(self, which):
         from vilib_ros.backend.config import BackendConfig
         from vilib_ros.frontend import FrontendConfig
-        from vilib_ros.nodes.params import BACKEND_PARAMS, FRONTEND_PARAMS
+        from vilib_ros.params_meta import param_meta
 
-        def names(obj, prefix=""):
-            out = set()
-            for f in dataclasses.fields(obj):
-                v = getattr(obj, f.name)
-                out |= names(v, prefix + f.name + ".") if dataclasses.is_dataclass(v) else {prefix + f.name}
-            return out
+        obj = FrontendConfig() if which == "frontend" else BackendConfig()
+        for name, f in _leaf_fields(obj):
+            meta = param_meta(f)
+            assert meta is not None and meta.help.strip(), f"{name}: no param() metadata with a help text"
+            assert meta.range is None or meta.choices is None, f"{name}: both a range and choices"
 
-        assert names(FrontendConfig()) == set(FRONTEND_PARAMS)
-        assert names(BackendConfig()) == set(BACKEND_PARAMS)
+    def test_live_marking_is_declared_and_used(self):
+        """The frontend's live fields (FeatureTracker.apply_config keeps the tracker for them) are the
+        fields whose metadata says live, and only frontend fields say it."""
+        from vilib_ros.backend.config import BackendConfig
+        from vilib_ros.frontend.config import FrontendConfig, live_fields
+        from vilib_ros.params_meta import param_meta
+
+        live = live_fields(FrontendConfig())
+        assert {"detector.threshold", "tracker.max_iterations", "fb_threshold"} <= live
+        assert not live & {"detector.levels", "tracker.mode", "stereo", "use_graph"}
+        assert not any(param_meta(f).live for _, f in _leaf_fields(BackendConfig()))
 
     @pytest.mark.parametrize("which", ["frontend", "backend"])
     def test_validate_accepts_the_whole_declared_range(self, which):
         """Every value ROS lets through (range ends, choices) must pass the dataclass's validate():
         otherwise a parameter set succeeds in ROS and then fails in the node."""
-        import dataclasses
-
-        from vilib_ros.nodes.params import BACKEND_PARAMS, FRONTEND_PARAMS, build_dataclass
+        from vilib_ros.nodes.params import build_dataclass, specs_from_dataclass
 
         if which == "frontend":
             from vilib_ros.frontend import FrontendConfig as cls
-            table = FRONTEND_PARAMS
         else:
             from vilib_ros.backend.config import BackendConfig as cls
-            table = BACKEND_PARAMS
-        base = cls()
         # values that only make sense together are checked with their partner at a valid value
         partners = {"kf_max_interval_s": {"window_s": 600.0, "kf_min_interval_s": 0.001},
                     "kf_min_interval_s": {"kf_max_interval_s": 10.0, "window_s": 600.0},
@@ -248,16 +261,16 @@ class TestOneSourceOfTruth:
                     "tracker.levels": {"tracker.patch_sizes": [8] * 8},
                     "fb_levels": {"tracker.levels": 8, "tracker.patch_sizes": [8] * 8}}
         bad = []
-        for name, meta in table.items():
-            values = list(meta.choices or ())
-            if meta.range is not None:
-                lo, hi = meta.range[0], meta.range[1]
-                values += [lo, hi]
+        specs = specs_from_dataclass(cls())
+        assert len(specs) == len(list(_leaf_fields(cls())))
+        for spec in specs:
+            values = list(spec.choices or ())
+            if spec.range is not None:
+                values += [spec.range[0], spec.range[1]]
             for v in values:
-                cfg = build_dataclass(cls, {name: v, **partners.get(name, {})})
+                cfg = build_dataclass(cls, {spec.name: v, **partners.get(spec.name, {})})
                 try:
                     cfg.validate()
                 except ValueError as exc:
-                    bad.append(f"{name} = {v!r}: {exc}")
+                    bad.append(f"{spec.name} = {v!r}: {exc}")
         assert not bad, "inside the declared range/choices but refused by validate():\n" + "\n".join(bad)
-        assert dataclasses.is_dataclass(base)

@@ -1,58 +1,93 @@
 """Backend configuration (:class:`BackendConfig`, validated once by the estimator, and the options that
 differ between stereo and mono resolved once for its mode: :class:`ModeSettings`) and the records it
-outputs (:class:`VioState`, :class:`StateCovariance`)."""
+outputs (:class:`VioState`, :class:`StateCovariance`). Each field of :class:`BackendConfig` carries its
+help, range and choices (:func:`vilib_ros.params_meta.param`): the backend node declares its parameters
+from them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from vilib_ros.params_meta import param
+
+SOLVERS = ("schur", "isam2")
+MODES = ("stereo", "mono", "auto")
+
 
 @dataclass
 class BackendConfig:
     # --- sliding window ---
-    window_s: float = 2.0               # the smoother's lag, seconds (solver 'schur' ends a landmark when its
-                                        # first state leaves: a longer window keeps it longer; iSAM2's update
-                                        # time grows with the window)
-    mono_window_s: float = 2.5          # mono mode uses max(window_s, mono_window_s): the metric scale needs
-                                        # a longer window
-    marginalise_every_s: float = 1.0    # old states leave the smoother in batches, this often: the window
-                                        # then spans window_s .. window_s + this (0 = every keyframe); the
-                                        # updates between batches do not re-eliminate the whole window
-    mono_marginalise_every_s: float = 1.5  # mono mode's marginalise_every_s (in proportion to its longer window)
-    mode: str = "auto"                  # 'stereo' | 'mono' | 'auto' (stereo if cam1 is given;
-                                        # in the backend node: stereo:=true)
+    # solver 'schur' ends a landmark when its first state leaves: a longer window keeps it longer;
+    # iSAM2's update time grows with the window
+    window_s: float = field(default=2.0, metadata=param("the smoother's lag, seconds", range=(0.1, 600.0)))
+    mono_window_s: float = field(default=2.5, metadata=param(
+        "mono mode uses max(window_s, mono_window_s): scale needs it", range=(0.1, 600.0)))
+    # the updates between batches do not re-eliminate the whole window
+    marginalise_every_s: float = field(default=1.0, metadata=param(
+        "old states leave the smoother in batches this often; the window then spans window_s .. window_s + "
+        "this, s (0 = every keyframe)", range=(0.0, 60.0)))
+    # in proportion to mono's longer window
+    mono_marginalise_every_s: float = field(default=1.5, metadata=param(
+        "mono mode's marginalise_every_s, s", range=(0.0, 60.0)))
+    mode: str = field(default="auto", metadata=param(
+        "'stereo' | 'mono' | 'auto' (stereo where the right camera is given: stereo:=true in the backend node)",
+        choices=MODES))
     # --- keyframe selection ---
-    kf_min_interval_s: float = 0.08
-    kf_max_interval_s: float = 0.4      # time criterion
-    kf_parallax_px: float = 12.0        # rotation-compensated median parallax vs last keyframe
-    kf_track_fraction: float = 0.65     # fewer of the last keyframe's tracks survive -> keyframe
-    kf_min_tracks: int = 30             # fewer tracks -> keyframe
-    zero_velocity_updates: bool = True  # at rest: zero-velocity prior + no-motion pose factor
-    still_parallax_px: float = 1.5      # rest = median parallax below this AND a static IMU window
-    still_velocity_sigma: float = 0.005  # m/s
+    kf_min_interval_s: float = field(default=0.08, metadata=param(
+        "shortest time between keyframes, s", range=(0.001, 10.0)))
+    kf_max_interval_s: float = field(default=0.4, metadata=param(
+        "longest time between keyframes, s", range=(0.001, 60.0)))
+    kf_parallax_px: float = field(default=12.0, metadata=param(
+        "keyframe when the rotation-compensated median parallax to the last keyframe exceeds this, px",
+        range=(0.0, 1000.0)))
+    kf_track_fraction: float = field(default=0.65, metadata=param(
+        "fewer of the last keyframe's tracks survive -> keyframe", range=(0.0, 1.0)))
+    kf_min_tracks: int = field(default=30, metadata=param(
+        "keyframe when fewer tracks than this are left", range=(0, 100000)))
+    zero_velocity_updates: bool = field(default=True, metadata=param(
+        "at rest: zero-velocity prior + no-motion pose factor"))
+    still_parallax_px: float = field(default=1.5, metadata=param(
+        "rest = median parallax below this AND a static IMU window", range=(0.0, 1000.0)))
+    still_velocity_sigma: float = field(default=0.005, metadata=param(
+        "velocity sigma of the zero-velocity prior at rest, m/s", range=(1e-06, 100.0)))
     # --- landmarks ---
-    max_landmarks_per_kf: int = 60      # observations added per keyframe (longest tracks first)
-    landmark_grid: int = 0              # > 0: spread them over a grid of this many cells per side (each
-                                        # cell's longest track first, then each cell's second, ...)
-    mono_max_landmarks_per_kf: int = 45  # mono mode's max_landmarks_per_kf (spread over the grid below, fewer
-                                        # observations are as accurate at less update time)
-    mono_landmark_grid: int = 4         # mono mode's landmark_grid (stereo leaves it off: it made stereo less
-                                        # accurate)
-    min_depth: float = 0.3
-    max_depth: float = 25.0
-    min_disparity_px: float = 1.0
-    mono_min_parallax_deg: float = 1.5  # triangulation angle before a mono landmark is created
-    pixel_sigma: float = 1.0
-    landmark_prior_sigma: float = 5.0   # m, weak prior at creation (0 = none)
-    landmark_prior_stereo: bool = False  # stereo mode too (a stereo observation alone fixes the point: the
-                                        # prior only costs update time there; mono needs it)
-    huber_k: float = 1.345              # in sigmas
-    chi2_stereo: float = 11.34          # 99 % of chi2(3)
-    chi2_mono: float = 9.21             # 99 % of chi2(2)
-    max_outlier_count: int = 10         # rejected observations before a track is blacklisted
-    retriangulate_outliers: bool = True  # a rejected observation ends the landmark; the track starts a new one
-    landmark_max_span_s: float = 0.0   # a landmark older than this is ended, its track starts a new one (0 = never)
+    max_landmarks_per_kf: int = field(default=60, metadata=param(
+        "observations added per keyframe (longest tracks first)", range=(1, 100000)))
+    # each cell's longest track first, then each cell's second, ...
+    landmark_grid: int = field(default=0, metadata=param(
+        "> 0: the observations of a keyframe spread over a grid of this many cells per side, each cell's longest "
+        "track first (0 = off)", range=(0, 1000)))
+    # spread over the grid below, fewer observations are as accurate at less update time
+    mono_max_landmarks_per_kf: int = field(default=45, metadata=param(
+        "mono mode's max_landmarks_per_kf", range=(1, 100000)))
+    # stereo leaves the grid off: it is less accurate there
+    mono_landmark_grid: int = field(default=4, metadata=param("mono mode's landmark_grid", range=(0, 1000)))
+    min_depth: float = field(default=0.3, metadata=param("nearest landmark depth accepted, m", range=(0.0, 1000.0)))
+    max_depth: float = field(default=25.0, metadata=param(
+        "farthest landmark depth accepted, m", range=(0.0, 100000.0)))
+    min_disparity_px: float = field(default=1.0, metadata=param(
+        "smallest stereo disparity for a landmark, px", range=(0.0, 1000.0)))
+    mono_min_parallax_deg: float = field(default=1.5, metadata=param(
+        "triangulation angle before a mono landmark is created", range=(0.0, 90.0)))
+    pixel_sigma: float = field(default=1.0, metadata=param("reprojection noise sigma, px", range=(1e-06, 100.0)))
+    landmark_prior_sigma: float = field(default=5.0, metadata=param(
+        "weak landmark prior at creation, m (0 = none)", range=(0.0, 1000000.0)))
+    # in stereo the prior only costs update time; mono needs it
+    landmark_prior_stereo: bool = field(default=False, metadata=param(
+        "stereo mode: new landmarks get the weak prior too (a stereo observation alone fixes the point)"))
+    huber_k: float = field(default=1.345, metadata=param(
+        "Huber threshold of the visual factors, in sigmas", range=(1e-06, 100.0)))
+    chi2_stereo: float = field(default=11.34, metadata=param(
+        "stereo outlier gate (99 % of chi2(3))", range=(0.0, 1000000.0)))
+    chi2_mono: float = field(default=9.21, metadata=param(
+        "mono outlier gate (99 % of chi2(2))", range=(0.0, 1000000.0)))
+    max_outlier_count: int = field(default=10, metadata=param(
+        "rejected observations before a track is blacklisted", range=(0, 1000000)))
+    retriangulate_outliers: bool = field(default=True, metadata=param(
+        "a rejected observation ends its landmark; the track starts a new one"))
+    landmark_max_span_s: float = field(default=0.0, metadata=param(
+        "a landmark older than this is ended and its track starts a new one (0 = never), s", range=(0.0, 600.0)))
     # --- IMU ---
     # The sensor.yaml densities are datasheet values of a sensor at rest; on a flying multicopter
     # rotor vibration makes the effective white noise many times larger, and the biases drift
@@ -61,53 +96,79 @@ class BackendConfig:
     # imu_noise_measured: the white-noise density of the last imu_noise_window_s of samples (first
     # differences, robust) per keyframe interval, so a quiet sensor keeps its datasheet noise and a
     # vibrating one gets what it shows.
-    imu_noise_measured: bool = True     # measure the white-noise density from the IMU stream
-    imu_noise_scale: float = 1.0        # fixed white-noise multiplier where imu_noise_measured is false
-    imu_noise_window_s: float = 1.0     # samples the measured scale looks at
-    imu_noise_scale_max: float = 100.0  # bound of the measured scale
-    imu_walk_scale: float = 5.0         # multiplies the bias random walks
-    gravity: float = 9.81
-    imu_max_gap_s: float = 0.1          # a longer hole between IMU samples is never integrated across
-    imu_max_gyro: float = 35.0          # rad/s (2000 deg/s, the ADIS16448 range): larger samples are rejected
-    imu_max_acc: float = 160.0          # m/s^2 (16 g): larger samples are rejected
+    imu_noise_measured: bool = field(default=True, metadata=param(
+        "measure the IMU white-noise density from the stream"))
+    imu_noise_scale: float = field(default=1.0, metadata=param(
+        "fixed IMU white-noise multiplier where imu_noise_measured is false", range=(1e-06, 1000000.0)))
+    imu_noise_window_s: float = field(default=1.0, metadata=param(
+        "IMU samples the measured noise scale looks at, s", range=(0.05, 60.0)))
+    imu_noise_scale_max: float = field(default=100.0, metadata=param(
+        "bound of the measured IMU noise scale", range=(1.0, 1000000.0)))
+    imu_walk_scale: float = field(default=5.0, metadata=param(
+        "multiplies the IMU bias random walks", range=(1e-06, 1000000.0)))
+    gravity: float = field(default=9.81, metadata=param("gravity magnitude, m/s^2", range=(0.0, 100.0)))
+    imu_max_gap_s: float = field(default=0.1, metadata=param(
+        "a longer hole between IMU samples is never integrated across, s", range=(0.001, 10.0)))
+    # 2000 deg/s and 16 g: the ADIS16448's range
+    imu_max_gyro: float = field(default=35.0, metadata=param(
+        "IMU samples with a larger angular rate are rejected (sensor range), rad/s", range=(0.1, 1000.0)))
+    imu_max_acc: float = field(default=160.0, metadata=param(
+        "IMU samples with a larger acceleration are rejected (sensor range), m/s^2", range=(1.0, 10000.0)))
     # --- initialisation ---
-    init_window_s: float = 0.5
-    static_gyro_std: float = 0.01       # rad/s, std of the 10 block means of the init window
-    static_acc_std: float = 0.15        # m/s^2, std of the 10 block means
-    static_gyro_mean: float = 0.15      # rad/s (|mean gyro| at rest = the bias)
-    dynamic_init_frames: int = 20       # stereo: frames for the moving-start alignment
-    mono_init_window_s: float = 2.0     # mono: window for the moving-start alignment
+    init_window_s: float = field(default=0.5, metadata=param(
+        "IMU window of the static initialisation, s", range=(0.0, 60.0)))
+    static_gyro_std: float = field(default=0.01, metadata=param(
+        "rad/s, std of the 10 block means of the init window", range=(0.0, 100.0)))
+    static_acc_std: float = field(default=0.15, metadata=param("m/s^2, std of the 10 block means", range=(0.0, 100.0)))
+    static_gyro_mean: float = field(default=0.15, metadata=param(
+        "rad/s (|mean gyro| at rest = the bias)", range=(0.0, 100.0)))
+    dynamic_init_frames: int = field(default=20, metadata=param(
+        "stereo: frames for the moving-start alignment", range=(2, 1000)))
+    mono_init_window_s: float = field(default=2.0, metadata=param(
+        "mono: window for the moving-start alignment", range=(0.0, 600.0)))
     # --- optimisation ---
-    relinearize_threshold: float = 0.01  # larger ones leave linearisation errors of the order of the accuracy
-    relinearize_threshold_landmarks: float = 0.01  # landmarks' own threshold (m); a larger one saves update time
-                                        # at some cost in accuracy on some sequences
-    relinearize_skip: int = 1
-    partial_relinearization_check: bool = False
-    extra_updates: int = 0              # extra iSAM2 iterations per keyframe
-    solver: str = "schur"               # stereo mode's smoother: 'schur', our own Gauss-Newton with the landmarks
-                                        # eliminated (schur_smoother; a landmark leaves with the first state that
-                                        # saw it); 'isam2', gtsam's iSAM2 (isam2_smoother)
-    mono_solver: str = "isam2"          # mono mode's smoother ('schur' is less accurate in mono)
-    schur_keep_landmarks: int = 0       # solver 'schur' marginalisation: > 0: a landmark a leaving state saw is
-                                        # marginalised all the same and then goes on in the window from its
-                                        # estimate where at least this many of its observations are by remaining
-                                        # states (VINS-Mono's depth shift; less accurate here);
-                                        # 0: it leaves with the first state that saw it
-    rooted_smoother: bool = True        # the newest state in the Bayes tree's root: its covariance without a
-                                        # shortcut (isam2_smoother.RootedFixedLagSmoother); false: gtsam's
-                                        # IncrementalFixedLagSmoother
+    # larger relinearisation thresholds leave linearisation errors of the order of the accuracy (poses);
+    # a larger one for the landmarks saves update time at some cost in accuracy on some sequences
+    relinearize_threshold: float = field(default=0.01, metadata=param(
+        "relinearisation threshold of poses, velocities and biases (iSAM2; the own smoother: of its inertial "
+        "factors)", range=(0.0, 10.0)))
+    relinearize_threshold_landmarks: float = field(default=0.01, metadata=param(
+        "iSAM2 relinearisation threshold of landmarks, m", range=(0.0, 10.0)))
+    relinearize_skip: int = field(default=1, metadata=param(
+        "iSAM2 relinearises every this many updates", range=(1, 1000)))
+    partial_relinearization_check: bool = field(default=False, metadata=param(
+        "iSAM2 partial relinearisation check"))
+    extra_updates: int = field(default=0, metadata=param("extra iSAM2 iterations per keyframe", range=(0, 100)))
+    # 'schur': schur_smoother (a landmark leaves with the first state that saw it); 'isam2': isam2_smoother
+    solver: str = field(default="schur", metadata=param(
+        "stereo mode's smoother: our own Gauss-Newton with the landmarks eliminated (schur), or gtsam's iSAM2",
+        choices=SOLVERS))
+    # 'schur' is less accurate in mono
+    mono_solver: str = field(default="isam2", metadata=param("mono mode's smoother", choices=SOLVERS))
+    # > 0 is less accurate here
+    schur_keep_landmarks: int = field(default=0, metadata=param(
+        "own smoother's marginalisation: > 0, a landmark a leaving state saw goes on in the window from its "
+        "estimate where at least this many of its observations are by remaining states (VINS-Mono's depth "
+        "shift); 0, it leaves with that state", range=(0, 1000)))
+    # isam2_smoother.RootedFixedLagSmoother: the newest state's covariance without a shortcut
+    rooted_smoother: bool = field(default=True, metadata=param(
+        "iSAM2 eliminates landmarks first and the newest state last (its covariance from the root clique); "
+        "false: gtsam's IncrementalFixedLagSmoother"))
     # --- failure handling ---
-    max_speed: float = 30.0             # m/s
-    max_gyro_bias: float = 0.3          # rad/s
-    max_acc_bias: float = 2.0           # m/s^2
+    max_speed: float = field(default=30.0, metadata=param(
+        "speed above which the estimate counts as diverged (reset), m/s", range=(0.0, 10000.0)))
+    max_gyro_bias: float = field(default=0.3, metadata=param(
+        "gyro bias above which the estimate counts as diverged, rad/s", range=(0.0, 100.0)))
+    max_acc_bias: float = field(default=2.0, metadata=param(
+        "accelerometer bias above which the estimate counts as diverged, m/s^2", range=(0.0, 100.0)))
 
     def validate(self) -> "BackendConfig":
-        if self.solver not in ("isam2", "schur") or self.mono_solver not in ("isam2", "schur"):
+        if self.solver not in SOLVERS or self.mono_solver not in SOLVERS:
             raise ValueError(f"solver and mono_solver must be 'isam2' or 'schur', got {self.solver!r} and "
                              f"{self.mono_solver!r}")
         if self.window_s <= 0:
             raise ValueError(f"window_s must be > 0, got {self.window_s}")
-        if self.mode not in ("stereo", "mono", "auto"):
+        if self.mode not in MODES:
             raise ValueError(f"mode must be 'stereo', 'mono' or 'auto', got {self.mode!r}")
         if not 0 < self.kf_min_interval_s <= self.kf_max_interval_s:
             raise ValueError("need 0 < kf_min_interval_s <= kf_max_interval_s")

@@ -1,16 +1,19 @@
 """The frontend's configuration: what a :class:`~vilib_ros.frontend.FeatureTracker` is built
 with, its checks, and the constants and compile-time defines the kernels share with the host.
 
-* :class:`DetectorConfig`, :class:`TrackerConfig`, :class:`FrontendConfig`. A field whose
-  metadata says ``live`` can change on a running tracker (``FeatureTracker.apply_config``:
-  kernel scalars and host-side thresholds, read at every frame); a change of any other field is
+* :class:`DetectorConfig`, :class:`TrackerConfig`, :class:`FrontendConfig`. Each field carries
+  its help, range, choices and liveness (:func:`vilib_ros.params_meta.param`): the one place they
+  are written; the nodes' ROS parameters and ``docs/parameters.md`` are derived from it. A
+  ``live`` field can change on a running tracker (``FeatureTracker.apply_config``: kernel
+  scalars and host-side thresholds, read at every frame); a change of any other field is
   structural and the caller builds a new tracker. :func:`live_fields` lists them.
-* Checks, each made once where a configuration is built or changed (``validate()``; the
-  factories and ``FeatureTracker`` call it on what they are given, the implementations trust
-  it): the configurations' own ranges, :func:`check_levels` (a pyramid),
-  :func:`check_geometry` (the detector's cells and border against an image),
-  :func:`check_capacity` (the GPU track table), :func:`check_buildable` (all of them for one
-  tracker), and the detector's input checks :func:`check_image` / :func:`check_occupancy`.
+* Checks, each made once on the way to the kernels: ``validate()`` (the configurations' own
+  ranges) where a configuration is built or changed (``FeatureTracker`` and the factories'
+  ``make_detector`` / ``make_tracker`` on what they are given, unless told it is validated;
+  the implementations trust it), :func:`check_fits` (the detector's cells and border against
+  an image, the GPU track table), :func:`check_buildable` (both, for one tracker),
+  :func:`check_levels` (a pyramid), and the detector's input checks :func:`check_image` /
+  :func:`check_occupancy`.
 * Shared geometry and layouts: :func:`level_shapes`, :func:`grid_shape_for`, the LK parameter
   slots (:data:`MODE_INFO`), the stored-template layout (:data:`PATCH_AREA`,
   :data:`BANK_STRIDE`), the track table's header slots and counters (:data:`HEADER`,
@@ -18,6 +21,13 @@ with, its checks, and the constants and compile-time defines the kernels share w
 * Kernel defines (``-D`` options of ``kernels/*.cu``), one function per kernel file:
   :func:`fast_defines`, :func:`nms_defines`, :func:`lk_defines`, :func:`frontend_defines`,
   :func:`ransac_defines`.
+
+A parameter's way from the node to the kernel, ``detector.threshold`` for one: config/euroc.yaml
+(or ``-p``) sets the ROS parameter that ``frontend_node`` declared from this field's metadata
+(rclpy checks the range); ``nodes.frontend_setup.build_config`` puts the values into a
+:class:`FrontendConfig`, validated once there; ``FeatureTracker(..., validated=True)`` hands it
+to the factory's pipeline, whose detector passes ``threshold_int`` to ``fast.cu``'s CRF kernel
+(a live change: ``apply_config`` swaps the detector's configuration, read at the next frame).
 
 No implementation is imported here: the twins (``gpu/``, ``compiled/``, ``reference/``) and the
 factory import this module, never the other way round.
@@ -31,8 +41,7 @@ import numpy as np
 
 from vilib_ros.frontend.ransac import (HYPOTHESES, INVERSE_ITERATIONS, LANES, LO_ITERATIONS, MIN_INLIERS, SAMPLE, SQRT2,
                                        STATE)
-
-LIVE = {"live": True}       # field metadata: changeable on a running tracker
+from vilib_ros.params_meta import param, param_meta
 
 # ----------------------------------------------------------------------------- value sets
 
@@ -41,6 +50,7 @@ SCORE_CODES = {name: i for i, name in enumerate(SCORES)}
 MODES = ("translation", "offset", "gain", "gain_offset")
 TEMPLATES = ("previous", "reference")
 WARPS = ("translation", "affine")
+CPU_BACKENDS = ("numpy", "opencv")
 #: LK parameters per mode: (count, gain slot, offset slot), as ModeInfo<> of kernels/lk.cu
 MODE_INFO = {
     "translation": (2, -1, -1),
@@ -54,14 +64,19 @@ MODE_INFO = {
 
 @dataclass
 class DetectorConfig:
-    threshold: float = field(default=10.0, metadata=LIVE)  # eps, intensity levels (floor is used), 1..254
-    arc_length: int = 10        # N, 9..12
-    score: str = "sad_arc"      # 'sad_circle' | 'sad_arc' | 'max_threshold'
-    levels: int = 2             # detection pyramid levels l, 1..4
-    cell_width: int = 32        # level-0 pixels, a multiple of 32
-    cell_height: int = 32       # level-0 pixels, a multiple of 2**(levels-1)
-    nms_radius: int = 1         # n: (2n+1)^2 Moore neighbourhood, 1..4
-    border: int = 8             # pixels skipped at every level's edge, >= 3
+    threshold: float = field(default=10.0, metadata=param(
+        "FAST threshold eps (intensity levels; the floor is used)", range=(1.0, 254.0), live=True))
+    arc_length: int = field(default=10, metadata=param("FAST contiguous arc length N", range=(9, 12)))
+    score: str = field(default="sad_arc", metadata=param(
+        "corner score: SAD over the circle, SAD over the arc, or max threshold", choices=SCORES))
+    levels: int = field(default=2, metadata=param("pyramid levels used for detection", range=(1, 4)))
+    cell_width: int = field(default=32, metadata=param(
+        "NMS cell width in level-0 pixels (multiple of 32)", range=(32, 1024, 32)))
+    cell_height: int = field(default=32, metadata=param(
+        "NMS cell height in level-0 pixels (multiple of 2^(levels-1))", range=(1, 1024)))
+    nms_radius: int = field(default=1, metadata=param(
+        "NMS Moore neighbourhood radius n ((2n+1)^2 pixels)", range=(1, 4)))
+    border: int = field(default=8, metadata=param("pixels skipped at each level's edge", range=(3, 256)))
 
     def validate(self) -> "DetectorConfig":
         def is_int(v):
@@ -109,30 +124,41 @@ class DetectorConfig:
 
 @dataclass
 class TrackerConfig:
-    mode: str = "gain_offset"                 # translation | offset | gain | gain_offset
-    levels: int = 5                           # pyramid levels used (0..levels-1)
-    patch_sizes: tuple = (16, 16, 16, 8, 8)   # per level, 16 or 8
-    max_iterations: int = field(default=30, metadata=LIVE)   # per level
-    eps: float = field(default=5e-4, metadata=LIVE)          # stop when dtx^2 + dty^2 < eps (level pixels)
-    # flat-patch test: min eigenvalue of the gradient matrix / P^2 (intensities in [0,1])
-    min_eigen: float = field(default=1e-5, metadata=LIVE)
-    # mean |residual| (0..255) above which a track is DIVERGED; 0 = off
-    max_residual: float = field(default=0.0, metadata=LIVE)
-    # oscillation stop (both: take back half of the last update, the level ends as converged; 0 = off):
-    # OpenCV's 'jumping back and forth': |dq_k + dq_k-1| < osc_eps in x and y (level px)
-    osc_eps: float = 0.01
-    # a reversal that does not shrink: dq_k . dq_k-1 < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2
-    osc_growth: float = 1.0
-    cpu_backend: str = "numpy"                # numpy | opencv (translation only)
-    # what a track is tracked against (see vilib_ros.frontend.reference.templates): previous: the
-    # last frame's patch | reference: the patch of the frame where the track was detected
-    template: str = "reference"
-    # reference: take a new template where the residual (0..255) exceeds this; 0 = never
-    template_refresh_residual: float = field(default=0.0, metadata=LIVE)
-    # reference: take a new template after this many frames; 0 = never
-    template_max_age: int = field(default=0, metadata=LIVE)
-    # translation | affine: the patch's deformation since the template (2x2 matrix, per track)
-    warp: str = "affine"
+    mode: str = field(default="gain_offset", metadata=param(
+        "LK photometric model: translation, +offset, +gain, +gain+offset", choices=MODES))
+    levels: int = field(default=5, metadata=param("pyramid levels used for tracking", range=(1, 8)))
+    patch_sizes: tuple = field(default=(16, 16, 16, 8, 8), metadata=param("LK patch size per level (8 or 16)"))
+    max_iterations: int = field(default=30, metadata=param("LK iterations per level", range=(1, 1000), live=True))
+    eps: float = field(default=5e-4, metadata=param(
+        "LK convergence: stop when the squared update is below this (level pixels^2)", range=(1e-12, 1.0),
+        live=True))
+    # the gradient matrix of intensities in [0, 1]
+    min_eigen: float = field(default=1e-5, metadata=param(
+        "reject flat patches: min eigenvalue of the gradient matrix / patch area", range=(0.0, 1.0), live=True))
+    max_residual: float = field(default=0.0, metadata=param(
+        "mean |residual| above which a track is dropped (0 = off)", range=(0.0, 255.0), live=True))
+    # the oscillation stops (either: take back half of the last update, the level ends as converged)
+    osc_eps: float = field(default=0.01, metadata=param(
+        "OpenCV's 'jumping back and forth': |dq_k + dq_k-1| < osc_eps in x and y (level px; 0 = off)",
+        range=(0.0, 100.0)))
+    osc_growth: float = field(default=1.0, metadata=param(
+        "a reversal that does not shrink: dq_k . dq_k-1 < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2 (0 = off)",
+        range=(0.0, 100.0)))
+    cpu_backend: str = field(default="numpy", metadata=param(
+        "CPU LK implementation (opencv: frame to frame, translation only: mode, warp translation, template "
+        "previous)", choices=CPU_BACKENDS))
+    # see vilib_ros.frontend.reference.templates
+    template: str = field(default="reference", metadata=param(
+        "LK template: the previous frame's patch, or the patch of the frame where the track was detected",
+        choices=TEMPLATES))
+    template_refresh_residual: float = field(default=0.0, metadata=param(
+        "reference: take the template again where the mean |residual| exceeds this (0..255; 0 = never)",
+        range=(0.0, 255.0), live=True))
+    template_max_age: int = field(default=0, metadata=param(
+        "reference: take the template again after this many frames (0 = never)", range=(0, 100000), live=True))
+    # affine: a 2x2 matrix per track
+    warp: str = field(default="affine", metadata=param(
+        "LK warp: translation, or affine (the patch's deformation since its template)", choices=WARPS))
 
     def validate(self) -> "TrackerConfig":
         if self.mode not in MODES:
@@ -150,7 +176,7 @@ class TrackerConfig:
             raise ValueError(f"TrackerConfig.osc_eps and osc_growth must be >= 0, got {self.osc_eps!r}, {self.osc_growth!r}")
         if not self.min_eigen >= 0 or not self.max_residual >= 0:
             raise ValueError("TrackerConfig.min_eigen and max_residual must be >= 0")
-        if self.cpu_backend not in ("numpy", "opencv"):
+        if self.cpu_backend not in CPU_BACKENDS:
             raise ValueError(f"TrackerConfig.cpu_backend must be numpy|opencv, got {self.cpu_backend!r}")
         if self.cpu_backend == "opencv" and self.mode != "translation":
             raise ValueError("TrackerConfig.cpu_backend='opencv' supports mode='translation' only")
@@ -182,20 +208,33 @@ class TrackerConfig:
 class FrontendConfig:
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
-    max_features: int = 0              # target track count; 0 = number of detector cells
-    min_track_fraction: float = field(default=0.3, metadata=LIVE)    # redetect when live tracks < fraction * target
-    fb_check: bool = True              # forward-backward check
-    fb_threshold: float = field(default=0.5, metadata=LIVE)          # px
-    # pyramid levels of the backward track, finest first; 0 = the tracker's levels
-    fb_levels: int = field(default=0, metadata=LIVE)
-    ransac: bool = True                # fundamental-matrix RANSAC on undistorted points
-    ransac_threshold: float = field(default=1.0, metadata=LIVE)      # px (converted with fx)
-    ransac_confidence: float = field(default=0.99, metadata=LIVE)
-    imu_prediction: bool = field(default=True, metadata=LIVE)        # use gyro samples when given
-    imu_max_gap_ms: float = field(default=50.0, metadata=LIVE)
-    stereo: bool = True                # track into image_right when given
-    stereo_epipolar_threshold: float = field(default=2.0, metadata=LIVE)  # px; 0 = off
-    use_graph: bool = True             # GPU: CUDA-graph the per-frame sequence
+    max_features: int = field(default=0, metadata=param(
+        "target track count (0 = one per detector cell)", range=(0, 100000)))
+    min_track_fraction: float = field(default=0.3, metadata=param(
+        "redetect when live tracks drop below this fraction of the target", range=(0.0, 1.0), live=True))
+    fb_check: bool = field(default=True, metadata=param("forward-backward consistency check of every track"))
+    fb_threshold: float = field(default=0.5, metadata=param(
+        "forward-backward error limit (pixels)", range=(1e-06, 1000.0), live=True))
+    fb_levels: int = field(default=0, metadata=param(
+        "pyramid levels of the forward-backward check's backward track, finest first; it starts at the track's "
+        "old position (0 = all of tracker.levels; at most tracker.levels)", range=(0, 8), live=True))
+    # on undistorted points; the pixel threshold is converted with fx
+    ransac: bool = field(default=True, metadata=param("fundamental-matrix RANSAC outlier rejection"))
+    ransac_threshold: float = field(default=1.0, metadata=param(
+        "RANSAC inlier threshold (pixels)", range=(1e-06, 1000.0), live=True))
+    ransac_confidence: float = field(default=0.99, metadata=param(
+        "RANSAC confidence", range=(0.501, 0.999999), live=True))
+    imu_prediction: bool = field(default=True, metadata=param(
+        "predict track positions from the gyro (rotation) when IMU is given", live=True))
+    imu_max_gap_ms: float = field(default=50.0, metadata=param(
+        "largest IMU gap bridged by the gyro prediction", range=(0.001, 1000000.0), live=True))
+    stereo: bool = field(default=True, metadata=param(
+        "subscribe to image_right and track into the right image (stereo); without right images the left ones "
+        "are processed alone"))
+    stereo_epipolar_threshold: float = field(default=2.0, metadata=param(
+        "epipolar limit of stereo matches (pixels; 0 = off)", range=(0.0, 1000.0), live=True))
+    use_graph: bool = field(default=True, metadata=param(
+        "GPU: capture the per-frame kernel sequence in a CUDA graph"))
 
     def validate(self) -> "FrontendConfig":
         if not isinstance(self.detector, DetectorConfig) or not isinstance(self.tracker, TrackerConfig):
@@ -241,7 +280,7 @@ def flat_fields(config) -> dict:
 
 def live_fields(config) -> frozenset:
     """The dotted names of the fields marked ``live`` (changeable on a running tracker)."""
-    return frozenset(name for name, f, _ in _leaves(config) if f.metadata.get("live"))
+    return frozenset(name for name, f, _ in _leaves(config) if getattr(param_meta(f), "live", False))
 
 
 # ----------------------------------------------------------------------------- pyramid and cells
@@ -339,18 +378,23 @@ def check_capacity(target: int, cells: int) -> None:
         raise ValueError(f"the GPU frontend handles at most {MAX_CELLS} detector cells, got {cells}")
 
 
-def check_buildable(width: int, height: int, config: FrontendConfig, device: str = "cpu") -> None:
-    """ValueError, with the reason, where a :class:`FeatureTracker` of this image size and
-    configuration could not be built on ``device`` ('cpu' or 'cuda'): the configuration's own
-    checks, the detector's cells and border against the image, and on the GPU the track table's
-    capacity. A node checks a parameter change with it before taking it (an in-range
-    ``detector.cell_width`` of 1024 passes the configuration's checks but no tracker can be built
-    with it on a 752x480 image)."""
-    config.validate()
+def check_fits(width: int, height: int, config: FrontendConfig, device: str = "cpu") -> None:
+    """ValueError, with the reason, where a validated ``config`` does not fit a ``width`` x
+    ``height`` image on ``device`` ('cpu' or 'cuda'): the detector's cells and border against the
+    image, and on the GPU the track table's capacity (an in-range ``detector.cell_width`` of 1024
+    passes ``validate()`` but no tracker can be built with it on a 752x480 image)."""
     check_geometry(width, height, config.detector)
     if device == "cuda":
         rows, cols = grid_shape_for(width, height, config.detector)
         check_capacity(int(config.max_features) or rows * cols, rows * cols)
+
+
+def check_buildable(width: int, height: int, config: FrontendConfig, device: str = "cpu") -> None:
+    """ValueError, with the reason, where a :class:`FeatureTracker` of this image size and
+    configuration could not be built on ``device`` ('cpu' or 'cuda'): the configuration's own
+    checks (``validate()``) and :func:`check_fits`."""
+    config.validate()
+    check_fits(width, height, config, device)
 
 
 # ----------------------------------------------------------------------------- stored templates

@@ -73,13 +73,17 @@ class FeatureTracker:
     :meth:`submit` ahead and :meth:`result` in order. On the GPU path a TrackFrame's arrays are
     views of a reused result slot: valid until :attr:`RESULT_SLOTS` - 1 further frames have been
     submitted; ``frame.copy()`` keeps one longer.
+
+    ``config`` is validated here (ValueError) unless ``validated`` says the caller has done it:
+    a node validates the configuration once, where it takes the parameters, and passes it on.
     """
 
     RESULT_SLOTS = RESULT_SLOTS
 
     def __init__(self, camera, config: FrontendConfig | None = None, device: str = "auto",
-                 camera_right=None, T_right_left=None, first_id: int = 0):
-        self.config = (config or FrontendConfig()).validate()
+                 camera_right=None, T_right_left=None, first_id: int = 0, validated: bool = False):
+        config = config or FrontendConfig()
+        self.config = config if validated else config.validate()
         if int(first_id) != first_id or first_id < 0:
             raise ValueError(f"first_id must be an integer >= 0, got {first_id!r}")
         self.camera = camera
@@ -164,14 +168,15 @@ class FeatureTracker:
         self._last_stamp = None
         self.stats_host["resets"] += 1
 
-    def apply_config(self, config: FrontendConfig) -> bool:
+    def apply_config(self, config: FrontendConfig, validated: bool = False) -> bool:
         """Apply ``config`` to the running tracker where only live fields changed (those marked
         live in :mod:`vilib_ros.frontend.config`: the detector threshold, LK iteration cap, eps,
         min eigenvalue and residual, the forward-backward and RANSAC thresholds, ...), and return
         True; tracks and ids go on. Return False and change nothing where a structural field
         changed (sizes, levels, cells, modes, stereo, ...): the caller builds a new tracker
-        (``first_id=next_id``). ``config`` is validated first (ValueError)."""
-        config.validate()
+        (``first_id=next_id``). ``config`` is validated first (ValueError), unless ``validated``."""
+        if not validated:
+            config.validate()
         old, new = flat_fields(self.config), flat_fields(config)
         changed = {k for k in new if new[k] != old[k]}
         structural = changed - live_fields(config)

@@ -28,7 +28,7 @@ Subscribed
   tracks (sensor_msgs/PointCloud, reliable, depth 2000): from frontend_node, either tracks
       layout (vins_mono, or vins_fusion: camera id 1 = right observations); the right-camera
       observations are used when ``stereo``; while tracks stream, the tracks callback takes the
-      next ones itself (waiting up to 4 ms for each on a wait set): one executor turn per burst
+      next ones itself (waiting briefly for each on a wait set): one executor turn per burst
   imu (sensor_msgs/Imu, sensor-data QoS or reliable (``input_reliability``), depth 20000): read
       serialized, every waiting sample taken at once (one executor turn per batch, not per sample)
 
@@ -44,7 +44,7 @@ Published
   odometry_imu (nav_msgs/Odometry): the same pose propagated with the IMU at IMU rate
   path (nav_msgs/Path): the frame-rate poses so far (at most ``path_max_length``), republished
       every ``path_publish_period_s`` while someone subscribes (a viewer needs no more; the whole
-      path per frame was O(length) per frame), serialized from arrays
+      path every frame would cost O(length) per frame), serialized from arrays
   landmarks (visualization_msgs/MarkerArray): the landmarks in the window (POINTS), on keyframes
   /tf (tf2_msgs/TFMessage, with ``publish_tf``): ``odom_frame -> base_frame`` per odometry message
   /tf_static (tf2_msgs/TFMessage, transient local, with ``publish_tf``): ``base_frame -> cam0``
@@ -56,141 +56,20 @@ Published
 
 Parameters
 ----------
-Node parameters (all read-only):
-  estimator (string, default 'auto', one of auto|none): 'none' = record only (needs no gtsam)
-  camera_yaml, image_width, image_height, intrinsics, distortion_model,
-  distortion_coefficients, T_BS (defaults EuRoC cam0): the tracks' camera, as for frontend_node
-  right.* (same names, defaults EuRoC cam1): the right camera, used when ``stereo``
-  stereo (bool, default false): use the right-camera channels (stereo factors)
-  imu_yaml (string, default ''): EuRoC imu0/sensor.yaml for the IMU noise ('' = EuRoC defaults)
-  trajectory_path (string, default ''): the trajectory (TUM format): appended as poses are
-      published and flushed every ``trajectory_flush_s`` (a killed backend keeps it), rewritten
-      with the smoothed estimate at a clean shutdown
-  trajectory_flush_s (double, default 1.0, range [0, 3600])
-  stats_path (string, default ''): write a JSON summary here on shutdown
-  odom_frame (string, default 'odom'), base_frame (string, default 'base_link'): REP 105 frame ids
-  camera_frame_ids (string[], default ['cam0', 'cam1']), imu_frame_id (string, default 'imu0'):
-      child frames of the static transforms
-  publish_tf (bool, default true): publish /tf and /tf_static
-  publish_odometry_imu (bool, default true): publish ``odometry_imu``
-  odometry_covariance (bool, default true): the smoother's marginals into the odometry's
-      covariances, once per keyframe (the own smoother: from its last Cholesky factor; iSAM2: the
-      newest state is the Bayes tree's root clique; ~0.1 ms per keyframe on the 2-core machine
-      either way, 6-9 ms before the root clique; off: zeros)
-  path_max_length (integer, default 20000, range [1, 10000000]): poses kept in ``path`` (oldest dropped)
-  path_publish_period_s (double, default 0.5, range [0, 60]): ``path`` republishing period (0 = every frame)
-  diagnostics_period_s (double, default 1.0, range [0.1, 60])
-  imu_wait_s (double, default 0.5, range [0, 60]): longest a frame waits for the IMU to reach its stamp
-  time_jump_threshold_s (double, default 1.0, range [0.001, 3600]): see time resets above
-  input_reliability (string, default 'best_effort', one of best_effort|reliable): QoS of the IMU
-      subscription (reliable: nothing lost under load; vilib-ros run uses it)
-Estimator parameters (read-only), named as the fields of :class:`vilib_ros.backend.BackendConfig`; range,
-choices and help live once, in :data:`vilib_ros.nodes.params.BACKEND_PARAMS`. This table is the second
-part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_launch_files checks):
-  window_s (double, default 2.0, range [0.1, 600.0], read-only): the smoother's lag, seconds
-  mono_window_s (double, default 2.5, range [0.1, 600.0], read-only): mono mode uses max(window_s,
-      mono_window_s): scale needs it
-  marginalise_every_s (double, default 1.0, range [0.0, 60.0], read-only): old states leave the smoother in
-      batches this often; the window then spans window_s .. window_s + this, s (0 = every keyframe)
-  mono_marginalise_every_s (double, default 1.5, range [0.0, 60.0], read-only): mono mode's
-      marginalise_every_s, s
-  mode (string, default 'auto', one of stereo|mono|auto, read-only): 'stereo' | 'mono' | 'auto' (stereo where
-      the right camera is given: stereo:=true in the backend node)
-  kf_min_interval_s (double, default 0.08, range [0.001, 10.0], read-only): shortest time between keyframes, s
-  kf_max_interval_s (double, default 0.4, range [0.001, 60.0], read-only): longest time between keyframes, s
-  kf_parallax_px (double, default 12.0, range [0.0, 1000.0], read-only): keyframe when the
-      rotation-compensated median parallax to the last keyframe exceeds this, px
-  kf_track_fraction (double, default 0.65, range [0.0, 1.0], read-only): fewer of the last keyframe's tracks
-      survive -> keyframe
-  kf_min_tracks (integer, default 30, range [0, 100000], read-only): keyframe when fewer tracks than this are
-      left
-  zero_velocity_updates (bool, default True, read-only): at rest: zero-velocity prior + no-motion pose factor
-  still_parallax_px (double, default 1.5, range [0.0, 1000.0], read-only): rest = median parallax below this
-      AND a static IMU window
-  still_velocity_sigma (double, default 0.005, range [1e-06, 100.0], read-only): velocity sigma of the
-      zero-velocity prior at rest, m/s
-  max_landmarks_per_kf (integer, default 60, range [1, 100000], read-only): observations added per keyframe
-      (longest tracks first)
-  landmark_grid (integer, default 0, range [0, 1000], read-only): > 0: the observations of a keyframe spread
-      over a grid of this many cells per side, each cell's longest track first (0 = off)
-  mono_max_landmarks_per_kf (integer, default 45, range [1, 100000], read-only): mono mode's
-      max_landmarks_per_kf
-  mono_landmark_grid (integer, default 4, range [0, 1000], read-only): mono mode's landmark_grid
-  min_depth (double, default 0.3, range [0.0, 1000.0], read-only): nearest landmark depth accepted, m
-  max_depth (double, default 25.0, range [0.0, 100000.0], read-only): farthest landmark depth accepted, m
-  min_disparity_px (double, default 1.0, range [0.0, 1000.0], read-only): smallest stereo disparity for a
-      landmark, px
-  mono_min_parallax_deg (double, default 1.5, range [0.0, 90.0], read-only): triangulation angle before a mono
-      landmark is created
-  pixel_sigma (double, default 1.0, range [1e-06, 100.0], read-only): reprojection noise sigma, px
-  landmark_prior_sigma (double, default 5.0, range [0.0, 1000000.0], read-only): weak landmark prior at
-      creation, m (0 = none)
-  landmark_prior_stereo (bool, default False, read-only): stereo mode: new landmarks get the weak prior too (a
-      stereo observation alone fixes the point)
-  huber_k (double, default 1.345, range [1e-06, 100.0], read-only): Huber threshold of the visual factors, in
-      sigmas
-  chi2_stereo (double, default 11.34, range [0.0, 1000000.0], read-only): stereo outlier gate (99 % of
-      chi2(3))
-  chi2_mono (double, default 9.21, range [0.0, 1000000.0], read-only): mono outlier gate (99 % of chi2(2))
-  max_outlier_count (integer, default 10, range [0, 1000000], read-only): rejected observations before a track
-      is blacklisted
-  retriangulate_outliers (bool, default True, read-only): a rejected observation ends its landmark; the track
-      starts a new one
-  landmark_max_span_s (double, default 0.0, range [0.0, 600.0], read-only): a landmark older than this is
-      ended and its track starts a new one (0 = never), s
-  imu_noise_measured (bool, default True, read-only): measure the IMU white-noise density from the stream
-  imu_noise_scale (double, default 1.0, range [1e-06, 1000000.0], read-only): fixed IMU white-noise multiplier
-      where imu_noise_measured is false
-  imu_noise_window_s (double, default 1.0, range [0.05, 60.0], read-only): IMU samples the measured noise
-      scale looks at, s
-  imu_noise_scale_max (double, default 100.0, range [1.0, 1000000.0], read-only): bound of the measured IMU
-      noise scale
-  imu_walk_scale (double, default 5.0, range [1e-06, 1000000.0], read-only): multiplies the IMU bias random
-      walks
-  gravity (double, default 9.81, range [0.0, 100.0], read-only): gravity magnitude, m/s^2
-  imu_max_gap_s (double, default 0.1, range [0.001, 10.0], read-only): a longer hole between IMU samples is
-      never integrated across, s
-  imu_max_gyro (double, default 35.0, range [0.1, 1000.0], read-only): IMU samples with a larger angular rate
-      are rejected (sensor range), rad/s
-  imu_max_acc (double, default 160.0, range [1.0, 10000.0], read-only): IMU samples with a larger acceleration
-      are rejected (sensor range), m/s^2
-  init_window_s (double, default 0.5, range [0.0, 60.0], read-only): IMU window of the static initialisation,
-      s
-  static_gyro_std (double, default 0.01, range [0.0, 100.0], read-only): rad/s, std of the 10 block means of
-      the init window
-  static_acc_std (double, default 0.15, range [0.0, 100.0], read-only): m/s^2, std of the 10 block means
-  static_gyro_mean (double, default 0.15, range [0.0, 100.0], read-only): rad/s (|mean gyro| at rest = the
-      bias)
-  dynamic_init_frames (integer, default 20, range [2, 1000], read-only): stereo: frames for the moving-start
-      alignment
-  mono_init_window_s (double, default 2.0, range [0.0, 600.0], read-only): mono: window for the moving-start
-      alignment
-  relinearize_threshold (double, default 0.01, range [0.0, 10.0], read-only): relinearisation threshold of
-      poses, velocities and biases (iSAM2; the own smoother: of its inertial factors)
-  relinearize_threshold_landmarks (double, default 0.01, range [0.0, 10.0], read-only): iSAM2 relinearisation
-      threshold of landmarks, m
-  relinearize_skip (integer, default 1, range [1, 1000], read-only): iSAM2 relinearises every this many
-      updates
-  partial_relinearization_check (bool, default False, read-only): iSAM2 partial relinearisation check
-  extra_updates (integer, default 0, range [0, 100], read-only): extra iSAM2 iterations per keyframe
-  solver (string, default 'schur', one of schur|isam2, read-only): stereo mode's smoother: our own
-      Gauss-Newton with the landmarks eliminated (schur), or gtsam's iSAM2
-  mono_solver (string, default 'isam2', one of schur|isam2, read-only): mono mode's smoother
-  schur_keep_landmarks (integer, default 0, range [0, 1000], read-only): own smoother's marginalisation: > 0,
-      a landmark a leaving state saw goes on in the window from its estimate where at least this many of its
-      observations are by remaining states (VINS-Mono's depth shift); 0, it leaves with that state
-  rooted_smoother (bool, default True, read-only): iSAM2 eliminates landmarks first and the newest state last
-      (its covariance from the root clique, ~0.1 ms); false: gtsam's IncrementalFixedLagSmoother
-  max_speed (double, default 30.0, range [0.0, 10000.0], read-only): speed above which the estimate counts as
-      diverged (reset), m/s
-  max_gyro_bias (double, default 0.3, range [0.0, 100.0], read-only): gyro bias above which the estimate
-      counts as diverged, rad/s
-  max_acc_bias (double, default 2.0, range [0.0, 100.0], read-only): accelerometer bias above which the
-      estimate counts as diverged, m/s^2
+Parameters: ``python -m vilib_ros.nodes.backend_node --print-parameters``, or docs/parameters.md;
+all read-only. The node's own (calibration as for frontend_node, ``stereo``, the IMU noise file,
+outputs, frames, QoS, waits) come first; the estimator's are the fields of
+:class:`vilib_ros.backend.BackendConfig`, whose help, range and choices are written once, on the
+fields. ``trajectory_path``: the trajectory (TUM format), appended as poses are published and
+flushed every ``trajectory_flush_s`` (a killed backend keeps it), rewritten with the smoothed
+estimate at a clean shutdown. ``odometry_covariance``: the smoother's marginals go into the
+odometry's covariances once per keyframe (the own smoother: from its last Cholesky factor; iSAM2:
+the newest state is the Bayes tree's root clique); off: zeros.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 
 import vilib_ros.nodes._single_blas  # noqa: F401, I001 - first: one OpenBLAS thread (see there)
@@ -204,6 +83,7 @@ from sensor_msgs.msg import Imu, PointCloud
 from std_msgs.msg import Header
 from visualization_msgs.msg import Marker, MarkerArray
 
+from vilib_ros.backend.config import BackendConfig
 from vilib_ros.camera import euroc_cam0
 from vilib_ros.dependencies import require_backend
 from vilib_ros.nodes._common import (GcPauses, RateMeter, Stat, SubscriptionWaiter, diagnostic_status, exit_main,
@@ -213,26 +93,18 @@ from vilib_ros.nodes.backend_outputs import PathBuffer, TrajectoryLog, odom_tf_b
 from vilib_ros.nodes.cdr import encode_header
 from vilib_ros.nodes.conversions import ns_to_stamp
 from vilib_ros.nodes.input_guard import ImuQueue, SkipLog, TimeJump
-from vilib_ros.nodes.params import (BACKEND_PARAMS, ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
+from vilib_ros.nodes.params import (ParamSpec, build_dataclass, camera_from_params, camera_specs, declare_all,
                                     default_right, specs_from_dataclass)
 
 #: subscription depths: at 20 Hz, 100 s of tracks and of 200 Hz IMU
 TRACKS_DEPTH, IMU_DEPTH = 2000, 20000
 
 
-def _backend_config_class():
-    from vilib_ros.backend.config import BackendConfig
-
-    return BackendConfig
-
-
 def backend_specs() -> list[ParamSpec]:
-    try:
-        cls = _backend_config_class()
-    except ImportError:
-        return []
-    names = [f.name for f in __import__("dataclasses").fields(cls)]
-    return specs_from_dataclass(cls(), BACKEND_PARAMS, read_only=names)
+    """The BackendConfig fields as parameters, all read-only (help, range, choices from the fields'
+    metadata)."""
+    names = [f.name for f in dataclasses.fields(BackendConfig)]
+    return specs_from_dataclass(BackendConfig(), read_only=names)
 
 
 def node_specs() -> list[ParamSpec]:
@@ -285,8 +157,8 @@ def parameter_table() -> list[ParamSpec]:
 def _imu_noise_from_yaml(path: str) -> dict | None:
     """The IMU noise of an EuRoC / Kalibr ``imu0/sensor.yaml``; keys it lacks keep the EuRoC defaults
     (said in the log). A file that does not parse, or that has none of the four keys (a camera's
-    sensor.yaml given by mistake), is a ValueError with the reason: regression, the first was a YAML
-    traceback, the second started silently with the defaults."""
+    sensor.yaml given by mistake), is a ValueError with the reason (not a YAML traceback, nor a silent
+    start with the defaults)."""
     if not path:
         return None
     import logging
@@ -349,8 +221,8 @@ class BackendNode(BackendInput, Node):
             self._start_tf()
         imu_qos = reliable_qos if self.p["input_reliability"] == "reliable" else sensor_qos
         # deep queues: the backend is not paced by a replay (the player waits for the frontend's
-        # tracks only), and behind a slow keyframe it must catch up, not drop (with depth 100 / 2000
-        # a replay at ~90 frames/s on the GPU machine lost 240 of 601 frames and the trajectory)
+        # tracks only), and behind a slow keyframe it must catch up, not drop (a fast replay
+        # overflows shallow queues and the trajectory is lost)
         self.sub_imu = self.create_subscription(Imu, "imu", self._on_imu, imu_qos(IMU_DEPTH), raw=True)
         self.sub_tracks = self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(TRACKS_DEPTH),
                                                    raw=True)
@@ -392,7 +264,8 @@ class BackendNode(BackendInput, Node):
                                f"{', tf on' if self.pub_tf is not None else ''}")
 
     def _make_estimator(self):
-        from vilib_ros.backend import BackendConfig, VioEstimator
+        """A VioEstimator of the parameters' BackendConfig (the estimator validates it: its one check)."""
+        from vilib_ros.backend import VioEstimator
 
         cfg = build_dataclass(BackendConfig, {s.name: self.p[s.name] for s in self.be_specs})
         return VioEstimator(cfg, self.cam0, self.cam1, _imu_noise_from_yaml(self.p["imu_yaml"]))

@@ -13,9 +13,9 @@ its own thread, only while subscribed and at most ``debug_image_max_rate_hz``.
 
 The input side (images, IMU, stamps) is :class:`vilib_ros.nodes.frontend_input.FrontendInput`.
 While images stream, the image callback takes the next image itself: it waits for it on a wait
-set of the image and IMU subscriptions (at most ``INLINE_WAIT_S``, 6 ms, queueing the IMU that
-comes meanwhile) for up to ``INLINE_IMAGES`` (16) frames before it returns to the executor, whose
-turn per message costs 0.1-0.3 ms of Python; timers and parameter requests wait at most that long.
+set of the image and IMU subscriptions (at most ``INLINE_WAIT_S``, queueing the IMU that comes
+meanwhile) for up to ``INLINE_IMAGES`` frames before it returns to the executor, whose turn per
+message costs Python time; timers and parameter requests wait at most that long.
 A burst of IMU messages is decoded and queued at once (one by one where one of them is bad).
 
 Every accepted image produces exactly one ``tracks`` message (possibly empty). Bad input
@@ -85,110 +85,23 @@ Published
 
 Parameters
 ----------
+Parameters: ``python -m vilib_ros.nodes.frontend_node --print-parameters``, or docs/parameters.md.
 At start the node logs where its calibration comes from (``camera_yaml`` files, the parameters or
-camera_info); where it is the declared defaults, EuRoC V1_01's cameras, the line is a warning.
-Node parameters (read-only unless said otherwise):
-  device (string, default 'auto', one of auto|cuda|cpu): where the frontend runs
-  calibration_source (string, default 'parameters', one of parameters|camera_info)
-  camera_yaml (string, default ''): EuRoC/Kalibr sensor.yaml for cam0; overrides the
-      calibration parameters below when set
-  image_width, image_height (integer, default 752 / 480, range [1, 16384]): calibration image size
-  intrinsics (double[4], default EuRoC cam0 [458.654, 457.296, 367.215, 248.375]): fx fy cx cy
-  distortion_model (string, default 'radial-tangential', one of radial-tangential|equidistant|none)
-  distortion_coefficients (double[4], default EuRoC cam0): k1 k2 p1 p2 (or k1..k4 equidistant)
-  T_BS (double[16], default EuRoC cam0): camera -> body transform, row-major 4x4
-  right.camera_yaml, right.image_width, right.image_height, right.intrinsics,
-  right.distortion_model, right.distortion_coefficients, right.T_BS: the same for the
-      right camera (defaults EuRoC cam1), used when ``stereo`` is true
-  image_transport (string, default 'raw', one of raw|compressed)
-  queue_size (integer, default 10, range [1, 1000]): image subscription depth
-  input_reliability (string, default 'best_effort', one of best_effort|reliable): QoS of the image
-      and IMU subscriptions; best effort (sensor data) matches any publisher, reliable is needed
-      for images over Fast DDS's 512 KB shared-memory segment (their best-effort UDP fragments
-      get dropped) and where no frame may be lost (vilib-ros run uses it)
-  stereo_timeout_s (double, default 0.2, range [0, 10]): a left image whose right image has not
-      arrived after this long is processed alone (counted as stereo_unmatched)
-  imu_wait_s (double, default 0.1, range [0, 10]): longest wait for the IMU to reach an image's stamp
-  warm_up_frames (integer, default 8, range [0, 100]): synthetic frames run through a new tracker
-      before the first image (module loading, CUDA graph capture per frame slot, memory pools: the
-      first real frames paid for them, tens of ms of latency that later frames queue behind);
-      the tracker is then reset (its ids go on after the warm-up's)
-  time_jump_threshold_s (double, default 1.0, range [0.001, 3600]): see time_resets above
-  gyro_range (double, default 35.0 rad/s), accel_range (double, default 160.0 m/s^2): sensor range
-  tracks_layout (string, default 'vins_mono', one of vins_mono|vins_fusion)
-  publish_debug_image (bool, default true, writable): allow ``tracks_image``
-  debug_image_encoding (string, default 'bgr8', one of bgr8|mono8, writable)
-  debug_image_max_rate_hz (double, default 10.0, range [0.1, 1000], writable)
-  diagnostics_period_s (double, default 1.0, range [0.1, 60])
-  stats_path (string, default ''): write a JSON summary (counts, latency, overhead, per-stage times,
-      CPU time per frame, GC pauses, and ``frames``: per frame of the last 4096 its stamp and when
-      the middleware received it, the previous callback ended, its callback began, the IMU was
-      there, process() returned, the tracks were published) here on shutdown
-  tracks_frame_id (string, default ''): frame id of ``tracks`` ('' = the image's)
-  camera_frame_id (string, default 'cam0'): frame id of ``tracks`` when the image's is empty too
-Frontend parameters, named as the fields of :class:`vilib_ros.frontend.FrontendConfig`, nested
-dataclasses as prefixes; range, choices and help live once, in
-:data:`vilib_ros.nodes.params.FRONTEND_PARAMS`. Writable except ``stereo``: a change is checked
-(on-set: the whole FrontendConfig must validate) and then applied (post-set): kernel scalars
-(threshold, iterations, eps, eigenvalue and residual limits, FB / RANSAC thresholds, ...) live,
-anything structural by rebuilding the tracker, whose new tracks take ids after the last one
-handed out (ids are never reused within a run). This table is the second part of
-``python -m vilib_ros.nodes.frontend_node --print-parameters`` (test_launch_files checks):
-  detector.threshold (double, default 10.0, range [1.0, 254.0]): FAST threshold eps (intensity levels; the
-      floor is used)
-  detector.arc_length (integer, default 10, range [9, 12]): FAST contiguous arc length N
-  detector.score (string, default 'sad_arc', one of sad_circle|sad_arc|max_threshold): corner score: SAD over
-      the circle, SAD over the arc, or max threshold
-  detector.levels (integer, default 2, range [1, 4]): pyramid levels used for detection
-  detector.cell_width (integer, default 32, range [32, 1024] step 32): NMS cell width in level-0 pixels
-      (multiple of 32)
-  detector.cell_height (integer, default 32, range [1, 1024]): NMS cell height in level-0 pixels (multiple of
-      2^(levels-1))
-  detector.nms_radius (integer, default 1, range [1, 4]): NMS Moore neighbourhood radius n ((2n+1)^2 pixels)
-  detector.border (integer, default 8, range [3, 256]): pixels skipped at each level's edge
-  tracker.mode (string, default 'gain_offset', one of translation|offset|gain|gain_offset): LK photometric
-      model: translation, +offset, +gain, +gain+offset
-  tracker.levels (integer, default 5, range [1, 8]): pyramid levels used for tracking
-  tracker.patch_sizes (integer_array, default [16, 16, 16, 8, 8]): LK patch size per level (8 or 16)
-  tracker.max_iterations (integer, default 30, range [1, 1000]): LK iterations per level
-  tracker.eps (double, default 0.0005, range [1e-12, 1.0]): LK convergence: stop when the squared update is
-      below this (level pixels^2)
-  tracker.min_eigen (double, default 1e-05, range [0.0, 1.0]): reject flat patches: min eigenvalue of the
-      gradient matrix / patch area
-  tracker.max_residual (double, default 0.0, range [0.0, 255.0]): mean |residual| above which a track is
-      dropped (0 = off)
-  tracker.osc_eps (double, default 0.01, range [0.0, 100.0]): OpenCV's 'jumping back and forth': |dq_k +
-      dq_k-1| < osc_eps in x and y (level px; 0 = off)
-  tracker.osc_growth (double, default 1.0, range [0.0, 100.0]): a reversal that does not shrink: dq_k . dq_k-1
-      < 0 and |dq_k|^2 >= osc_growth |dq_k-1|^2 (0 = off)
-  tracker.cpu_backend (string, default 'numpy', one of numpy|opencv): CPU LK implementation (opencv: frame to
-      frame, translation only: mode, warp translation, template previous)
-  tracker.template (string, default 'reference', one of previous|reference): LK template: the previous frame's
-      patch, or the patch of the frame where the track was detected
-  tracker.template_refresh_residual (double, default 0.0, range [0.0, 255.0]): reference: take the template
-      again where the mean |residual| exceeds this (0..255; 0 = never)
-  tracker.template_max_age (integer, default 0, range [0, 100000]): reference: take the template again after
-      this many frames (0 = never)
-  tracker.warp (string, default 'affine', one of translation|affine): LK warp: translation, or affine (the
-      patch's deformation since its template)
-  max_features (integer, default 0, range [0, 100000]): target track count (0 = one per detector cell)
-  min_track_fraction (double, default 0.3, range [0.0, 1.0]): redetect when live tracks drop below this
-      fraction of the target
-  fb_check (bool, default True): forward-backward consistency check of every track
-  fb_threshold (double, default 0.5, range [1e-06, 1000.0]): forward-backward error limit (pixels)
-  fb_levels (integer, default 0, range [0, 8]): pyramid levels of the forward-backward check's backward track,
-      finest first; it starts at the track's old position (0 = all of tracker.levels; at most tracker.levels)
-  ransac (bool, default True): fundamental-matrix RANSAC outlier rejection
-  ransac_threshold (double, default 1.0, range [1e-06, 1000.0]): RANSAC inlier threshold (pixels)
-  ransac_confidence (double, default 0.99, range [0.501, 0.999999]): RANSAC confidence
-  imu_prediction (bool, default True): predict track positions from the gyro (rotation) when IMU is given
-  imu_max_gap_ms (double, default 50.0, range [0.001, 1000000.0]): largest IMU gap bridged by the gyro
-      prediction
-  stereo (bool, default True, read-only): subscribe to image_right and track into the right image (stereo);
-      without right images the left ones are processed alone
-  stereo_epipolar_threshold (double, default 2.0, range [0.0, 1000.0]): epipolar limit of stereo matches
-      (pixels; 0 = off)
-  use_graph (bool, default True): GPU: capture the per-frame kernel sequence in a CUDA graph
+camera_info); where it is the declared defaults, EuRoC V1_01's cameras, the line is a warning. A new
+tracker first runs ``warm_up_frames`` synthetic frames and is then reset (its ids go on after the
+warm-up's).
+``stats_path``: a JSON summary on shutdown (counts, latency, overhead, per-stage times, CPU time per
+frame, GC pauses, and ``frames``: per frame of the last 4096 its stamp and when the middleware
+received it, the previous callback ended, its callback began, the IMU was there, process() returned,
+the tracks were published).
+The frontend parameters are the fields of :class:`vilib_ros.frontend.FrontendConfig`, nested
+dataclasses as prefixes (``detector.threshold``); their help, range and choices are written once, on
+the fields. Writable except ``stereo``: a change is checked on-set (the whole FrontendConfig must
+validate and fit the camera and device: refused with the reason otherwise) and then applied
+(post-set): the fields marked live (kernel scalars: threshold, iterations, eps, eigenvalue and
+residual limits, FB / RANSAC thresholds, ...) on the running tracker, anything structural by
+rebuilding the tracker, whose new tracks take ids after the last one handed out (ids are never
+reused within a run).
 """
 from __future__ import annotations
 
@@ -199,6 +112,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
+from vilib_ros.frontend.config import check_fits
 from vilib_ros.nodes._common import (GcPauses, SubscriptionWaiter, diagnostic_status, exit_main, reliable_qos,
                                      sensor_qos, write_json)
 from vilib_ros.nodes.cdr import encode_image
@@ -226,7 +140,8 @@ class FrontendNode(FrontendInput, Node):
         self.specs = node_specs(any(s.name == "stereo" for s in self.fe_specs)) + self.fe_specs
         self.p = declare_all(self, self.specs)
         self.stereo = bool(self.p.get("stereo", False))
-        self.config = self._build_config(self.p)
+        # validated once, here and in the on-set callback for a change; the trackers take it as it is
+        self.config = build_config(self.p, self.fe_names)
         self.st = FrontendStats(self.get_logger().warning)
         self.gc = GcPauses()
         self.device = self.p["device"]
@@ -298,18 +213,16 @@ class FrontendNode(FrontendInput, Node):
                 f"{', stereo' if self.stereo else ''}")
 
     # --- configuration -------------------------------------------------------------------
-    def _build_config(self, values: dict):
-        return build_config(values, self.fe_names)
-
     def _set_calibration(self, cam, cam_right) -> None:
         self.cam, self.cam_right = cam, cam_right
         self.tracker = self._make_tracker(0)
 
     def _make_tracker(self, first_id: int):
-        """The tracker (:func:`vilib_ros.nodes.frontend_setup.make_tracker`), warmed up on
-        ``warm_up_frames`` synthetic frames (with the image conversion and the tracks encoder: their
-        first calls imported OpenCV and built buffers, 20-25 ms on the first real frame, the frames
-        behind it queued). A failed warm-up is logged, never fatal: the real frames then pay for it."""
+        """The tracker (:func:`vilib_ros.nodes.frontend_setup.make_tracker`) of the validated
+        ``self.config``, warmed up on ``warm_up_frames`` synthetic frames (with the image conversion and
+        the tracks encoder: their first calls import OpenCV and build buffers, which the first real frame
+        and the frames queued behind it would wait for). A failed warm-up is logged, never fatal: the
+        real frames then pay for it."""
         right = self.cam_right if self.stereo else None
         tracker = make_tracker(self.cam, self.config, self.p["device"], first_id, right)
         self.device = getattr(tracker, "device", self.p["device"])
@@ -345,7 +258,10 @@ class FrontendNode(FrontendInput, Node):
             self.get_logger().info(f"calibration from camera_info: {self._describe()}")
 
     def _validate_parameters(self, params):
-        """on-set: reject values outside the declared choices, or a FrontendConfig that does not validate."""
+        """on-set: reject values outside the declared choices, a FrontendConfig that does not validate,
+        or one that does not fit the camera and device (what building the tracker would refuse: the
+        image's cells and border, the GPU's track table; refused here, not in the post-set callback,
+        where it could only stop the node)."""
         from rcl_interfaces.msg import SetParametersResult
 
         res = self._check_on_set(params)
@@ -353,13 +269,9 @@ class FrontendNode(FrontendInput, Node):
                    for p in params if p.name in self.fe_names}
         if res.successful and changed:
             try:
-                cfg = self._build_config({**self.p, **changed})
+                cfg = build_config({**self.p, **changed}, self.fe_names)
                 if self.cam is not None:
-                    from vilib_ros.frontend import check_buildable
-
-                    # what building the tracker would refuse: the image's cells and border, the GPU's
-                    # track table (regression: refused there, in the post-set callback, it ended the node)
-                    check_buildable(self.cam.width, self.cam.height, cfg, self._build_device())
+                    check_fits(self.cam.width, self.cam.height, cfg, self._build_device())
             except (ValueError, TypeError) as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
         return res
@@ -378,10 +290,11 @@ class FrontendNode(FrontendInput, Node):
             self.debug.max_rate_hz = float(self.p["debug_image_max_rate_hz"])
         if not any(p.name in self.fe_names for p in params):
             return
-        self.config = self._build_config(self.p)
+        # exactly the values _validate_parameters checked: not validated again
+        self.config = build_config(self.p, self.fe_names, check=False)
         if self.tracker is None:
             return
-        if self.tracker.apply_config(self.config):
+        if self.tracker.apply_config(self.config, validated=True):
             self.st.events["config_applied_live"] += 1
             self.get_logger().info("frontend parameters applied live: " + ", ".join(p.name for p in params))
         else:
@@ -448,8 +361,8 @@ class FrontendNode(FrontendInput, Node):
         dbg = draw_tracks(img, frame)
         if self.p["debug_image_encoding"] == "mono8":
             dbg = dbg.max(axis=2)   # circles stay visible (bright) in grey
-        # serialized here in one copy (rclpy's serializer took 1-3 ms per image, holding the GIL
-        # that the image callbacks wait for)
+        # serialized here in one copy (rclpy's serializer holds the GIL that the image callbacks
+        # wait for, for milliseconds per image)
         self.pub_debug.publish(encode_image(frame.stamp_ns, frame_id, dbg, self.p["debug_image_encoding"]))
         self.st.events["debug_images"] += 1
 

@@ -4,7 +4,7 @@ tracker from the same values outside ROS.
 
 * :func:`parameter_table` - every parameter the node declares (node parameters, then the
   :class:`~vilib_ros.frontend.FrontendConfig` fields), :func:`default_values` their defaults;
-* :func:`build_config` - the FrontendConfig of a set of parameter values (validated);
+* :func:`build_config` - the FrontendConfig of a set of parameter values (validated once, here);
 * :func:`make_tracker` - the node's FeatureTracker for its cameras (stereo: the right camera and
   ``T_right_left`` from the two ``T_BS``), and :func:`warm_up` - the synthetic frames it runs first;
 * :func:`calibration_notice` - the line the node logs at start about where its calibration comes from.
@@ -16,24 +16,18 @@ import time
 import numpy as np
 
 from vilib_ros.camera import euroc_cam0
+from vilib_ros.frontend import FeatureTracker, FrontendConfig
 from vilib_ros.nodes.cdr import encode_image
 from vilib_ros.nodes.conversions import TRACKS_LAYOUTS
-from vilib_ros.nodes.params import (FRONTEND_PARAMS, ParamSpec, build_dataclass, camera_specs, default_right,
-                                    specs_from_dataclass)
+from vilib_ros.nodes.params import ParamSpec, build_dataclass, camera_specs, default_right, specs_from_dataclass
 
 # Changing these needs new subscriptions or buffers: fixed at start.
 FRONTEND_READ_ONLY = ("stereo",)
 
 
-def _frontend_classes():
-    from vilib_ros.frontend import FeatureTracker, FrontendConfig
-
-    return FeatureTracker, FrontendConfig
-
-
 def frontend_specs() -> list[ParamSpec]:
-    _, FrontendConfig = _frontend_classes()
-    return specs_from_dataclass(FrontendConfig(), FRONTEND_PARAMS, read_only=FRONTEND_READ_ONLY)
+    """The FrontendConfig fields as parameters (help, range, choices from the fields' metadata)."""
+    return specs_from_dataclass(FrontendConfig(), read_only=FRONTEND_READ_ONLY)
 
 
 def node_specs(has_stereo_field: bool) -> list[ParamSpec]:
@@ -103,13 +97,14 @@ def default_values(overrides: dict | None = None) -> dict:
     return values
 
 
-def build_config(values: dict, fe_names=None):
-    """The validated FrontendConfig of parameter ``values`` (only the FrontendConfig fields are read)."""
-    _, FrontendConfig = _frontend_classes()
+def build_config(values: dict, fe_names=None, check: bool = True) -> FrontendConfig:
+    """The FrontendConfig of parameter ``values`` (only the FrontendConfig fields are read),
+    validated (ValueError) unless ``check`` is False: values that were validated already (a node's
+    post-set callback gets exactly the values its on-set callback checked)."""
     if fe_names is None:
         fe_names = {s.name for s in frontend_specs()}
     cfg = build_dataclass(FrontendConfig, {k: v for k, v in values.items() if k in fe_names})
-    return cfg.validate()      # validates the nested detector / tracker configs too
+    return cfg.validate() if check else cfg     # validate() checks the nested detector / tracker configs too
 
 
 #: the parameters that make up one camera's calibration (with a prefix: ``right.`` for cam1)
@@ -156,12 +151,12 @@ def calibration_notice(values: dict, stereo: bool) -> tuple[str, bool]:
 
 def make_tracker(cam, config, device: str, first_id: int = 0, cam_right=None):
     """The node's FeatureTracker: ``cam_right`` given (stereo), the right camera with
-    ``T_right_left`` from the two cameras' ``T_BS``."""
-    FeatureTracker, _ = _frontend_classes()
+    ``T_right_left`` from the two cameras' ``T_BS``. ``config`` is validated already
+    (:func:`build_config`): the tracker does not check it again."""
     kwargs = {"first_id": first_id}
     if cam_right is not None:
         kwargs.update(camera_right=cam_right, T_right_left=np.linalg.inv(cam_right.T_BS) @ cam.T_BS)
-    return FeatureTracker(cam, config, device=device, **kwargs)
+    return FeatureTracker(cam, config, device=device, validated=True, **kwargs)
 
 
 def warm_up(tracker, n: int, cam, stereo: bool, convert=None, encode=None) -> float:

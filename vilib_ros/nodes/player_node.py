@@ -56,39 +56,12 @@ Published
 
 Parameters
 ----------
-  dataset (string, default '', read-only): ASL folder (containing mav0/), ROS 1 .bag, or ROS 2 bag folder
-  image_topic, image_right_topic, imu_topic (string, default '', read-only): the bag's topics of the
-      left camera, the right camera and the IMU ('' = the automatic choice above; bags only)
-  rate (double, default 1.0, range [0, 1000]): replay speed factor; 0 = backpressure mode
-  max_frames (integer, default 0, range [0, 1000000000], read-only): stop after this many cam0 images (0 = all)
-  loops (integer, default 1, range [1, 1000000], read-only): replay the dataset this many times,
-      stamps shifted so that time runs on (the content jumps back, the clock does not)
-  publish_cam1 (bool, default true, read-only): publish the second camera when there is one
-  imu_margin_s (double, default 0.5, range [0, 3600], read-only): IMU replayed this long before
-      the first image
-  wait_for_subscribers (integer, default 1, range [0, 100], read-only): wait until cam0/image_raw
-      (and cam1/image_raw when published) has this many matched subscribers
-  wait_for_imu_subscribers (integer, default 0, range [0, 100], read-only): wait until imu0 has this
-      many matched subscribers
-  wait_timeout_s (double, default 30.0, range [0, 3600], read-only): give up waiting for
-      subscribers after this long (then start anyway)
-  backpressure_timeout_s (double, default 5.0, range [0.01, 3600]): longest wait for a tracks
-      message in backpressure mode
-  backend_lag_frames (integer, default 0, range [0, 100000], read-only): in backpressure mode, how
-      many cam0 images the backend may be behind (0 = not paced by the backend)
-  start_delay_s (double, default 0.5, range [0, 60], read-only): pause after discovery before the first message
-  exit_when_done (bool, default false, read-only): exit the process when the replay is over
-  done_linger_s (double, default 1.0, range [0, 60], read-only): stay alive this long after
-      ``player_done``
-  ack_timeout_s (double, default 10.0, range [0, 3600], read-only): before ``player_done`` and
-      before exiting, wait this long for every matched subscriber to acknowledge everything
-      published (a reliable sample lost on the way is repaired only while the player lives)
-  progress (bool, default true, read-only): show a tqdm progress bar on stderr
-  prefetch (integer, default 16, range [1, 256], read-only): images read and decoded ahead
-  decode_workers (integer, default 0, range [0, 64], read-only): threads decoding the images of an
-      ASL folder (PNG files), in order; 0 = the CPU count, at least 4 and at most 8
-  stats_path (string, default '', read-only): write what was sent and skipped as JSON here at the end
-  cam0_frame_id, cam1_frame_id, imu_frame_id (string, defaults 'cam0', 'cam1', 'imu0', read-only): header frame ids
+Parameters: ``python -m vilib_ros.nodes.player_node --print-parameters``, or docs/parameters.md; all
+read-only except ``rate`` and ``backpressure_timeout_s``. ``loops`` > 1 replays the dataset again
+with the stamps shifted so that time runs on (the content jumps back, the clock does not). Before
+``player_done`` and before exiting, the player waits up to ``ack_timeout_s`` for every matched
+subscriber to acknowledge everything published (a reliable sample lost on the way is repaired only
+while the player lives).
 """
 from __future__ import annotations
 
