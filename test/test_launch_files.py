@@ -7,7 +7,8 @@ config/euroc.yaml (a different name would leave the file's parameters unapplied,
 files a launch file names exist (vio.rviz: rviz2 is not run in the tests), every node section
 of config/euroc.yaml only holds parameters that node declares (read from the node module's
 parameter table, without starting ROS), with the declared type, and inside the declared range /
-choices.
+choices; docs/parameters.md is what the declarations generate, and the configuration fields carry
+the parameter metadata the declarations are made from.
 """
 from __future__ import annotations
 

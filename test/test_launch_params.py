@@ -1,6 +1,7 @@
 """What the launch files and the frontend derive, without ROS: the replayed dataset's calibration
-(vilib_ros.launch_params), the frontend's calibration notice and its count of left images that
-went without a right image (vilib_ros.nodes.frontend_setup / stereo_pairing).
+(vilib_ros.launch_params), the frontend's calibration notice, its configuration checked once on the
+way to the tracker, and its count of left images that went without a right image
+(vilib_ros.nodes.frontend_setup / stereo_pairing).
 
 Regression tests for: euroc.launch.py used config/euroc.yaml's EuRoC calibration and stereo for
 any dataset; a frontend started without camera_yaml ran on EuRoC's calibration without a word; a
@@ -132,6 +133,61 @@ class TestCalibrationNotice:
         params = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "euroc.yaml").read_text())
         line, euroc = calibration_notice(self._values(**params["frontend_node"]["ros__parameters"]), stereo=True)
         assert euroc, line
+
+
+class TestConfigCheckedOnce:
+    """The frontend node's configuration is validated once, where the node takes the parameter
+    values (build_config); the tracker it is handed to, its pipeline and the factory do not check
+    it again. Counted on the configurations' own validate() methods, on a real CPU tracker."""
+
+    @pytest.fixture
+    def validations(self, monkeypatch):
+        from vilib_ros.frontend.config import DetectorConfig, FrontendConfig, TrackerConfig
+
+        calls: list[str] = []
+        for cls in (FrontendConfig, DetectorConfig, TrackerConfig):
+            original = cls.validate
+
+            def counting(self, _original=original, _name=cls.__name__):
+                calls.append(_name)
+                return _original(self)
+
+            monkeypatch.setattr(cls, "validate", counting)
+        return calls
+
+    def test_start_validates_once(self, validations):
+        from vilib_ros.camera import euroc_cam0
+        from vilib_ros.nodes.frontend_setup import build_config, default_values, make_tracker
+
+        values = default_values({"device": "cpu", "detector.threshold": 12.0})
+        config = build_config(values)
+        tracker = make_tracker(euroc_cam0(), config, "cpu")
+        assert tracker.config.detector.threshold == 12.0
+        assert sorted(validations) == ["DetectorConfig", "FrontendConfig", "TrackerConfig"], validations
+
+    def test_a_change_is_validated_on_set_only(self, validations):
+        """A change: checked on-set (build_config), then built again without a check and applied
+        live (validated=True): still one validation per change."""
+        from vilib_ros.camera import euroc_cam0
+        from vilib_ros.frontend.config import check_fits
+        from vilib_ros.nodes.frontend_setup import build_config, default_values, make_tracker
+
+        values = default_values({"device": "cpu"})
+        tracker = make_tracker(euroc_cam0(), build_config(values), "cpu")
+        validations.clear()
+        values["detector.threshold"] = 20.0
+        check_fits(752, 480, build_config(values), "cpu")            # on-set
+        assert validations.count("FrontendConfig") == 1
+        changed = build_config(values, check=False)                   # post-set
+        assert tracker.apply_config(changed, validated=True) is True
+        assert validations.count("FrontendConfig") == 1, validations
+        assert tracker.config.detector.threshold == 20.0
+
+    def test_values_outside_validate_are_refused_where_taken(self):
+        from vilib_ros.nodes.frontend_setup import build_config, default_values
+
+        with pytest.raises(ValueError, match="fb_levels"):
+            build_config(default_values({"fb_levels": 8}))       # in range, but more than tracker.levels
 
 
 class TestRightMissing:

@@ -1,10 +1,10 @@
 """CDR (XCDR1, little endian) of the two messages on the frontend's hot path, with NumPy.
 
 The frontend node receives images and publishes tracks at camera rate; going through the
-generated Python message classes costs ~80 us per 752x480 image (``deserialize`` copies the
-pixels into an ``array.array``) and ~1 ms per 250-point ``sensor_msgs/PointCloud`` (one
-``Point32`` object per feature, built in Python, then converted back one by one in C). Both
-messages are plain in CDR: every field after the strings is 4-byte aligned, so
+generated Python message classes copies every image (``deserialize`` copies the pixels into an
+``array.array``) and builds one ``Point32`` object per feature of a ``sensor_msgs/PointCloud``
+in Python, then converts them back one by one in C. Both messages are plain in CDR: every field
+after the strings is 4-byte aligned, so
 
 * :func:`encode_pointcloud` writes a whole tracks message from arrays (no Python object per
   point) as ``bytes`` for ``Publisher.publish`` (rclpy publishes ``bytes`` as a serialized
@@ -13,7 +13,7 @@ messages are plain in CDR: every field after the strings is 4-byte aligned, so
 * :func:`decode_image` reads a serialized ``sensor_msgs/Image`` (a ``raw=True`` subscription)
   into a :class:`RawImage` whose ``data`` is a zero-copy view of the received buffer;
   :func:`decode_imu` the stamp, angular velocity and acceleration of a ``sensor_msgs/Imu``
-  (~2 us against ~40 us for building the message object, 10-50 times per frame);
+  (without building the message object, 10-50 times per frame);
 * :func:`encode_path` writes the backend's ``nav_msgs/Path`` from arrays of stamps and poses;
   :func:`encode_odometry`, :func:`encode_tf` and :func:`encode_header` its per-frame odometry,
   ``odom -> base`` transform and ``backend_processed``.
@@ -90,15 +90,14 @@ class PointCloudEncoder:
 def encode_image(stamp_ns: int, frame_id: str, img: np.ndarray, encoding: str) -> bytes:
     """Serialized ``sensor_msgs/Image`` of a C-contiguous ``img`` (rows of ``img.strides[0]``
     bytes) for ``Publisher.publish``: one copy of the pixels, no message object (rclpy's
-    serializer takes ~1-3 ms per 752x480 image, the player's cost per frame)."""
+    serializer would be the player's main cost per frame)."""
     img = np.ascontiguousarray(img)
     if img.dtype.byteorder == ">":
         raise ValueError("big-endian pixel data is not supported")
     head = _header(stamp_ns, frame_id) + struct.pack("<II", int(img.shape[0]), int(img.shape[1])) + _string(encoding)
     head += b"\x00"                                # is_bigendian
     head += _pad(len(head) - 4)
-    # the pixels joined from the array's buffer: one copy (img.tobytes() then join copied twice:
-    # 29-48 against 20 us per 752x480 image on the 2-core machine)
+    # the pixels joined from the array's buffer: one copy (img.tobytes() then join would copy twice)
     return b"".join((head, struct.pack("<II", int(img.strides[0]), img.nbytes), img.data))
 
 
@@ -113,8 +112,8 @@ _ZERO36 = bytes(36 * 8)
 def encode_odometry(stamp_ns: int, frame_id: str, child_frame_id: str, pose7, twist6,
                     pose_covariance=None, twist_covariance=None) -> bytes:
     """Serialized ``nav_msgs/Odometry``: ``pose7`` x y z qx qy qz qw, ``twist6`` linear then
-    angular, covariances (6x6, row-major) or zeros. ~5 us against ~150 us for building the message
-    object and publishing it (the backend node publishes one per frame)."""
+    angular, covariances (6x6, row-major) or zeros, without building a message object (the backend
+    node publishes one per frame)."""
     head = _pad8(_header(stamp_ns, frame_id) + _string(child_frame_id))
     cp = _ZERO36 if pose_covariance is None else np.ascontiguousarray(pose_covariance, "<f8").reshape(36).tobytes()
     ct = _ZERO36 if twist_covariance is None else np.ascontiguousarray(twist_covariance, "<f8").reshape(36).tobytes()
@@ -138,8 +137,8 @@ _NO_ORIENTATION = (0.0, 0.0, 0.0, 1.0, -1.0) + (0.0,) * 8   # identity, covarian
 
 def encode_imu(stamp_ns: int, frame_id: str, gyro, acc) -> bytes:
     """Serialized ``sensor_msgs/Imu`` as :func:`vilib_ros.nodes.conversions.arrays_to_imu` builds it
-    (no orientation: covariance[0] = -1, other covariances 0): a few us against ~40 us for the
-    message object and rclpy's serializer (the player publishes 10 per stereo frame)."""
+    (no orientation: covariance[0] = -1, other covariances 0), without the message object and
+    rclpy's serializer (the player publishes 10 per stereo frame)."""
     gx, gy, gz = gyro
     ax, ay, az = acc
     return _pad8(_header(stamp_ns, frame_id)) + _IMU_BODY.pack(
@@ -286,7 +285,7 @@ _IMU_HEAD = struct.Struct("<4xiII")     # encapsulation, sec, nanosec, frame id 
 def decode_imu(buf) -> tuple[int, tuple, tuple]:
     """Serialized ``sensor_msgs/Imu`` -> (t_ns, (wx, wy, wz), (ax, ay, az)) without building the
     message: the frame id's length fixes every later offset, so the fields are read where they are
-    (~1 us; a reader object per message cost ~10 us, at 10-50 samples per frame)."""
+    (no reader object per message, at 10-50 samples per frame)."""
     n = len(buf)
     if n < 16 or buf[0] != 0 or buf[1] != 1:
         raise CdrError("not a little-endian CDR message (encapsulation "

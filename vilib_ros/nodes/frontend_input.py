@@ -23,7 +23,7 @@ from vilib_ros.nodes.input_guard import OUT_OF_ORDER, RESET
 INLINE_IMAGES = 16
 #: How long an image callback waits for the next image before it returns to the executor: while
 #: images stream faster than this (a 200 Hz camera's included) the node takes them on its own wait
-#: set, without an executor turn per frame (0.1-0.3 ms of Python, and its wake-up)
+#: set, without an executor turn per frame (its wait set rebuilt in Python, and its wake-up)
 INLINE_WAIT_S = 0.006
 
 
@@ -88,9 +88,9 @@ class FrontendInput:
     def _on_image(self, msg, topic: str, info=None) -> None:
         """An image, then (up to INLINE_IMAGES rounds) the next images on the image topics, taken
         here in arrival order per topic, waiting up to INLINE_WAIT_S for each (and queueing the IMU
-        that comes meanwhile): the executor's turn per message (the wait set rebuilt in Python,
-        ~0.1-0.3 ms) is paid once per INLINE_IMAGES frames while images stream (or queue behind a
-        slow one), not per frame."""
+        that comes meanwhile): the executor's turn per message (the wait set rebuilt in Python) is
+        paid once per INLINE_IMAGES frames while images stream (or queue behind a slow one), not per
+        frame."""
         self._one_image(msg, topic, info)
         rounds, deadline = 0, time.monotonic() + INLINE_WAIT_S
         while rounds < INLINE_IMAGES:

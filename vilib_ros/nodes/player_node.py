@@ -151,7 +151,7 @@ class PlayerNode(Node):
         if workers > 1:
             from vilib_ros.datasets.replay import hand_gil_to_decoders
 
-            hand_gil_to_decoders()      # decoded images do not wait 5 ms for the publishing thread's GIL
+            hand_gil_to_decoders()      # decoded images do not wait a whole switch interval for the GIL
         self.ds = self.feed.ds
         self.n_cams = min(self.ds.num_cameras if self.p["publish_cam1"] else 1, 2)
         self.pub_img = [self.create_publisher(Image, f"cam{c}/image_raw", reliable_qos(30))
@@ -164,7 +164,7 @@ class PlayerNode(Node):
         # for on a wait set of their own, not through an executor turn per message or per image
         self._progress: list = []
         if self.p["rate"] <= 0.0:
-            # raw: only the stamp is read (a PointCloud object of ~200 points costs ~1 ms to build)
+            # raw: only the stamp is read (a PointCloud object builds one Python object per point)
             sub = self.create_subscription(PointCloud, "tracks", self._on_tracks, reliable_qos(10), raw=True)
             self._progress.append((sub, self._on_tracks))
         self.last_backend_ns = -1
@@ -202,9 +202,8 @@ class PlayerNode(Node):
 
     def _check_rate_mode(self, params):
         """On-set: ``rate`` may change mid-replay, but not between 0 (backpressure: the player
-        subscribes to ``tracks`` at start) and > 0 (timed). Regression: a rate set to 0 mid-replay was
-        taken, and then every image waited ``backpressure_timeout_s`` for tracks the player had no
-        subscription for."""
+        subscribes to ``tracks`` at start) and > 0 (timed): a rate set to 0 mid-replay would make
+        every image wait ``backpressure_timeout_s`` for tracks the player has no subscription for."""
         from rcl_interfaces.msg import SetParametersResult
 
         for p in params:
@@ -245,8 +244,8 @@ class PlayerNode(Node):
 
     def _spin_now_and_then(self, period_s: float = 0.02) -> None:
         """One executor turn at most every ``period_s`` (parameter requests, the rest): a turn builds
-        the wait set of every entity in Python (0.1-0.3 ms), which per image was a fifth of the
-        player's time per frame in a replay."""
+        the wait set of every entity in Python, a large share of the player's time if it came with
+        every image."""
         now = time.monotonic()
         if now - self._last_spin >= period_s:
             self._last_spin = now
@@ -356,7 +355,7 @@ class PlayerNode(Node):
             t_b = time.monotonic()
             spent["backpressure"] += t_b - t_a
             frame_id = self.p["cam0_frame_id"] if cam == 0 else self.p["cam1_frame_id"]
-            # serialized here (rclpy's serializer took 1-3 ms per 752x480 image)
+            # serialized here in one copy (rclpy's serializer is slow on images)
             self.pub_img[cam].publish(encode_image(t_ev, frame_id, ev[4], "mono8"))
             spent["publish"] += time.monotonic() - t_b
             self.stats["images"][cam] += 1
