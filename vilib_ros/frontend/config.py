@@ -22,12 +22,11 @@ with, its checks, and the constants and compile-time defines the kernels share w
   :func:`fast_defines`, :func:`nms_defines`, :func:`lk_defines`, :func:`frontend_defines`,
   :func:`ransac_defines`.
 
-A parameter's way from the node to the kernel, ``detector.threshold`` for one: config/euroc.yaml
-(or ``-p``) sets the ROS parameter that ``frontend_node`` declared from this field's metadata
-(rclpy checks the range); ``nodes.frontend_setup.build_config`` puts the values into a
-:class:`FrontendConfig`, validated once there; ``FeatureTracker(..., validated=True)`` hands it
-to the factory's pipeline, whose detector passes ``threshold_int`` to ``fast.cu``'s CRF kernel
-(a live change: ``apply_config`` swaps the detector's configuration, read at the next frame).
+A parameter's way to the kernel, ``detector.threshold`` for one: config/euroc.yaml sets the ROS
+parameter ``frontend_node`` declared from this field's metadata (rclpy checks the range);
+``nodes.frontend_setup.build_config`` makes the :class:`FrontendConfig` and validates it, once;
+``FeatureTracker(..., validated=True)`` gives it to the factory's pipeline, whose detector passes
+``threshold_int`` to ``fast.cu``'s CRF kernel every frame (``apply_config`` swaps it live).
 
 No implementation is imported here: the twins (``gpu/``, ``compiled/``, ``reference/``) and the
 factory import this module, never the other way round.
