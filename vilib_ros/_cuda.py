@@ -186,8 +186,8 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, stream=None, checked:
 # ---------------------------------------------------------- programmatic dependent launch
 # Hopper's programmatic dependent launch: a kernel launched with this attribute may be scheduled
 # while the kernel before it on the stream still runs; kernels/pdl.cuh makes each kernel wait for
-# its predecessor's completion before it touches memory (a chain of one-block kernels in a graph:
-# 0.70 instead of 1.18 us per link on an H200, bench/pdl_probe.py). CuPy launches have no attributes, so
+# its predecessor's completion before it touches memory, so a graph's chain of small kernels overlaps
+# each launch's latency with the kernel before it. CuPy launches have no attributes, so
 # such launches go through the driver's cuLaunchKernelEx by ctypes; the arguments are marshalled
 # as CuPy marshals them (arrays as device pointers, NumPy scalars as their type, Python int and
 # float as int64 and float64). Captured into a graph, the stream edge becomes a programmatic one.

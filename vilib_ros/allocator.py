@@ -1,9 +1,7 @@
 """jemalloc for the backend's processes, where the machine has it.
 
-gtsam allocates and frees many small objects per update (factors, Jacobians, Bayes tree cliques);
-with jemalloc in place of glibc's malloc the estimator took 14 % less time on the 2-core machine
-(60 s synthetic sequence, stereo 1.17-1.22 -> 1.02 s, mono 1.48-1.52 -> 1.28-1.29 s, bit-identical
-estimates; 2026-11-25). The library must be loaded when the process starts (``LD_PRELOAD``), so the
+gtsam allocates and frees many small objects per update (factors, Jacobians, Bayes tree cliques),
+which jemalloc serves faster than glibc's malloc, with bit-identical estimates. The library must be loaded when the process starts (``LD_PRELOAD``), so the
 launchers set it: ``vilib-ros run`` and the launch files for ``backend_node``, the offline runner for
 its backend process. Where the library is missing nothing changes (``apt install libjemalloc2``
 installs it on Debian, Ubuntu and JetPack).

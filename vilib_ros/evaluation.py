@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 def umeyama(src: np.ndarray, dst: np.ndarray, scale: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
     """(R, t, s) minimising |s R src + t - dst| over corresponding points (N, 3) (Umeyama;
     s = 1 unless ``scale``). A light NumPy alignment for reports; ``evaluate`` uses evo. An empty or
-    mismatched pair is a ValueError (regression: an empty trajectory, a run whose backend never
-    initialised, surfaced as NumPy's "SVD did not converge")."""
+    mismatched pair is a ValueError naming the shapes (an empty trajectory: a run whose backend never
+    initialised)."""
     src, dst = np.asarray(src, float), np.asarray(dst, float)
     if src.ndim != 2 or src.shape[1:] != (3,) or src.shape != dst.shape:
         raise ValueError(f"umeyama: need two (N, 3) arrays of corresponding positions, got {src.shape} and {dst.shape}")
