@@ -203,3 +203,31 @@ print("settled", flush=True)
     r = _run(program)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert r.stdout.split() == ["caught", "by", "the", "library", "stopped:", "Terminated", "settled"], r.stdout
+
+
+def test_gc_pause_hook_only_on_request(monkeypatch):
+    """The nodes' gc-pause statistics run no Python code inside the collector unless asked
+    (``VILIB_ROS_GC_PAUSES=1``): by default they count collections; asked, they time them too.
+    Regression: the hook was always on, and a SIGINT whose handler ran in it was swallowed."""
+    import gc
+
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    from vilib_ros.nodes._common import GcPauses
+
+    monkeypatch.delenv("VILIB_ROS_GC_PAUSES", raising=False)
+    before = list(gc.callbacks)
+    counted = GcPauses()
+    assert gc.callbacks == before
+    gc.collect()
+    s = counted.summary()
+    assert s["timed"] is False and s["gen2"]["count"] >= 1 and "max_ms" not in s["gen2"], s
+    monkeypatch.setenv("VILIB_ROS_GC_PAUSES", "1")
+    timed = GcPauses()
+    try:
+        assert timed._cb in gc.callbacks
+        gc.collect()
+        s = timed.summary()
+        assert s["timed"] is True and s["gen2"]["count"] >= 1 and s["gen2"]["max_ms"] > 0, s
+    finally:
+        timed.close()
+    assert gc.callbacks == before

@@ -355,7 +355,6 @@ class GcPauses:
     def reset(self) -> None:
         """Forget the pauses so far (a node calls it at its first frame: start-up is not counted)."""
         self._base = [int(g.get("collections", 0)) for g in gc.get_stats()]
-        self.count = [0, 0, 0]
         self.total_ms = [0.0, 0.0, 0.0]
         self.max_ms = [0.0, 0.0, 0.0]
 
