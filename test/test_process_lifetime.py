@@ -8,6 +8,7 @@ they were killed by hand. Every child now asks the kernel for SIGTERM when its p
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -585,3 +586,42 @@ class TestConfigurationErrorAtStart:
             c.stop()
         assert _death(c) == ("frontend_node (rc 2): image 752x480 is smaller than one cell (32x32) plus the border "
                              "(256 px each side)"), c.tail()
+
+
+_RECORDER_STOPPED_BEFORE_ITS_CALLBACKS = r"""
+import sys
+import rclpy
+from rclpy.duration import Duration
+from std_msgs.msg import Bool
+from vilib_ros.nodes._common import reliable_qos
+from vilib_ros.nodes.recorder_node import RecorderNode
+
+rclpy.init(args=["--ros-args", "-p", f"output:={sys.argv[1]}", "-p", "topics:=['flag:std_msgs/msg/Bool']"])
+rec = RecorderNode()
+pub_node = rclpy.create_node("flag_publisher")
+pub = pub_node.create_publisher(Bool, "flag", reliable_qos(10))
+t = rclpy.clock.Clock()
+end = t.now() + Duration(seconds=60)
+while pub.get_subscription_count() < 1 and t.now() < end:
+    rclpy.spin_once(pub_node, timeout_sec=0.1)
+for k in range(5):
+    pub.publish(Bool(data=bool(k % 2)))
+print("acked" if pub.wait_for_all_acked(Duration(seconds=30)) else "not acked", flush=True)
+rec.close()                     # never spun: the five messages wait in its subscription
+rclpy.try_shutdown()
+"""
+
+
+class TestRecorderStop:
+    def test_messages_received_before_the_stop_are_written(self, tmp_path):
+        """Regression: a recorder stopped while messages it had received still waited for its
+        executor (the run stops it right after the backend's last odometry) lost them."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        env = _env()
+        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+        out = tmp_path / "rec.jsonl"
+        r = subprocess.run([sys.executable, "-c", _RECORDER_STOPPED_BEFORE_ITS_CALLBACKS, str(out)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == "acked", (r.stdout, r.stderr)
+        lines = [json.loads(ln) for ln in out.read_text().splitlines()]
+        assert [d["data"] for d in lines] == [False, True, False, True, False], lines
