@@ -33,7 +33,7 @@ import threading
 import time
 
 #: longest wait of the helper thread before it re-delivers a swallowed stop, s
-REDELIVERY_MAX_DELAY_S = 0.2
+REDELIVERY_MAX_DELAY_S = 0.05
 
 
 class Terminated(KeyboardInterrupt):
