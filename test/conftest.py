@@ -1,12 +1,18 @@
 """Shared fixtures and markers.
 
 * ``gpu`` tests skip with CuPy's own reason where no CUDA device exists.
-* Real EuRoC frames are read from ``$VILIB_ROS_EUROC``, else ``../shared/data/euroc_v101_head``
-  beside the checkout, else ``.data/euroc_v101_head`` inside it (the GPU machine's copy).
+* Real EuRoC frames are read from ``$VILIB_ROS_EUROC`` where it is set (alone: set it to a path
+  without them, e.g. ``VILIB_ROS_EUROC=none``, to run the tests as on a fresh clone), else from
+  ``../shared/data/euroc_v101_head`` beside the checkout, else ``.data/euroc_v101_head`` inside it
+  (the GPU machine's copy). ``euroc_path`` / ``euroc_frames``: only for the tests that need real
+  sensor images (conformance on them, the real folder's reader); skipped with the reason elsewhere.
 * ``generated_sequence``: a 5 s synthetic EuRoC-format sequence rendered once per test session
-  into a tmp folder, so the node tests run on a fresh clone without the real frames;
+  into a tmp folder, so the tests run on a fresh clone without the real frames;
   ``node_dataset`` gives each node test both inputs (``generated`` everywhere, ``euroc`` where
   the real frames are present, skipped with the reason elsewhere).
+* ``sequence_path`` / ``frames``: the real EuRoC folder and frames where present, else the generated
+  sequence's (752x480 like EuRoC's cam0, 101 frames): for the tests that need realistic images (two
+  implementations compared on them, a tracker or a node fed with them), not real ones.
 * ROS 2 traffic stays on this machine: discovery range LOCALHOST, a per-session domain id.
 * Every process a test starts dies with the test process (``vilib_ros.nodes.processes``).
 """
@@ -51,10 +57,14 @@ os.environ.setdefault("VILIB_ROS_CHECK_LAUNCHES", "1")
 
 
 def euroc_dir() -> Path | None:
-    candidates = [os.environ.get("VILIB_ROS_EUROC")]
-    candidates += [REPO.parent / "shared" / "data" / "euroc_v101_head", REPO / ".data" / "euroc_v101_head"]
+    """The real EuRoC folder: ``$VILIB_ROS_EUROC`` where set (even to a path without the frames: a
+    run as on a fresh clone), else the copies beside or inside the checkout; None where absent."""
+    if os.environ.get("VILIB_ROS_EUROC"):
+        candidates = [os.environ["VILIB_ROS_EUROC"]]
+    else:
+        candidates = [REPO.parent / "shared" / "data" / "euroc_v101_head", REPO / ".data" / "euroc_v101_head"]
     for c in candidates:
-        if c and (Path(c) / "mav0" / "cam0" / "data.csv").is_file():
+        if (Path(c) / "mav0" / "cam0" / "data.csv").is_file():
             return Path(c)
     return None
 
@@ -63,7 +73,7 @@ def euroc_dir() -> Path | None:
 def euroc_path() -> Path:
     p = euroc_dir()
     if p is None:
-        pytest.skip("real EuRoC frames not found (set VILIB_ROS_EUROC or place ../shared/data/euroc_v101_head)")
+        pytest.skip("needs the real EuRoC frames: not found (set VILIB_ROS_EUROC or place ../shared/data/euroc_v101_head)")
     return p
 
 
@@ -88,6 +98,21 @@ def node_dataset(request) -> Path:
     if request.param == "euroc":
         return request.getfixturevalue("euroc_path")
     return request.getfixturevalue("generated_sequence")
+
+
+@pytest.fixture(scope="session")
+def sequence_path(request) -> Path:
+    """An ASL folder with cam0 (752x480), its calibration, the IMU and ground truth: the real EuRoC
+    frames where present, else the generated sequence."""
+    p = euroc_dir()
+    return p if p is not None else request.getfixturevalue("generated_sequence")
+
+
+@pytest.fixture(scope="session")
+def frames(sequence_path) -> list:
+    """The cam0 frames of :func:`sequence_path` as uint8 arrays (sorted by time): 95 real ones, or
+    the generated sequence's 101."""
+    return dataset_frames(sequence_path)
 
 
 @pytest.fixture(scope="session")

@@ -57,13 +57,14 @@ class TestMarkdown:
 
 
 class TestOriginalWork:
-    def test_tracker_does_the_originals_work(self, euroc_path):
+    def test_tracker_does_the_originals_work(self, sequence_path):
         """The like-for-like row: translation only, no FB check, no RANSAC, at most 100 tracks
-        (the original's FeatureTrackerGPU::track), on real frames."""
+        (the original's FeatureTrackerGPU::track), on the EuRoC frames (the generated sequence's where the
+        real ones are absent)."""
         from bench.frontend import original_work_tracker
         from vilib_ros.datasets import open_dataset
 
-        ds = open_dataset(euroc_path)
+        ds = open_dataset(sequence_path)
         ft = original_work_tracker("cpu")
         c = ft.config
         assert (c.tracker.warp, c.fb_check, c.ransac, ft.target) == ("translation", False, False, 100)

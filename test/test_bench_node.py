@@ -20,12 +20,12 @@ from conftest import ros_domain  # noqa: E402
 DOMAIN = ros_domain("bench_node")
 
 
-def test_bench_node_small(euroc_path, tmp_path):
+def test_bench_node_small(sequence_path, tmp_path):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     from vilib_ros.nodes.processes import ros_env
 
     env = ros_env(DOMAIN)
-    env["VILIB_ROS_EUROC"] = str(euroc_path)
+    env["VILIB_ROS_EUROC"] = str(sequence_path)
     r = subprocess.run([sys.executable, "-m", "bench", "node", "--device", "cpu", "--rates", "bp,bp4",
                         "--modes", "mono,stereo", "--frames", "12", "--burst", "40", "--out", str(tmp_path),
                         "--domain-id", str(DOMAIN), "--replay-duration", "2",

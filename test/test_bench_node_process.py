@@ -1,6 +1,7 @@
 """``python -m bench node-process``: the frontend node's tracker and per-frame steps outside ROS
 (no DDS, CPU here). Not a speed test: it checks that the tool builds the node's tracker and that
-every variant runs real frames to tracks."""
+every variant runs frames (the real EuRoC ones, or the generated sequence's where they are absent)
+to tracks."""
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ from pathlib import Path
 class TestBenchNodeProcess:
     """``python -m bench node-process``: the node's tracker outside ROS (no DDS)."""
 
-    def test_node_tracker_and_steps(self, euroc_path, tmp_path):
+    def test_node_tracker_and_steps(self, sequence_path, tmp_path):
         """It builds the tracker the node builds from the same parameter values (the node's
-        FrontendConfig and camera), and every variant runs the real frames to tracks, the node
+        FrontendConfig and camera), and every variant runs the frames to tracks, the node
         path with every step timed, and the gyro rotation agrees with the loop it replaced."""
         import dataclasses
 
@@ -25,7 +26,7 @@ class TestBenchNodeProcess:
         from vilib_ros.frontend import FrontendConfig
         from vilib_ros.nodes.frontend_setup import default_values
 
-        yaml = euroc_path / "mav0" / "cam0" / "sensor.yaml"
+        yaml = sequence_path / "mav0" / "cam0" / "sensor.yaml"
         values = default_values({**NODE_OVERRIDES, "device": "cpu", "camera_yaml": str(yaml), "warm_up_frames": 1,
                                  "detector.threshold": 17.0, "fb_check": False})
         steps = NodeSteps(values)
@@ -39,7 +40,7 @@ class TestBenchNodeProcess:
         for f in dataclasses.fields(cam):
             assert np.array_equal(getattr(steps.cam, f.name), getattr(cam, f.name)), f.name
         r = subprocess.run([sys.executable, "-m", "bench", "node-process", "--device", "cpu",
-                            "--data", str(euroc_path), "--frames", "3", "--round", "3", "--gaps", "1",
+                            "--data", str(sequence_path), "--frames", "3", "--round", "3", "--gaps", "1",
                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
                            cwd=Path(__file__).resolve().parents[1])
         assert r.returncode == 0, r.stderr[-3000:]

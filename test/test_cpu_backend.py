@@ -56,7 +56,7 @@ class TestCpuThreads:
             with pytest.raises(ValueError, match=THREADS_ENV):
                 cpu_threads()
 
-    def test_all_threads_give_the_same_results(self, euroc_frames, monkeypatch):
+    def test_all_threads_give_the_same_results(self, frames, monkeypatch):
         """The parallel loops (rows, cells, features) split work, never change a result."""
         _numba()
         from vilib_ros.frontend.compiled.detector import NumbaFastDetector
@@ -66,9 +66,9 @@ class TestCpuThreads:
         for n in ("1", "0"):
             monkeypatch.setenv(THREADS_ENV, n)
             det, trk = NumbaFastDetector(752, 480), NumbaLKTracker(752, 480)
-            cells = [det.detect(euroc_frames[k]) for k in (5, 50)]
+            cells = [det.detect(frames[k]) for k in (5, 50)]
             pts = cells[0].points()
-            tr = trk.track(euroc_frames[5], euroc_frames[7], pts)
+            tr = trk.track(frames[5], frames[7], pts)
             out[n] = (cells, tr)
         for a, b in zip(out["1"][0], out["0"][0]):
             for f in ("x", "y", "score", "level"):
@@ -116,14 +116,14 @@ class TestBuildPyramidHost:
     # a non-contiguous view (the compiled halve takes C arrays) and the most levels the frame allows
     @pytest.mark.parametrize("crop, levels", [((480, 752), 5), ((479, 751), 5), ((301, 433), 4),
                                               ((480, 752), 8), ("strided", 4)])
-    def test_compiled_equals_the_numpy_reference(self, euroc_frames, monkeypatch, crop, levels):
+    def test_compiled_equals_the_numpy_reference(self, frames, monkeypatch, crop, levels):
         _numba()
         from vilib_ros.frontend.compiled import pyramid as cpu_pyramid
         from vilib_ros.frontend.compiled.pyramid import build_pyramid_compiled
         from vilib_ros.frontend.config import level_shapes
         from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
 
-        frame = euroc_frames[7]
+        frame = frames[7]
         img = frame[::2, 1::2] if crop == "strided" else frame[:crop[0], :crop[1]]
         ref = build_pyramid_cpu(img, levels)
         assert [r.shape for r in ref] == level_shapes(img.shape[1], img.shape[0], levels)
@@ -146,12 +146,12 @@ class TestBuildPyramidHost:
         # levels past 0 are not trivial (the frame is not flat): a wrong halving would show
         assert ref[-1].std() > 5
 
-    def test_numpy_selected_is_the_reference(self, euroc_frames, monkeypatch):
+    def test_numpy_selected_is_the_reference(self, frames, monkeypatch):
         """VILIB_ROS_CPU_IMPL=numpy: the NumPy path's levels are the rounded 2x2 means."""
         monkeypatch.setenv(ENV, "numpy")
-        got = build_pyramid_host(euroc_frames[7], 5)
+        got = build_pyramid_host(frames[7], 5)
         assert len(got) == 5
-        np.testing.assert_array_equal(got[0], euroc_frames[7])
+        np.testing.assert_array_equal(got[0], frames[7])
         for k in range(1, 5):
             # the rounded 2x2 mean written out here, independently of halve_cpu's slicing
             prev = got[k - 1].astype(np.int32)
@@ -201,7 +201,7 @@ class TestFallbackWithoutNumba:
 
 
 class TestFeatureTrackerCompiled:
-    def test_same_tracks_as_numpy_over_the_real_frames(self, euroc_frames, monkeypatch):
+    def test_same_tracks_as_numpy_over_the_real_frames(self, frames, monkeypatch):
         """Same ids, ages, scores and levels every frame, positions within 0.02 px."""
         _numba()
         from vilib_ros.camera import euroc_cam0
@@ -216,7 +216,7 @@ class TestFeatureTrackerCompiled:
             compiled = (isinstance(ft.pipeline.detector, NumbaFastDetector)
                         and isinstance(ft.pipeline.tracker, NumbaLKTracker))
             assert compiled == (impl == "numba")
-            runs[impl] = ([ft.process(img, STAMP0 + k * DT) for k, img in enumerate(euroc_frames)], dict(ft.stats))
+            runs[impl] = ([ft.process(img, STAMP0 + k * DT) for k, img in enumerate(frames)], dict(ft.stats))
         (fa, sa), (fb, sb) = runs["numba"], runs["numpy"]
         worst = 0.0
         for k, (a, b) in enumerate(zip(fa, fb)):

@@ -52,13 +52,13 @@ def _assert_cells_equal(got, ref):
 
 
 @pytest.fixture(scope="module")
-def euroc_reference(euroc_frames):
+def euroc_reference(frames):
     """Reference pyramid, score maps and cells (default config, and with an occupancy) per frame."""
     cfg = DetectorConfig()
     gs = grid_shape_for(752, 480, cfg)
     occ = np.random.default_rng(0).random(gs) < 0.3
     out = []
-    for img in euroc_frames:
+    for img in frames:
         levels, scores, sup, cells = _reference_detect(img, cfg)
         out.append((levels, scores, cells, cell_select_cpu(sup, cfg, gs, occ)))
     return cfg, occ, out
@@ -74,8 +74,8 @@ class TestHalve:
 
 
 class TestBuildPyramidCompiled:
-    def test_real_frames_bit_identical(self, euroc_frames, euroc_reference):
-        for img, (levels, _, _, _) in zip(euroc_frames, euroc_reference[2]):
+    def test_real_frames_bit_identical(self, frames, euroc_reference):
+        for img, (levels, _, _, _) in zip(frames, euroc_reference[2]):
             for a, b in zip(build_pyramid_compiled(img, 2), levels):
                 np.testing.assert_array_equal(a, b)
 
@@ -104,11 +104,11 @@ class TestBuildPyramidCompiled:
 
 
 class TestCpuPyramid:
-    def test_buffers_reused_and_equal(self, euroc_frames):
+    def test_buffers_reused_and_equal(self, frames):
         pyr = CpuPyramid(752, 480, 5)
-        first = pyr.build(euroc_frames[0])
+        first = pyr.build(frames[0])
         ids = [id(lv) for lv in first[1:]]
-        for img in euroc_frames[1:4]:
+        for img in frames[1:4]:
             got = pyr.build(img)
             assert [id(lv) for lv in got[1:]] == ids
             for a, b in zip(got, build_pyramid_cpu(img, 5)):
@@ -120,9 +120,9 @@ class TestCpuPyramid:
 
 
 class TestFastScore:
-    def test_real_frames_bit_identical(self, euroc_frames, euroc_reference):
+    def test_real_frames_bit_identical(self, frames, euroc_reference):
         cfg = euroc_reference[0]
-        for img, (levels, scores, _, _) in zip(euroc_frames, euroc_reference[2]):
+        for img, (levels, scores, _, _) in zip(frames, euroc_reference[2]):
             for lv, ref in zip(levels, scores):
                 np.testing.assert_array_equal(_compiled_score(lv, cfg.arc_length, cfg.threshold, cfg.score,
                                                               cfg.border), ref)
@@ -138,8 +138,8 @@ class TestFastScore:
         assert np.count_nonzero(fast_score_cpu(img, n, 10.0, score, 3)) > 20, "too few corners to be meaningful"
 
     @pytest.mark.parametrize("score", SCORES)
-    def test_real_frame_every_score(self, euroc_frames, score):
-        img = euroc_frames[47]
+    def test_real_frame_every_score(self, frames, score):
+        img = frames[47]
         for n in (9, 12):
             np.testing.assert_array_equal(_compiled_score(img, n, 10.0, score, 3), fast_score_cpu(img, n, 10.0, score, 3))
 
@@ -215,18 +215,18 @@ class TestNmsCells:
 
 
 class TestNumbaFastDetector:
-    def test_real_frames_cells_bit_identical(self, euroc_frames, euroc_reference):
+    def test_real_frames_cells_bit_identical(self, frames, euroc_reference):
         cfg, occ, ref = euroc_reference
         det = NumbaFastDetector(752, 480, cfg)
-        for img, (_, _, cells, cells_occ) in zip(euroc_frames, ref):
+        for img, (_, _, cells, cells_occ) in zip(frames, ref):
             _assert_cells_equal(det.detect(img), cells)
             _assert_cells_equal(det.detect(img, occupancy=occ), cells_occ)
         assert np.mean([r[2].count for r in ref]) > 200
 
-    def test_interface_matches_reference_detector(self, euroc_frames):
+    def test_interface_matches_reference_detector(self, frames):
         cfg = DetectorConfig(levels=3, cell_height=32, nms_radius=2, score="sad_circle", arc_length=11)
         det, ref = NumbaFastDetector(752, 480, cfg), CpuFastDetector(752, 480, cfg)
-        img = euroc_frames[60]
+        img = frames[60]
         for method in ("pyramid", "score_maps", "suppressed_maps"):
             got, want = getattr(det, method)(img), getattr(ref, method)(img)
             assert len(got) == len(want) == 3
@@ -234,7 +234,7 @@ class TestNumbaFastDetector:
                 assert a.dtype == b.dtype
                 np.testing.assert_array_equal(a, b)
         first = det.score_maps(img)
-        det.detect(euroc_frames[61])              # internal buffers are reused ...
+        det.detect(frames[61])              # internal buffers are reused ...
         np.testing.assert_array_equal(first[0], ref.score_maps(img)[0])   # ... returned maps are copies
         assert det.grid_shape == ref.grid_shape and det.device == "cpu" and isinstance(det, CpuFastDetector)
 

@@ -1,6 +1,7 @@
 """The compiled CPU LK tracker (numba: compiled.lk, compiled.tracker) against the NumPy reference track_cpu: every mode
-on real EuRoC pairs and under a synthetic illumination change, every status the reference sets,
-the oscillation stop, inputs and errors. Positions within 0.02 px, statuses identical."""
+on EuRoC pairs (the generated sequence's where the real frames are absent) and under a synthetic
+illumination change, every status the reference sets, the oscillation stop (on the real pairs),
+inputs and errors. Positions within 0.02 px, statuses identical."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,11 +39,23 @@ SYN_PAIR = _syn_pair_config()     # the synthetic pair's generator (a global gai
 
 
 @pytest.fixture(scope="module")
-def pairs(euroc_frames):
-    """(template pyramid, image pyramid, features, perturbed prediction) on real and synthetic frames."""
+def pairs(frames):
+    """(template pyramid, image pyramid, features, perturbed prediction) on three pairs of the frames
+    (real ones where present, else the generated sequence's) and a synthetic pair with a global
+    illumination change."""
+    return _pairs(frames)
+
+
+@pytest.fixture(scope="module")
+def real_pairs(euroc_frames):
+    """:func:`pairs` on the real frames."""
+    return _pairs(euroc_frames)
+
+
+def _pairs(frames):
     out = []
     for i, gap in ((0, 3), (40, 3), (80, 5)):
-        a, b = euroc_frames[i], euroc_frames[i + gap]
+        a, b = frames[i], frames[i + gap]
         out.append((a, b, _detect(a)))
     syn = pytest.importorskip("vilib_ros.synthetic")
     seq = syn.SyntheticSequence(SYN_PAIR)
@@ -112,8 +125,11 @@ class TestLkTrack:
 
     @pytest.mark.parametrize("osc", [dict(osc_eps=0.0, osc_growth=0.0), dict(osc_eps=0.3, osc_growth=0.0),
                                      dict(osc_eps=0.0, osc_growth=0.25)])
-    def test_oscillation_stop(self, pairs, osc):
-        """Both oscillation tests, each alone and off, on a noisy start that makes them fire."""
+    def test_oscillation_stop(self, real_pairs, osc):
+        """Both oscillation tests, each alone and off, on a noisy start that makes them fire, on the
+        real frames: with both off, a feature that bounces until the iteration cap ends on a status
+        that float rounding can change (a few do on the generated sequence's frames)."""
+        pairs = real_pairs
         cfg = TrackerConfig(mode="gain_offset", max_iterations=30, **osc)
         base = TrackerConfig(mode="gain_offset", max_iterations=30, osc_eps=0.0, osc_growth=0.0)
         trk = NumbaLKTracker(752, 480, cfg)
@@ -127,8 +143,8 @@ class TestLkTrack:
 
 
 class TestStatuses:
-    def test_every_status_the_reference_sets(self, euroc_frames):
-        a, b = euroc_frames[20], euroc_frames[22]
+    def test_every_status_the_reference_sets(self, frames):
+        a, b = frames[20], frames[22]
         flat = a.copy()
         flat[190:230, 280:320] = 128
         pts = np.array([[100, 100], [744, 240], [300, 210], [400, 300], [200, 200], [5, 5], [np.inf, 3],
@@ -149,8 +165,8 @@ class TestStatuses:
             seen |= set(track_cpu(flat, b, pts, pred, cfg, active=act).status.tolist())
         assert seen == set(TrackStatus), f"the cases cover only {sorted(seen)}"
 
-    def test_noise_image_is_lost(self, euroc_frames):
-        a = euroc_frames[0]
+    def test_noise_image_is_lost(self, frames):
+        a = frames[0]
         noise = np.random.default_rng(0).integers(0, 256, a.shape, dtype=np.uint8)
         pts = _detect(a)[:60]
         cfg = TrackerConfig(mode="translation", max_residual=20.0)
@@ -160,8 +176,8 @@ class TestStatuses:
 
 
 class TestNumbaLKTracker:
-    def test_images_or_pyramids_and_defaults(self, euroc_frames):
-        a, b = euroc_frames[30], euroc_frames[31]
+    def test_images_or_pyramids_and_defaults(self, frames):
+        a, b = frames[30], frames[31]
         pts = _detect(a)[:50]
         trk = NumbaLKTracker(752, 480, TrackerConfig(levels=3, patch_sizes=(16, 8, 8)))
         r1 = trk.track(a, b, pts)                              # images, pred = tmpl_pos
@@ -171,14 +187,14 @@ class TestNumbaLKTracker:
         for f in ("pos", "status", "gain", "offset", "iterations"):
             np.testing.assert_array_equal(getattr(r1, f), getattr(r2, f))
 
-    def test_empty_and_interface(self, euroc_frames):
+    def test_empty_and_interface(self, frames):
         trk = NumbaLKTracker(752, 480, TrackerConfig())
-        r = trk.track(euroc_frames[0], euroc_frames[1], np.zeros((0, 2), np.float32))
+        r = trk.track(frames[0], frames[1], np.zeros((0, 2), np.float32))
         assert r.pos.shape == (0, 2) and r.status.shape == (0,)
         assert isinstance(trk, CpuLKTracker) and trk.device == "cpu"
 
-    def test_opencv_backend_passes_through(self, euroc_frames):
-        a, b = euroc_frames[20], euroc_frames[21]
+    def test_opencv_backend_passes_through(self, frames):
+        a, b = frames[20], frames[21]
         pts = _detect(a)[:40]
         cfg = TrackerConfig(mode="translation", cpu_backend="opencv", template="previous", warp="translation")
         got = NumbaLKTracker(752, 480, cfg).track(a, b, pts)
@@ -215,11 +231,11 @@ class TestFinestLevels:
             got = trk.track(tp, ip, pts, pred, levels=levels)
             assert_matches_reference(got, ref, f"levels {levels} pair {k}")
 
-    def test_fewer_levels_search_less(self, euroc_frames):
+    def test_fewer_levels_search_less(self, frames):
         """The level count reaches the kernel: a 24 px shift is found from the shifted start on one
         level and on five, but from the unshifted start only with the coarse levels (one level's
         16x16 patch cannot see 24 px away)."""
-        a = euroc_frames[10]
+        a = frames[10]
         b = np.zeros_like(a)
         b[:, 24:] = a[:, :-24]
         pts = _detect(a)
@@ -235,8 +251,8 @@ class TestFinestLevels:
         assert found(trk.track(a, b, pts, pts, levels=5)).mean() > 0.8
         assert found(trk.track(a, b, pts, pts, levels=1)).mean() < 0.2
 
-    def test_levels_out_of_range_read_as_messages(self, euroc_frames):
-        a = euroc_frames[0]
+    def test_levels_out_of_range_read_as_messages(self, frames):
+        a = frames[0]
         with pytest.raises(ValueError, match="levels must be in 1..5"):
             NumbaLKTracker(752, 480, TrackerConfig()).track(a, a, np.full((2, 2), 100, np.float32), levels=6)
 

@@ -150,10 +150,10 @@ class TestNmsSuppressCpu:
 
 class TestCellSelection:
     @pytest.mark.parametrize("levels,cw,ch,n", [(2, 32, 32, 1), (1, 64, 24, 2), (3, 32, 16, 3)])
-    def test_winner_is_true_cell_maximum(self, euroc_frames, levels, cw, ch, n):
+    def test_winner_is_true_cell_maximum(self, frames, levels, cw, ch, n):
         cfg = DetectorConfig(levels=levels, cell_width=cw, cell_height=ch, nms_radius=n, score="max_threshold")
         det = CpuFastDetector(752, 480, cfg)
-        img = euroc_frames[10]
+        img = frames[10]
         maps = det.suppressed_maps(img)
         res = det.detect(img)
         rows, cols = det.grid_shape
@@ -176,9 +176,9 @@ class TestCellSelection:
                     assert (res.score[i], res.level[i], res.x[i], res.y[i]) == (best[0], k, x << k, y << k)
         assert res.count > rows * cols // 3
 
-    def test_occupancy_skips_cells(self, euroc_frames):
+    def test_occupancy_skips_cells(self, frames):
         det = CpuFastDetector(752, 480, DetectorConfig())
-        img = euroc_frames[3]
+        img = frames[3]
         full = det.detect(img)
         occ = np.zeros(det.grid_shape, bool)
         occ[::2, 1::3] = True

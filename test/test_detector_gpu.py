@@ -56,10 +56,10 @@ def assert_cells_equal(got, ref):
 class TestScoreMapsExact:
     @pytest.mark.parametrize("n", [9, 10, 11, 12])
     @pytest.mark.parametrize("score", SCORES)
-    def test_equal_cpu(self, euroc_frames, score, n):
+    def test_equal_cpu(self, frames, score, n):
         cfg = DetectorConfig(arc_length=n, score=score, levels=2, threshold=10.0)
         gpu, cpu = gpu_detector(cfg), CpuFastDetector(W, H, cfg)
-        for img in [euroc_frames[0], euroc_frames[60]] + random_images(seeds=(n,)):
+        for img in [frames[0], frames[60]] + random_images(seeds=(n,)):
             poison(gpu)
             gpu.detect(img)
             got, ref = gpu.score_maps_host(), cpu.score_maps(img)
@@ -67,10 +67,10 @@ class TestScoreMapsExact:
                 np.testing.assert_array_equal(g, r, err_msg=f"level {k}")
             assert np.count_nonzero(ref[0]) > 100
 
-    def test_fractional_threshold_and_border(self, euroc_frames):
+    def test_fractional_threshold_and_border(self, frames):
         cfg = DetectorConfig(arc_length=9, score="max_threshold", threshold=7.5, border=3, levels=3, cell_height=32)
         gpu, cpu = gpu_detector(cfg), CpuFastDetector(W, H, cfg)
-        img = euroc_frames[30]
+        img = frames[30]
         poison(gpu)
         gpu.detect(img)
         for g, r in zip(gpu.score_maps_host(), cpu.score_maps(img)):
@@ -78,10 +78,10 @@ class TestScoreMapsExact:
 
 
 class TestPyramidInDetector:
-    def test_pyramid_identical(self, euroc_frames):
+    def test_pyramid_identical(self, frames):
         cfg = DetectorConfig(levels=4, cell_height=32)
         gpu = gpu_detector(cfg)
-        for img in (euroc_frames[5], random_images()[0]):
+        for img in (frames[5], random_images()[0]):
             poison(gpu)
             gpu.detect(img)
             for g, r in zip(gpu.pyramid_host(), build_pyramid_cpu(img, 4)):
@@ -91,13 +91,13 @@ class TestPyramidInDetector:
 class TestCellsEqualCpu:
     @pytest.mark.parametrize("score", SCORES)
     @pytest.mark.parametrize("nms_radius", [1, 2, 3, 4])
-    def test_cells(self, euroc_frames, score, nms_radius):
+    def test_cells(self, frames, score, nms_radius):
         for levels, cw, ch in ((1, 32, 32), (2, 32, 32), (3, 64, 48)):
             cfg = DetectorConfig(score=score, nms_radius=nms_radius, levels=levels, cell_width=cw, cell_height=ch)
             gpus = [gpu_detector(cfg, nms_kernel=v) for v in ("smem", "global")]
             assert [g.nms_kernel for g in gpus] == ["smem", "global"]
             cpu = CpuFastDetector(W, H, cfg)
-            for img in (euroc_frames[0], euroc_frames[94]):
+            for img in (frames[0], frames[94]):
                 ref = cpu.detect(img)
                 for gpu in gpus:
                     poison(gpu)
@@ -121,27 +121,27 @@ class TestCellsEqualCpu:
                 poison(gpu)
                 assert_cells_equal(gpu.detect(img), ref)
 
-    def test_large_cells_fall_back_to_global_kernel(self, euroc_frames):
+    def test_large_cells_fall_back_to_global_kernel(self, frames):
         cfg = DetectorConfig(cell_width=256, cell_height=256, nms_radius=4)
         gpu, cpu = gpu_detector(cfg, nms_kernel="smem"), CpuFastDetector(W, H, cfg)
         assert gpu.nms_kernel == "global" and gpu.nms_smem_bytes > gpu.SMEM_LIMIT
         poison(gpu)
-        assert_cells_equal(gpu.detect(euroc_frames[3]), cpu.detect(euroc_frames[3]))
+        assert_cells_equal(gpu.detect(frames[3]), cpu.detect(frames[3]))
 
     @pytest.mark.parametrize("warps", [1, 4, 32])
-    def test_warps_per_cell(self, euroc_frames, warps):
+    def test_warps_per_cell(self, frames, warps):
         cfg = DetectorConfig(nms_radius=2)
         cpu = CpuFastDetector(W, H, cfg)
-        ref = cpu.detect(euroc_frames[7])
+        ref = cpu.detect(frames[7])
         for v in ("smem", "global"):
             gpu = gpu_detector(cfg, warps_per_cell=warps, nms_kernel=v)
             poison(gpu)
-            assert_cells_equal(gpu.detect(euroc_frames[7]), ref)
+            assert_cells_equal(gpu.detect(frames[7]), ref)
 
-    def test_graph_and_launch_paths_agree(self, euroc_frames):
+    def test_graph_and_launch_paths_agree(self, frames):
         cfg = DetectorConfig(score="max_threshold")
         g, nog = gpu_detector(cfg, use_graph=True), gpu_detector(cfg, use_graph=False)
-        for img in euroc_frames[:20:4]:
+        for img in frames[:20:4]:
             poison(g)
             poison(nog)
             assert_cells_equal(g.detect(img), nog.detect(img))
@@ -149,7 +149,7 @@ class TestCellsEqualCpu:
         assert len(g.graphs) > 0, "no CUDA graph was captured"
 
     @pytest.mark.parametrize("upload", ["streamed", "mapped", "copy", "pageable"])
-    def test_uploads(self, euroc_frames, upload):
+    def test_uploads(self, frames, upload):
         """Every way of getting the frame to the device gives the reference cells, graph or not,
         from pageable, strided and page-locked frames."""
         cfg = DetectorConfig()
@@ -157,31 +157,31 @@ class TestCellsEqualCpu:
         for use_graph in (True, False):
             gpu = gpu_detector(cfg, upload=upload, use_graph=use_graph)
             ring = gpu.pinned_frames(1)
-            ring[0][...] = euroc_frames[11]
+            ring[0][...] = frames[11]
             strided = np.zeros((H, 2 * W), np.uint8)
-            strided[:, ::2] = euroc_frames[12]
-            for img, ref in ((euroc_frames[10], euroc_frames[10]), (ring[0], euroc_frames[11]),
-                             (strided[:, ::2], euroc_frames[12])):
+            strided[:, ::2] = frames[12]
+            for img, ref in ((frames[10], frames[10]), (ring[0], frames[11]),
+                             (strided[:, ::2], frames[12])):
                 poison(gpu)
                 assert_cells_equal(gpu.detect(img), cpu.detect(ref))
 
-    def test_pinned_frames_path(self, euroc_frames):
+    def test_pinned_frames_path(self, frames):
         cfg = DetectorConfig()
         gpu, cpu = gpu_detector(cfg), CpuFastDetector(W, H, cfg)
         ring = gpu.pinned_frames(3)
         for i, buf in enumerate(ring):
-            buf[...] = euroc_frames[10 * i]
+            buf[...] = frames[10 * i]
         for i, buf in enumerate(ring):
             poison(gpu)
-            assert_cells_equal(gpu.detect(buf), cpu.detect(euroc_frames[10 * i]))
+            assert_cells_equal(gpu.detect(buf), cpu.detect(frames[10 * i]))
 
 
 class TestBaselineNms:
     @pytest.mark.parametrize("nms_radius", [1, 2, 3, 4])
-    def test_baseline_equals_combined(self, euroc_frames, nms_radius):
+    def test_baseline_equals_combined(self, frames, nms_radius):
         cfg = DetectorConfig(nms_radius=nms_radius, levels=2)
         gpu, cpu = gpu_detector(cfg), CpuFastDetector(W, H, cfg)
-        for img in (euroc_frames[1], euroc_frames[40]):
+        for img in (frames[1], frames[40]):
             poison(gpu)
             base = gpu.detect_baseline(img)
             sup = gpu.suppressed_maps_host()
@@ -193,10 +193,10 @@ class TestBaselineNms:
 
 
 class TestOccupancy:
-    def test_occupied_cells_empty(self, euroc_frames):
+    def test_occupied_cells_empty(self, frames):
         cfg = DetectorConfig()
         gpu, cpu = gpu_detector(cfg), CpuFastDetector(W, H, cfg)
-        img = euroc_frames[12]
+        img = frames[12]
         rng = np.random.default_rng(0)
         occ = rng.random(gpu.grid_shape) < 0.4
         poison(gpu)
@@ -209,7 +209,7 @@ class TestOccupancy:
         poison(gpu)
         assert_cells_equal(gpu.detect(img), cpu.detect(img))
 
-    def test_detect_device_with_external_pyramid(self, euroc_frames):
+    def test_detect_device_with_external_pyramid(self, frames):
         import cupy as cp
 
         from vilib_ros.frontend.gpu.pyramid import GpuPyramid
@@ -217,7 +217,7 @@ class TestOccupancy:
         cfg = DetectorConfig()
         gpu, cpu = gpu_detector(cfg), CpuFastDetector(W, H, cfg)
         pyr = GpuPyramid(W, H, 5)
-        img = euroc_frames[20]
+        img = frames[20]
         pyr.upload(img)
         pyr.build()
         occ = np.zeros(gpu.grid_shape, bool)

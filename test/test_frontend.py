@@ -150,10 +150,10 @@ class TestRedetection:
         assert n_redetect >= 1 and ft.stats["redetections"] == n_redetect + 1
         assert ft.stats["detection_runs"] >= ft.stats["redetections"]
 
-    def test_lost_tracks_dropped(self, euroc_frames, device):
+    def test_lost_tracks_dropped(self, frames, device):
         ft = FeatureTracker(euroc_cam0(), _cfg(tracker=TrackerConfig(max_residual=20.0)), device=device)
-        f0 = ft.process(euroc_frames[0], STAMP0)
-        noise = np.random.default_rng(0).integers(0, 256, euroc_frames[0].shape, dtype=np.uint8)
+        f0 = ft.process(frames[0], STAMP0)
+        noise = np.random.default_rng(0).integers(0, 256, frames[0].shape, dtype=np.uint8)
         f1 = ft.process(noise, STAMP0 + DT)
         kept = np.intersect1d(f0.ids, f1.ids)
         assert len(kept) < 0.1 * len(f0)
@@ -163,10 +163,10 @@ class TestRedetection:
 
 @pytest.mark.parametrize("device", DEVICES)
 class TestOutlierRejection:
-    def test_fb_check_rejects_replaced_block(self, euroc_frames, device):
+    def test_fb_check_rejects_replaced_block(self, frames, device):
         """The FB check's own effect, frame to frame (with reference templates and the affine warp
         the forward track already fails in most of the block: 3 survivors with and without)."""
-        a = euroc_frames[30]
+        a = frames[30]
         b = np.roll(a, (1, 2), axis=(0, 1)).copy()
         blk = (slice(100, 300), slice(250, 500))
         b[blk] = a[250:450, 100:350][::-1, ::-1]     # other texture in the block
@@ -187,12 +187,12 @@ class TestOutlierRejection:
         assert res[True][0] < res[False][0] or res[False][0] == 0
         assert res[True][1] > 0.9
 
-    def test_ransac_rejects_independently_moving_block(self, euroc_frames, device):
+    def test_ransac_rejects_independently_moving_block(self, frames, device):
         """Two fronto-parallel planes (left half near, right half far) seen by a pinhole camera
         translating sideways: all true motion is horizontal (23 px / 9 px), epipolar lines are
         horizontal. A block moving 6 px vertically cannot fit any epipolar geometry of that motion."""
         cam = CameraModel(752, 480, 458.0, 457.0, 367.0, 248.0)
-        a = euroc_frames[30]
+        a = frames[30]
         b = np.empty_like(a)
         b[:, 23:376] = a[:, 0:353]
         b[:, :23] = a[:, :23]
@@ -237,69 +237,69 @@ class TestStereo:
 
 @pytest.mark.parametrize("device", DEVICES)
 class TestUndistortionAndVelocity:
-    def test_xy_and_velocity(self, euroc_frames, device):
+    def test_xy_and_velocity(self, frames, device):
         cam = euroc_cam0()
         ft = FeatureTracker(cam, _cfg(), device=device)
-        f0 = ft.process(euroc_frames[0], STAMP0)
-        f1 = ft.process(euroc_frames[3], STAMP0 + 3 * DT)
+        f0 = ft.process(frames[0], STAMP0)
+        f1 = ft.process(frames[3], STAMP0 + 3 * DT)
         for f in (f0, f1):
             assert np.max(np.abs(cam.distort_normalised(f.xy) - f.uv)) < 1e-2
         common, i0, i1 = np.intersect1d(f0.ids, f1.ids, return_indices=True)
         assert np.allclose(f1.velocity[i1], (f1.xy[i1] - f0.xy[i0]) / (3 * DT * 1e-9), atol=1e-4)
         assert np.all(f0.velocity == 0)
 
-    def test_equidistant_camera(self, euroc_frames, device):
+    def test_equidistant_camera(self, frames, device):
         cam = CameraModel(752, 480, 460.0, 458.0, 370.0, 250.0, "equidistant", np.array([-0.01, 0.02, -0.01, 0.002]))
         ft = FeatureTracker(cam, _cfg(), device=device)
-        ft.process(euroc_frames[0], STAMP0)
-        f = ft.process(euroc_frames[1], STAMP0 + DT)
+        ft.process(frames[0], STAMP0)
+        f = ft.process(frames[1], STAMP0 + DT)
         assert np.max(np.abs(cam.distort_normalised(f.xy) - f.uv)) < 1e-2
 
 
 @pytest.mark.parametrize("device", DEVICES)
 class TestBadInput:
-    def test_errors_and_skips(self, euroc_frames, device):
+    def test_errors_and_skips(self, frames, device):
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
-        f0 = ft.process(euroc_frames[0], STAMP0)
+        f0 = ft.process(frames[0], STAMP0)
         with pytest.raises(ValueError, match="752x480"):
-            ft.process(euroc_frames[1][:240], STAMP0 + DT)
+            ft.process(frames[1][:240], STAMP0 + DT)
         with pytest.raises(ValueError, match="uint8"):
-            ft.process(euroc_frames[1].astype(np.float32), STAMP0 + DT)
+            ft.process(frames[1].astype(np.float32), STAMP0 + DT)
         with pytest.raises(ValueError):
-            ft.process(np.dstack([euroc_frames[1]] * 3), STAMP0 + DT)
+            ft.process(np.dstack([frames[1]] * 3), STAMP0 + DT)
         with pytest.raises(ValueError, match="gyro"):
-            ft.process(euroc_frames[1], STAMP0 + DT, gyro=np.zeros((4, 3)))
+            ft.process(frames[1], STAMP0 + DT, gyro=np.zeros((4, 3)))
         with pytest.raises(ValueError, match="image_right"):
-            ft.process(euroc_frames[1], STAMP0 + DT, image_right=euroc_frames[1][:, :100])
+            ft.process(frames[1], STAMP0 + DT, image_right=frames[1][:, :100])
         # non-monotonic and empty: counted skips, empty result, state untouched
-        fs = ft.process(euroc_frames[1], STAMP0)
+        fs = ft.process(frames[1], STAMP0)
         assert len(fs) == 0 and fs.stats["skipped_nonmonotonic"] == 1
         fe = ft.process(np.zeros((0, 0), np.uint8), STAMP0 + DT)
         assert len(fe) == 0 and fe.stats["skipped_empty"] == 1
-        f1 = ft.process(euroc_frames[1], STAMP0 + DT)
+        f1 = ft.process(frames[1], STAMP0 + DT)
         common = np.intersect1d(f0.ids, f1.ids)
         assert len(common) > 0.9 * len(f0)
         assert np.all(f1.age[np.isin(f1.ids, common)] == 1)
         assert f1.stats["frames"] == 2
 
-    def test_imu_nan_and_gap(self, euroc_frames, device):
+    def test_imu_nan_and_gap(self, frames, device):
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
-        f0 = ft.process(euroc_frames[0], STAMP0)
+        f0 = ft.process(frames[0], STAMP0)
         t = np.arange(STAMP0 - 5_000_000, STAMP0 + DT + 5_000_000, 5_000_000, dtype=np.int64)
         g = np.column_stack([t, np.zeros((len(t), 3))]).astype(np.float64)
         g_nan = g.copy()
         g_nan[3, 1] = np.nan
-        f1 = ft.process(euroc_frames[1], STAMP0 + DT, gyro=g_nan)
+        f1 = ft.process(frames[1], STAMP0 + DT, gyro=g_nan)
         assert f1.stats["imu_nan"] == 1 and len(np.intersect1d(f0.ids, f1.ids)) > 0.9 * len(f0)
         t2 = np.array([STAMP0 + DT - 1_000_000, STAMP0 + 2 * DT + 1_000_000])
         g_gap = np.column_stack([t2, np.zeros((2, 3))]).astype(np.float64)
-        f2 = ft.process(euroc_frames[2], STAMP0 + 2 * DT, gyro=g_gap)
+        f2 = ft.process(frames[2], STAMP0 + 2 * DT, gyro=g_gap)
         assert f2.stats["imu_gaps"] == 1 and len(np.intersect1d(f1.ids, f2.ids)) > 0.9 * len(f1)
         t3 = np.arange(STAMP0 + 2 * DT - 5_000_000, STAMP0 + 3 * DT + 5_000_000, 5_000_000)
-        f3 = ft.process(euroc_frames[3], STAMP0 + 3 * DT, gyro=np.column_stack([t3, np.zeros((len(t3), 3))]))
+        f3 = ft.process(frames[3], STAMP0 + 3 * DT, gyro=np.column_stack([t3, np.zeros((len(t3), 3))]))
         assert f3.stats["imu_predicted"] == 1
 
-    def test_a_gap_on_every_frame_is_warned_once(self, euroc_frames, device, caplog):
+    def test_a_gap_on_every_frame_is_warned_once(self, frames, device, caplog):
         """Regression: an IMU gap limit below the IMU's period (imu_max_gap_ms at its range's low end,
         0.001) warned on every frame, a log line per frame; now the first, then one per 10 s with
         the count held back. Every gap is still counted."""
@@ -312,25 +312,25 @@ class TestBadInput:
         with caplog.at_level(logging.WARNING, logger="vilib_ros.frontend"):
             for k in range(n):
                 t = np.arange(STAMP0 + (k - 1) * DT - 5_000_000, STAMP0 + k * DT + 5_000_000, 5_000_000)
-                fr = ft.process(euroc_frames[k], STAMP0 + k * DT, gyro=np.column_stack([t, np.zeros((len(t), 3))]))
+                fr = ft.process(frames[k], STAMP0 + k * DT, gyro=np.column_stack([t, np.zeros((len(t), 3))]))
         # the first, then one per period: a loaded machine (a first compilation) may take longer than one
         allowed = 1 + int((time.monotonic() - t0) // ft._warn.period_s)
         assert fr.stats["imu_gaps"] == n - 1
         said = [r for r in caplog.records if "no IMU prediction" in r.getMessage()]
         assert 1 <= len(said) <= min(allowed, n - 2), [r.getMessage() for r in said]
 
-    def test_reset(self, euroc_frames, device):
+    def test_reset(self, frames, device):
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
-        f0 = ft.process(euroc_frames[0], STAMP0)
+        f0 = ft.process(frames[0], STAMP0)
         ft.reset()
-        f1 = ft.process(euroc_frames[1], STAMP0 - DT)   # stamps may restart after reset
+        f1 = ft.process(frames[1], STAMP0 - DT)   # stamps may restart after reset
         assert len(np.intersect1d(f0.ids, f1.ids)) == 0 and np.all(f1.age == 0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 class TestAsyncApi:
-    def test_submit_ahead_equals_process(self, euroc_frames, device):
-        frames = euroc_frames[:12]
+    def test_submit_ahead_equals_process(self, frames, device):
+        frames = frames[:12]
         a = FeatureTracker(euroc_cam0(), _cfg(), device=device)
         # results are views of reused slots on the GPU: copy to keep all 12
         ref = [a.process(f, STAMP0 + i * DT).copy() for i, f in enumerate(frames)]
@@ -350,11 +350,11 @@ class TestAsyncApi:
 
 
 
-    def test_process_and_submit_ahead_mixed(self, euroc_frames, device):
+    def test_process_and_submit_ahead_mixed(self, frames, device):
         """process() and bursts of submit-ahead in turn, so that every frame slot follows a
         synchronous frame: the synchronous frames share one staging buffer whatever their slot, and
         a frame in flight must not be overwritten in it (guards the staging buffer's reuse)."""
-        frames = euroc_frames[:30]
+        frames = frames[:30]
         a = FeatureTracker(euroc_cam0(), _cfg(), device=device)
         ref = [a.process(f, STAMP0 + i * DT).copy() for i, f in enumerate(frames)]
         b = FeatureTracker(euroc_cam0(), _cfg(), device=device)
@@ -369,10 +369,10 @@ class TestAsyncApi:
             assert r.stamp_ns == o.stamp_ns
             assert np.array_equal(r.ids, o.ids) and np.array_equal(r.uv, o.uv)
 
-    def test_pipelined_frames_outlive_their_slots(self, euroc_frames, device):
+    def test_pipelined_frames_outlive_their_slots(self, frames, device):
         """More frames submitted than there are result slots before any result is taken: the
         oldest results are copied out before their slots are reused (guards silent overwrite)."""
-        frames = euroc_frames[:FeatureTracker.RESULT_SLOTS + 4]
+        frames = frames[:FeatureTracker.RESULT_SLOTS + 4]
         a = FeatureTracker(euroc_cam0(), _cfg(), device=device)
         ref = [a.process(f, STAMP0 + i * DT).copy() for i, f in enumerate(frames)]
         b = FeatureTracker(euroc_cam0(), _cfg(), device=device)
@@ -397,60 +397,60 @@ def _table_snapshot(ft) -> bytes:
 
 @pytest.mark.parametrize("device", DEVICES)
 class TestRejectedFrames:
-    def test_table_unchanged(self, euroc_frames, device):
+    def test_table_unchanged(self, frames, device):
         """Frames that are rejected (wrong size or dtype, bad gyro, non-monotonic stamp, empty)
         leave the track table exactly as it was (guards a corrupted table after bad input)."""
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
-        ft.process(euroc_frames[0], STAMP0)
-        ft.process(euroc_frames[1], STAMP0 + DT)
+        ft.process(frames[0], STAMP0)
+        ft.process(frames[1], STAMP0 + DT)
         before = _table_snapshot(ft)
-        bad = [dict(image=euroc_frames[2][:200], stamp_ns=STAMP0 + 2 * DT),
-               dict(image=euroc_frames[2].astype(np.int16), stamp_ns=STAMP0 + 2 * DT),
-               dict(image=euroc_frames[2], stamp_ns=STAMP0 + 2 * DT, gyro=np.zeros((3, 2)))]
+        bad = [dict(image=frames[2][:200], stamp_ns=STAMP0 + 2 * DT),
+               dict(image=frames[2].astype(np.int16), stamp_ns=STAMP0 + 2 * DT),
+               dict(image=frames[2], stamp_ns=STAMP0 + 2 * DT, gyro=np.zeros((3, 2)))]
         for kw in bad:
             with pytest.raises(ValueError):
                 ft.process(**kw)
             assert _table_snapshot(ft) == before
-        assert len(ft.process(euroc_frames[2], STAMP0 + DT)) == 0            # not after the previous stamp
+        assert len(ft.process(frames[2], STAMP0 + DT)) == 0            # not after the previous stamp
         assert _table_snapshot(ft) == before
         assert len(ft.process(np.zeros((0, 752), np.uint8), STAMP0 + 2 * DT)) == 0   # empty
         assert _table_snapshot(ft) == before
-        f = ft.process(euroc_frames[2], STAMP0 + 2 * DT)
+        f = ft.process(frames[2], STAMP0 + 2 * DT)
         assert f.stats["skipped_nonmonotonic"] == 1 and f.stats["skipped_empty"] == 1 and np.all(f.age >= 1)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 class TestApplyConfig:
-    def test_live_fields_keep_tracks_and_ids(self, euroc_frames, device):
+    def test_live_fields_keep_tracks_and_ids(self, frames, device):
         """A threshold change applies without a rebuild: tracks and ids go on, and the new
         detector threshold takes effect (guards ids restarting at 0 after a parameter change)."""
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
-        f0 = ft.process(euroc_frames[0], STAMP0)
+        f0 = ft.process(frames[0], STAMP0)
         cfg = dataclasses.replace(ft.config, detector=DetectorConfig(threshold=60.0),
                                   tracker=dataclasses.replace(ft.config.tracker, max_iterations=20, eps=1e-3),
                                   fb_threshold=0.8, min_track_fraction=1.0)
         assert ft.apply_config(cfg) is True
         assert ft.config.detector.threshold == 60.0 and ft.config.tracker.max_iterations == 20
-        f1 = ft.process(euroc_frames[1], STAMP0 + DT)
+        f1 = ft.process(frames[1], STAMP0 + DT)
         kept = np.intersect1d(f0.ids, f1.ids)
         assert len(kept) > 0.9 * len(f0)
         new = f1.ids[f1.age == 0]
         assert new.size and new.min() > f0.ids.max()                   # fraction 1.0: redetection ran
         # the new tracks are exactly what a detector at threshold 60 finds in the free cells
         ref = FeatureTracker(euroc_cam0(), _cfg(detector=DetectorConfig(threshold=60.0)), device="cpu")
-        cells = ref.pipeline.detector.detect(euroc_frames[1], occupancy=_occupancy(f1.uv[f1.age > 0], ref))
+        cells = ref.pipeline.detector.detect(frames[1], occupancy=_occupancy(f1.uv[f1.age > 0], ref))
         assert sorted(map(tuple, np.round(f1.uv[f1.age == 0]))) == sorted(map(tuple, cells.points()))
 
-    def test_fb_levels_applied_live(self, euroc_frames, device):
+    def test_fb_levels_applied_live(self, frames, device):
         """fb_levels is live (a kernel argument; the GPU graphs are captured again): changed after
         the first frame, the tracker goes on exactly as one built with it, and not as the default
         one (on these frames the backward track on 2 levels ends a few other tracks)."""
-        n = len(euroc_frames)
+        n = len(frames)
         stamps = STAMP0 + DT * np.arange(n)
 
         def run(ft, live=None):
             out = []
-            for k, f in enumerate(euroc_frames):
+            for k, f in enumerate(frames):
                 if k == 1 and live is not None:
                     assert ft.apply_config(dataclasses.replace(ft.config, fb_levels=live)) is True
                 fr = ft.process(f, int(stamps[k]))
@@ -469,13 +469,13 @@ class TestApplyConfig:
                                         dict(detector=DetectorConfig(cell_width=64)),
                                         dict(tracker=TrackerConfig(levels=4)),
                                         dict(fb_check=not FrontendConfig().fb_check)])
-    def test_structural_fields_refused(self, euroc_frames, device, change):
+    def test_structural_fields_refused(self, frames, device, change):
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
-        ft.process(euroc_frames[0], STAMP0)
+        ft.process(frames[0], STAMP0)
         before = ft.config
         assert ft.apply_config(dataclasses.replace(ft.config, **change)) is False
         assert ft.config is before
-        assert len(ft.process(euroc_frames[1], STAMP0 + DT)) > 0
+        assert len(ft.process(frames[1], STAMP0 + DT)) > 0
 
     def test_invalid_config_raises(self, device):
         ft = FeatureTracker(euroc_cam0(), _cfg(), device=device)
@@ -492,17 +492,17 @@ def _occupancy(uv, ft):
 
 @pytest.mark.parametrize("device", DEVICES)
 class TestIds:
-    def test_first_id_and_next_id_across_a_rebuild(self, euroc_frames, device):
+    def test_first_id_and_next_id_across_a_rebuild(self, frames, device):
         """A tracker rebuilt with first_id=next_id never repeats an id of the one it replaces
         (guards landmarks of the backend attached to reused ids)."""
         a = FeatureTracker(euroc_cam0(), _cfg(min_track_fraction=0.9), device=device, first_id=1000)
         seen = set()
         for i in range(4):
-            f = a.process(np.ascontiguousarray(euroc_frames[i][::-1]) if i % 2 else euroc_frames[i], STAMP0 + i * DT)
+            f = a.process(np.ascontiguousarray(frames[i][::-1]) if i % 2 else frames[i], STAMP0 + i * DT)
             assert f.ids.min() >= 1000 and f.ids.max() < a.next_id
             seen |= set(f.ids.tolist())
         b = FeatureTracker(euroc_cam0(), _cfg(), device=device, first_id=a.next_id)
-        f = b.process(euroc_frames[5], STAMP0 + 5 * DT)
+        f = b.process(frames[5], STAMP0 + 5 * DT)
         assert len(f) > 100 and not seen & set(f.ids.tolist())
         with pytest.raises(ValueError):
             FeatureTracker(euroc_cam0(), _cfg(), device=device, first_id=-1)
@@ -648,11 +648,11 @@ class TestGpuMatchesCpu:
 
 @pytest.mark.gpu
 class TestGpuPipeline:
-    def test_graph_equals_launches(self, euroc_frames):
+    def test_graph_equals_launches(self, frames):
         res = {}
         for use_graph in (False, True):
             ft = FeatureTracker(euroc_cam0(), _cfg(use_graph=use_graph, fb_check=True), device="cuda")
-            res[use_graph] = [ft.process(f, STAMP0 + i * DT).copy() for i, f in enumerate(euroc_frames[:8])]
+            res[use_graph] = [ft.process(f, STAMP0 + i * DT).copy() for i, f in enumerate(frames[:8])]
             if use_graph:
                 assert ft.graph_error is None, ft.graph_error
                 assert ft.stats["graph_launches"] >= 8
@@ -699,11 +699,11 @@ class TestGpuPipeline:
             matched += int(np.isfinite(x.uv_right[:, 0]).sum())
         assert matched > 10 * n
 
-    def test_inputs_and_uploads_agree(self, euroc_frames):
+    def test_inputs_and_uploads_agree(self, frames):
         """Pageable, page-locked and CuPy frames, and every upload, give the same tracks."""
         import cupy as cp
 
-        frames = euroc_frames[:6]
+        frames = frames[:6]
         runs = {}
         for name in ("streamed", "mapped", "pinned", "cupy", "copy", "pageable"):
             ft = FeatureTracker(euroc_cam0(), _cfg(), device="cuda")
@@ -718,7 +718,7 @@ class TestGpuPipeline:
             for a, b in zip(runs["streamed"], r):
                 assert np.array_equal(a.ids, b.ids) and np.array_equal(a.uv, b.uv), name
 
-    def test_streamed_upload_streams(self, euroc_frames):
+    def test_streamed_upload_streams(self, frames):
         """The default upload launches a pageable frame before copying it: each process() moves
         the tile flags on by one (no silent fall-back to copying first), frames in flight
         (submit-ahead) and page-locked frames do not stream, and no frame timed out."""
@@ -726,22 +726,22 @@ class TestGpuPipeline:
         p = ft.pipeline
         assert p.upload == "streamed"
 
-        for i, f in enumerate(euroc_frames[:5]):
+        for i, f in enumerate(frames[:5]):
             before = p._streamer._value
             ft.process(f, STAMP0 + i * DT)
             assert p._streamer._value == before + 1, i
         before = p._streamer._value
-        for i, f in enumerate(euroc_frames[5:9]):
+        for i, f in enumerate(frames[5:9]):
             ft.submit(f, STAMP0 + (5 + i) * DT)
         for _ in range(4):
             ft.result()
         pinned = ft.pinned_frames(1)
-        pinned[0][...] = euroc_frames[9]
+        pinned[0][...] = frames[9]
         ft.process(pinned[0], STAMP0 + 9 * DT)
         assert p._streamer._value == before + 1      # only the first submit had nothing in flight
         assert ft.stats["upload_timeouts"] == 0 and ft.graph_error is None
 
-    def test_poisoned_results(self, euroc_frames):
+    def test_poisoned_results(self, frames):
         """Every field of every returned track is written by the kernels (result slots and the
         device scratch poisoned first)."""
         import cupy as cp
@@ -764,7 +764,7 @@ class TestGpuPipeline:
             p.k.t[k].fill(cp.nan)
         cp.cuda.Device().synchronize()
         for i in range(10):
-            f = euroc_frames[i] if i % 3 else np.ascontiguousarray(euroc_frames[i][::-1])
+            f = frames[i] if i % 3 else np.ascontiguousarray(frames[i][::-1])
             fr = ft.process(f, STAMP0 + i * DT, image_right=f)
             assert len(fr) > 50
             assert np.isfinite(fr.uv).all() and np.isfinite(fr.xy).all() and np.isfinite(fr.velocity).all()
@@ -773,7 +773,7 @@ class TestGpuPipeline:
             assert np.isfinite(fr.uv_right).all(1).mean() > 0.5
             assert np.array_equal(np.isfinite(fr.uv_right).all(1), np.isfinite(fr.xy_right).all(1))
 
-    def test_memory_pool_flat(self, euroc_frames):
+    def test_memory_pool_flat(self, frames):
         import cupy as cp
 
         ft = FeatureTracker(euroc_cam0(), _cfg(fb_check=True, min_track_fraction=1.0), device="cuda",
@@ -781,11 +781,11 @@ class TestGpuPipeline:
         pool = cp.get_default_memory_pool()
         used = []
         n = 300
-        ft.submit(euroc_frames[0], STAMP0, image_right=euroc_frames[0])
+        ft.submit(frames[0], STAMP0, image_right=frames[0])
         for i in range(1, n):
             # Every other frame upside down: most tracks are lost each frame, so detection
             # (and its buffers) runs on every frame, as does stereo for the new tracks.
-            f = euroc_frames[i % len(euroc_frames)]
+            f = frames[i % len(frames)]
             f = np.ascontiguousarray(f[::-1]) if i % 2 else f
             ft.submit(f, STAMP0 + i * DT, image_right=f)
             ft.result()

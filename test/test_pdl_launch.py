@@ -125,10 +125,10 @@ class TestArguments:
 @gpu
 class TestFrontendSameTracks:
     @pytest.mark.parametrize("stereo", [False, True], ids=["mono", "stereo"])
-    def test_identical_with_and_without(self, pdl_env, euroc_frames, stereo):
+    def test_identical_with_and_without(self, pdl_env, frames, stereo):
         from bench.frontend import _stamp, _tracker
 
-        frames = euroc_frames[:40]
+        frames = frames[:40]
         runs = {}
         for env in ("1", "0"):
             os.environ["VILIB_ROS_PDL"] = env
@@ -153,14 +153,14 @@ class TestRefusedLaunch:
     does not know) must not cost the graphs: GraphCache captures again without PDL, logs it once,
     and the frontend runs on graphs with the same tracks."""
 
-    def test_graphs_captured_again_without(self, pdl_env, euroc_frames, monkeypatch, caplog):
+    def test_graphs_captured_again_without(self, pdl_env, frames, monkeypatch, caplog):
         from vilib_ros import _cuda
         from bench.frontend import _stamp, _tracker
 
         os.environ["VILIB_ROS_PDL"] = "1"
         if not _cuda.pdl_enabled():
             pytest.skip("this device has no programmatic dependent launch (compute capability < 9.0)")
-        frames = euroc_frames[:12]
+        frames = frames[:12]
         ref, _ = _tracker("cuda", frames=frames)
         want = [ref.process(f, _stamp()).ids.copy() for f in frames]
         monkeypatch.setattr(_cuda, "_PDL_ATTRIBUTE", 0x7FFF)

@@ -8,6 +8,7 @@ they were killed by hand. Every child now asks the kernel for SIGTERM when its p
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 from conftest import live_pids, ros_domain  # noqa: E402
+from test_interrupts import SWALLOW  # noqa: E402
 
 DOMAIN = ros_domain("process_lifetime")
 REPO = Path(__file__).resolve().parents[1]
@@ -304,7 +306,12 @@ class TestStopWhileStarting:
     ignored from its start, so Python raised no KeyboardInterrupt; a SIGINT while a CPU frontend
     started for the first time (numba compiling its kernels in the warm-up, ~12 s here) let rclpy's
     handler shut the context down while the node went on being built, until its next publisher failed
-    on the dead context: that RCLError's traceback, exit 1. A stop during start-up is a stop: exit 0."""
+    on the dead context: that RCLError's traceback, exit 1. A stop during start-up is a stop: exit 0.
+
+    Regression: on a loaded machine the SIGINT's handler ran inside the node's gc-pause hook
+    (``gc.callbacks``), where Python swallows the KeyboardInterrupt; the node went on starting. The
+    hook is on here (``VILIB_ROS_GC_PAUSES=1``, its opt-in): wherever the signal lands, the stop holds
+    (the landing itself is exercised deterministically by :class:`TestSwallowedStop`)."""
 
     def test_sigint_during_the_first_warm_up(self, tmp_path):
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
@@ -313,7 +320,7 @@ class TestStopWhileStarting:
         env = _env()
         # a numba cache of its own, empty: the warm-up compiles (it is long where the cache is warm too)
         env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-                   NUMBA_CACHE_DIR=str(tmp_path / "numba_cache"))
+                   NUMBA_CACHE_DIR=str(tmp_path / "numba_cache"), VILIB_ROS_GC_PAUSES="1")
         client = GraphClient(DOMAIN, "test_stop_while_starting")
         p = subprocess.Popen([sys.executable, "-m", "vilib_ros.nodes.frontend_node", "--ros-args", "-p", "device:=cpu",
                               "-p", "stereo:=false"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -331,11 +338,133 @@ class TestStopWhileStarting:
                 p.kill()
             client.close()
         assert p.returncode == 0, out
-        assert "Traceback" not in out, out
+        assert "Traceback" not in out and "Exception ignored" not in out, out
         if "tracker warmed up" in out:
             # the clean stop above holds, but the regression lives in the warm-up: say it was not reached
             pytest.skip("the warm-up had finished before the SIGINT (a fast machine): the stop during it was not "
                         "exercised")
+
+
+_SWALLOWS_WHILE_STARTING = SWALLOW + r"""
+from rclpy.node import Node
+from vilib_ros.nodes._common import run_node
+
+WHERE, PHASE = sys.argv[1], sys.argv[3]
+
+
+class SwallowsTheStop(Node):
+    # its stop signal's exception is swallowed (WHERE) while it is built (a long warm-up follows) or
+    # in a timer callback while it spins
+
+    def __init__(self):
+        super().__init__("swallows_the_stop")
+        print("building", file=sys.stderr, flush=True)
+        if PHASE == "start":
+            swallow(WHERE)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 120:      # a warm-up that does not look at the request
+                time.sleep(0.05)
+            print("built", file=sys.stderr, flush=True)
+        else:
+            self.create_timer(0.5, self._once)
+            self._fired = False
+            print("built", file=sys.stderr, flush=True)
+
+    def _once(self):
+        if not self._fired:
+            self._fired = True
+            swallow(WHERE)
+
+    def close(self):
+        print("closed", file=sys.stderr, flush=True)
+
+
+rc = run_node(SwallowsTheStop)
+from vilib_ros.interrupts import redeliveries
+
+print(f"re-delivered {redeliveries()}", file=sys.stderr, flush=True)
+sys.exit(rc)
+"""
+
+_LIBRARY_CATCHES_THE_STOP = r"""
+import os, signal, sys, time
+from rclpy.node import Node
+from vilib_ros.nodes._common import run_node
+
+
+class LibraryCatchesTheStop(Node):
+    # a library in its construction catches the stop's exception (except BaseException); run()
+    # loops without looking at the ROS context
+
+    def __init__(self):
+        super().__init__("library_catches_the_stop")
+        try:
+            os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+            for _ in range(10000):
+                pass
+        except BaseException:
+            print("caught", file=sys.stderr, flush=True)
+
+    def run(self):
+        print("running", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 120:
+            time.sleep(0.05)
+        return 3
+
+    def close(self):
+        print("closed", file=sys.stderr, flush=True)
+
+
+sys.exit(run_node(LibraryCatchesTheStop))
+"""
+
+
+class TestSwallowedStop:
+    """Regression: a SIGINT during a node's start-up whose handler ran inside a ``gc.callbacks`` hook
+    (the frontend's gc-pause hook) had its KeyboardInterrupt swallowed by Python ("Exception ignored
+    in"); the node went on starting and then failed on the dead context. Here the signal is sent from
+    inside the swallowing context itself, so it lands there every time: the node must still stop,
+    promptly, through the clean exit path."""
+
+    def _run(self, script: str, *argv: str) -> tuple[int, str, float]:
+        env = _env()
+        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run([sys.executable, "-c", script, *argv], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, timeout=100)
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"the stop was lost: still running after 100 s: {exc.stderr}")
+        return r.returncode, r.stderr, time.monotonic() - t0
+
+    @pytest.mark.parametrize("where, signame", [("gc_callback", "SIGINT"), ("del", "SIGTERM"),
+                                                ("weakref", "SIGINT")])
+    def test_while_starting(self, where, signame):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        rc, err, wall = self._run(_SWALLOWS_WHILE_STARTING, where, signame, "start")
+        assert rc == 0, err
+        # swallowed (else the case proves nothing) and raised again
+        assert "re-delivered" in err and "re-delivered 0" not in err, err
+        assert "built" not in err, f"the node went on starting after the stop ({wall:.0f} s): {err}"
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+
+    @pytest.mark.parametrize("where, signame", [("gc_callback", "SIGTERM"), ("del", "SIGINT")])
+    def test_while_spinning(self, where, signame):
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        rc, err, _ = self._run(_SWALLOWS_WHILE_STARTING, where, signame, "spin")
+        assert rc == 0, err
+        assert "built" in err and "closed" in err, err
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+
+    @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+    def test_caught_by_a_library_while_starting(self, signame):
+        """The stop request is recorded and looked at once the node is built: ``run()`` never starts."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        rc, err, _ = self._run(_LIBRARY_CATCHES_THE_STOP, signame)
+        assert "caught" in err, err
+        assert rc == 0 and "running" not in err, err
+        assert "closed" in err and "Traceback" not in err, err
 
 
 class TestConfigurationErrorAtStart:
@@ -457,3 +586,42 @@ class TestConfigurationErrorAtStart:
             c.stop()
         assert _death(c) == ("frontend_node (rc 2): image 752x480 is smaller than one cell (32x32) plus the border "
                              "(256 px each side)"), c.tail()
+
+
+_RECORDER_STOPPED_BEFORE_ITS_CALLBACKS = r"""
+import sys
+import rclpy
+from rclpy.duration import Duration
+from std_msgs.msg import Bool
+from vilib_ros.nodes._common import reliable_qos
+from vilib_ros.nodes.recorder_node import RecorderNode
+
+rclpy.init(args=["--ros-args", "-p", f"output:={sys.argv[1]}", "-p", "topics:=['flag:std_msgs/msg/Bool']"])
+rec = RecorderNode()
+pub_node = rclpy.create_node("flag_publisher")
+pub = pub_node.create_publisher(Bool, "flag", reliable_qos(10))
+t = rclpy.clock.Clock()
+end = t.now() + Duration(seconds=60)
+while pub.get_subscription_count() < 1 and t.now() < end:
+    rclpy.spin_once(pub_node, timeout_sec=0.1)
+for k in range(5):
+    pub.publish(Bool(data=bool(k % 2)))
+print("acked" if pub.wait_for_all_acked(Duration(seconds=30)) else "not acked", flush=True)
+rec.close()                     # never spun: the five messages wait in its subscription
+rclpy.try_shutdown()
+"""
+
+
+class TestRecorderStop:
+    def test_messages_received_before_the_stop_are_written(self, tmp_path):
+        """Regression: a recorder stopped while messages it had received still waited for its
+        executor (the run stops it right after the backend's last odometry) lost them."""
+        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+        env = _env()
+        env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+        out = tmp_path / "rec.jsonl"
+        r = subprocess.run([sys.executable, "-c", _RECORDER_STOPPED_BEFORE_ITS_CALLBACKS, str(out)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == "acked", (r.stdout, r.stderr)
+        lines = [json.loads(ln) for ln in out.read_text().splitlines()]
+        assert [d["data"] for d in lines] == [False, True, False, True, False], lines

@@ -75,9 +75,9 @@ class TestGpuPyramid:
         pyr.build()
         assert_levels_equal(pyr.to_host(), build_pyramid_cpu(img, 5))
 
-    def test_euroc_equals_cpu(self, euroc_frames):
+    def test_euroc_equals_cpu(self, frames):
         pyr = _poisoned_pyramid(752, 480, 5)
-        for img in (euroc_frames[0], euroc_frames[50]):
+        for img in (frames[0], frames[50]):
             pyr.upload(img)
             pyr.build()
             assert_levels_equal(pyr.to_host(), build_pyramid_cpu(img, 5))

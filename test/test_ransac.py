@@ -382,7 +382,7 @@ def planted_frames(frames, n):
 
 @pytest.mark.gpu
 class TestGpuPipelineRansac:
-    def test_one_compute_graph_per_frame(self, euroc_frames):
+    def test_one_compute_graph_per_frame(self, frames):
         """Regression: with RANSAC on, the GPU frame's compute graph was split in two around a host
         RANSAC (a stream synchronisation mid-frame, three graph launches per frame). Now: with
         process() one graph per frame (upload and compute), RANSAC's rejects counted on the
@@ -403,7 +403,7 @@ class TestGpuPipelineRansac:
         cfg = FrontendConfig()
         assert cfg.ransac
         n = 30
-        frames = planted_frames(euroc_frames, n + 11)
+        frames = planted_frames(frames, n + 11)
         stamp = [1_000_000_000 + 50_000_000 * k for k in range(n + 11)]
         ft = FeatureTracker(euroc_cam0(), cfg, device="cuda")
         cpu = FeatureTracker(euroc_cam0(), cfg, device="cpu")

@@ -56,10 +56,10 @@ class TestTrackerConfig:
 
 
 class TestExtractTemplatesCpu:
-    def test_pixel_aligned_patches_hold_the_pixels(self, euroc_frames):
+    def test_pixel_aligned_patches_hold_the_pixels(self, frames):
         """Where a 16 x 16 patch's samples fall on pixel centres (its centre at x.5), level 0's
         stored samples are the image's pixels, ring included."""
-        img = euroc_frames[10]
+        img = frames[10]
         pos = np.array([[100.5, 80.5], [400.5, 300.5], [8, 8], [743, 240]], np.float32)
         patch, valid = extract_templates_cpu(img, pos, REF)
         assert patch.shape == (4, 5, PATCH_AREA) and patch.dtype == np.float32
@@ -67,10 +67,10 @@ class TestExtractTemplatesCpu:
         for (x, y), p in zip((pos[:2] - 8.5).astype(int), patch[:2]):
             np.testing.assert_array_equal(p[0].reshape(18, 18), img[y:y + 18, x:x + 18])
 
-    def test_values_and_gradients_are_the_pyramid_template(self, euroc_frames):
+    def test_values_and_gradients_are_the_pyramid_template(self, frames):
         """The template LK builds from stored samples equals the one it builds from the pyramid."""
-        pyr = build_pyramid_cpu(euroc_frames[20], 5)
-        pts = _detect(euroc_frames[20]) + np.float32(0.37)
+        pyr = build_pyramid_cpu(frames[20], 5)
+        pts = _detect(frames[20]) + np.float32(0.37)
         patch, valid = extract_templates_cpu(pyr, pts, REF)
         for lvl, P in enumerate(REF.patch_sizes):
             ok = valid[:, lvl] == 1
@@ -106,20 +106,35 @@ class TestTrackTemplatesCpu:
         assert np.percentile(err["affine"], 75) < 0.25
         assert np.median(err["translation"]) > 3 * np.median(err["affine"])
 
-    def test_inactive_and_non_finite(self, euroc_frames):
-        pts = _detect(euroc_frames[0])[:20]
-        patch, valid = extract_templates_cpu(euroc_frames[0], pts, REF)
+    def test_inactive_and_non_finite(self, frames):
+        pts = _detect(frames[0])[:20]
+        patch, valid = extract_templates_cpu(frames[0], pts, REF)
         pred = pts.copy()
         pred[3] = np.nan
         act = np.ones(20, bool)
         act[5] = False
         aff = np.tile(np.float32([1, 0, 0, 1]), (20, 1))
         aff[7] = np.nan
-        r = track_templates_cpu(patch, valid, np.arange(20), euroc_frames[1], pred, REF, affine=aff, active=act)
+        r = track_templates_cpu(patch, valid, np.arange(20), frames[1], pred, REF, affine=aff, active=act)
         assert r.status[3] == TrackStatus.DIVERGED and r.status[7] == TrackStatus.DIVERGED
         assert r.status[5] == TrackStatus.INACTIVE and np.array_equal(r.pos[5], pred[5])
         assert np.array_equal(r.affine[5], aff[5])
         assert (r.status == TrackStatus.TRACKED).sum() >= 15
+
+
+    def test_a_level_without_a_usable_template(self):
+        """Regression: where no feature had a usable template on a pyramid level, the reference
+        failed (``stored_level`` reshaped its zero rows to (0, -1), which NumPy cannot)."""
+        for P in (8, 16):
+            tv, gx, gy = stored_level(np.zeros((0, PATCH_AREA), np.uint8), P)
+            assert tv.shape == gx.shape == gy.shape == (0, P * P)
+        img = np.zeros((480, 752), np.uint8)
+        img[200:260, 300:360] = 200
+        pts = np.float32([[300, 200], [359, 259]])
+        patch, valid = extract_templates_cpu(img, pts, REF)
+        valid[:, 3:] = 0                        # the coarse levels unusable for every feature
+        r = track_templates_cpu(patch, valid, np.arange(2), img, pts, REF)
+        assert r.pos.shape == (2, 2) and np.isfinite(r.pos).all()
 
 
 class TestTrackTableTemplateRows:

@@ -1,7 +1,8 @@
 """Time jumps and hostile input into frontend_node and backend_node over real DDS (issue 17).
 
 The test process publishes, to a frontend and a backend (real processes): 300 images with
-distinct 100 KB encoding strings (item 6); 30 real frames with their IMU, one gyro sample of
+distinct 100 KB encoding strings (item 6); 30 EuRoC frames (the generated sequence's where the real
+ones are absent) with their IMU, one gyro sample of
 1e30 rad/s among it (item 4); one frame and one
 IMU sample stamped a year ahead; the next 30 frames; then the replay started again from its
 first stamp (``ros2 bag play --loop``, a restarted driver) for 40 frames (item 2).
@@ -34,7 +35,7 @@ def _rss_kb(pid):
 
 
 @pytest.fixture(scope="module")
-def session(euroc_path, euroc_frames, tmp_path_factory):
+def session(sequence_path, frames, tmp_path_factory):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     from diagnostic_msgs.msg import DiagnosticArray
     from nav_msgs.msg import Odometry
@@ -46,13 +47,13 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("ros_time_reset")
     env = ros_env(DOMAIN)
-    cam_yaml = str(euroc_path / "mav0" / "cam0" / "sensor.yaml")
+    cam_yaml = str(sequence_path / "mav0" / "cam0" / "sensor.yaml")
     fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
         "camera_yaml": cam_yaml, "device": "cpu", "stereo": False, "queue_size": 400, "input_reliability": "reliable",
         "stats_path": str(tmp / "frontend.json"), "publish_debug_image": False, "diagnostics_period_s": 0.3}), env,
         tmp / "frontend.log")
     be = NodeProcess("backend_node", node_argv("backend_node", params={
-        "camera_yaml": cam_yaml, "imu_yaml": str(euroc_path / "mav0" / "imu0" / "sensor.yaml"),
+        "camera_yaml": cam_yaml, "imu_yaml": str(sequence_path / "mav0" / "imu0" / "sensor.yaml"),
         "input_reliability": "reliable", "stats_path": str(tmp / "backend.json"),
         "trajectory_path": str(tmp / "traj.txt")}), env, tmp / "backend.log")
     procs = [fe, be]
@@ -71,8 +72,8 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
     node.create_subscription(DiagnosticArray, "diagnostics", on_diag, reliable_qos(50))
     pub_img = node.create_publisher(Image, "image", reliable_qos(400))
     pub_imu = node.create_publisher(Imu, "imu", reliable_qos(4000))
-    stamps = image_stamps(euroc_path)
-    t_imu, gyro, acc = imu_rows(euroc_path)
+    stamps = image_stamps(sequence_path)
+    t_imu, gyro, acc = imu_rows(sequence_path)
     try:
         assert client.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 120, procs), fe.tail() + be.tail()
         # matched endpoints, not only the graph's names (a reliable message sent before its reader matched is lost)
@@ -101,7 +102,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
             for k in frames_idx:
                 t = stamps[k]
                 j = publish_imu_until(pub_imu, t_imu, gyro, acc, j, t, offset)
-                pub_img.publish(numpy_to_image(euroc_frames[k], "mono8", t + offset, "cam0"))
+                pub_img.publish(numpy_to_image(frames[k], "mono8", t + offset, "cam0"))
                 client.spin_for(0.05)
 
         send(range(0, 10))
@@ -110,7 +111,7 @@ def session(euroc_path, euroc_frames, tmp_path_factory):
         send(range(10, 30), imu_from=stamps[9])
         # one frame and one IMU sample a year ahead
         pub_imu.publish(arrays_to_imu(stamps[30] + YEAR - 1_000_000, gyro[0], acc[0]))
-        pub_img.publish(numpy_to_image(euroc_frames[30], "mono8", stamps[30] + YEAR, "cam0"))
+        pub_img.publish(numpy_to_image(frames[30], "mono8", stamps[30] + YEAR, "cam0"))
         client.spin_for(0.3)
         send(range(31, 61), imu_from=stamps[30])
         client.spin_for(1.0)

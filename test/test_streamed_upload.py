@@ -32,7 +32,7 @@ class TestStreamedDetector:
         rng = np.random.default_rng(3)
         return [(rng.random((self.H, self.W)) * 255).astype(np.uint8) for _ in range(3)]
 
-    def test_equals_copy_first(self, euroc_frames):
+    def test_equals_copy_first(self, frames):
         """A streamed frame gives the cells of the CPU detector (CpuFastDetector, the NumPy
         reference of the FAST + NMS + cell selection the device runs; bit-identical), with the
         staging buffer poisoned before every frame (a block that read before its band would see
@@ -48,7 +48,7 @@ class TestStreamedDetector:
         a = GpuFastDetector(self.W, self.H, cfg, upload="streamed")
         b = GpuFastDetector(self.W, self.H, cfg, upload="mapped")
         ref = CpuFastDetector(self.W, self.H, cfg)
-        for img in euroc_frames[:12:3]:
+        for img in frames[:12:3]:
             a._frame_host[...] = 0xEE
             before = a._streamer._value
             ca, cb, cr = a.detect(img), b.detect(img), ref.detect(img)
@@ -60,7 +60,7 @@ class TestStreamedDetector:
                 np.testing.assert_array_equal(getattr(cb, f), getattr(cr, f), err_msg=f"mapped {f}")
         assert a._streamer.timeouts == 0
 
-    def test_host_that_never_copies_cannot_hang_the_device(self, euroc_frames):
+    def test_host_that_never_copies_cannot_hang_the_device(self, frames):
         """Regression guard for the wait on host memory: a frame launched and never copied ends
         after the 1 s timeout, is counted, and the next frame is right again."""
         from vilib_ros.frontend.config import DetectorConfig
@@ -69,8 +69,8 @@ class TestStreamedDetector:
 
         cfg = DetectorConfig()
         det = GpuFastDetector(self.W, self.H, cfg, upload="streamed")
-        det.detect(euroc_frames[0])                     # the graph captured
-        src, _ = det.prepare(euroc_frames[1], stream_ok=True)
+        det.detect(frames[0])                     # the graph captured
+        src, _ = det.prepare(frames[1], stream_ok=True)
         g = det.graphs.get((False, False, "streamed", 0), lambda: None)
         assert g is not None and det._deferred is not None
         t0 = time.perf_counter()
@@ -79,8 +79,8 @@ class TestStreamedDetector:
         waited = time.perf_counter() - t0
         assert 0.9 < waited < 30.0, waited
         assert det._streamer.take_timeouts() == 1 and det._streamer.timeouts == 1
-        cells = det.detect(euroc_frames[2])
-        ref = CpuFastDetector(self.W, self.H, cfg).detect(euroc_frames[2])
+        cells = det.detect(frames[2])
+        ref = CpuFastDetector(self.W, self.H, cfg).detect(frames[2])
         for f in ("x", "y", "score", "level"):
             np.testing.assert_array_equal(getattr(cells, f), getattr(ref, f))
         assert det._streamer.timeouts == 1

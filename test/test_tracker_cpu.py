@@ -56,8 +56,8 @@ class TestKnownShift:
     """A real EuRoC frame shifted by a known sub-pixel translation (+ gain/offset)."""
 
     @pytest.mark.parametrize("mode", MODES)
-    def test_recovers_translation(self, euroc_frames, mode):
-        img = euroc_frames[10]
+    def test_recovers_translation(self, frames, mode):
+        img = frames[10]
         pts = _features(img)
         b = _shifted(img, 3.3, -2.7)
         r = track_cpu(img, b, pts, None, TrackerConfig(mode=mode))
@@ -83,9 +83,9 @@ class TestKnownShift:
               f"translation tracked {okt.sum()}/{len(pts)} median err {err_t:.3f} px")
         assert okt.sum() < ok.sum() or err_t > 0.05
 
-    def test_prediction_is_used(self, euroc_frames):
+    def test_prediction_is_used(self, frames):
         """A 40 px shift is out of reach of a 2-level pyramid from zero motion, but not from a good guess."""
-        img = euroc_frames[10]
+        img = frames[10]
         pts = _features(img)
         b = _shifted(img, 40.0, 0.0)
         cfg = TrackerConfig(mode="translation", levels=2)
@@ -116,8 +116,8 @@ class TestStatus:
         r = track_cpu(a, a, np.array([[300.0, 200.0]], np.float32), None, TrackerConfig())
         assert r.status[0] == TrackStatus.DIVERGED
 
-    def test_max_residual(self, euroc_frames):
-        img = euroc_frames[0]
+    def test_max_residual(self, frames):
+        img = frames[0]
         pts = _features(img)[:20]
         noise = np.random.default_rng(0).integers(0, 255, img.shape, dtype=np.uint8)
         r = track_cpu(img, noise, pts, None, TrackerConfig(mode="translation", max_residual=20.0))
@@ -413,10 +413,10 @@ def _run_emulated_lk(lib, tmpl, img, pts, pred, cfg):
 @pytest.mark.slow
 class TestKernelSourceOnHost:
     @pytest.mark.parametrize("mode", MODES)
-    def test_lk_kernel_matches_reference(self, emulated, euroc_frames, mode):
+    def test_lk_kernel_matches_reference(self, emulated, frames, mode):
         from vilib_ros.frontend.factory import make_detector
 
-        a, b = euroc_frames[40], euroc_frames[43]
+        a, b = frames[40], frames[43]
         pts = make_detector(752, 480, device="cpu").detect(a).points()[::12][:20]
         pred = pts + np.random.default_rng(1).normal(0, 1.0, pts.shape).astype(np.float32)
         cfg = TrackerConfig(mode=mode)
@@ -510,13 +510,13 @@ class TestTemplateKernelsOnHost:
     """lk_extract and lk_template_<warp>_<mode> (kernels/lk.cu, stored templates) run on the CPU
     through the SIMT shim, against the NumPy oracle (extract_templates_cpu, track_templates_cpu)."""
 
-    def test_extract_matches_reference(self, emulated, euroc_frames):
+    def test_extract_matches_reference(self, emulated, frames):
         from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
         from vilib_ros.frontend.reference.templates import extract_templates_cpu
 
         cfg = TrackerConfig(template="reference", warp="affine")
-        pyr = build_pyramid_cpu(euroc_frames[30], cfg.levels)
-        pts = _features(euroc_frames[30], 40, border=2) + np.float32(0.31)
+        pyr = build_pyramid_cpu(frames[30], cfg.levels)
+        pts = _features(frames[30], 40, border=2) + np.float32(0.31)
         pts = np.vstack([pts, [[3.0, 3.0], [748.0, 200.0], [np.nan, 5.0]]]).astype(np.float32)
         bank, valid, rows = _run_emulated_extract(emulated, pyr, pts, cfg, 64)
         ref_p, ref_v = extract_templates_cpu(pyr, pts, cfg)
@@ -530,7 +530,7 @@ class TestTemplateKernelsOnHost:
         assert (valid[untouched] == 7).all() and np.isnan(bank[untouched]).all()
 
     @pytest.mark.parametrize("mode", MODES)
-    def test_extract_solver_matches_numpy(self, emulated, euroc_frames, mode):
+    def test_extract_solver_matches_numpy(self, emulated, frames, mode):
         """The level solvers lk_extract_<mode> stores after the samples (flat-patch measure, the
         inverses of the translation (+ illumination) block Hs and, on 16x16 levels, of the affine
         Gauss-Newton matrix H, at gain 1) against float64 NumPy built from the oracle's samples."""
@@ -539,8 +539,8 @@ class TestTemplateKernelsOnHost:
         from vilib_ros.frontend.reference.templates import extract_templates_cpu
 
         cfg = TrackerConfig(mode=mode, template="reference", warp="affine")
-        pyr = build_pyramid_cpu(euroc_frames[30], cfg.levels)
-        pts = _features(euroc_frames[30], 40)
+        pyr = build_pyramid_cpu(frames[30], cfg.levels)
+        pts = _features(frames[30], 40)
         bank, valid, rows = _run_emulated_extract(emulated, pyr, pts, cfg, len(pts))
         ref_p, ref_v = extract_templates_cpu(pyr, pts, cfg)
         _, gain_slot, off_slot = _MODE_INFO[mode]
@@ -575,24 +575,24 @@ class TestTemplateKernelsOnHost:
 
     @pytest.mark.parametrize("warp", ["translation", "affine"])
     @pytest.mark.parametrize("mode", MODES)
-    def test_template_kernel_matches_reference(self, emulated, euroc_frames, warp, mode):
-        self._check_template_kernel(emulated, euroc_frames, warp, mode)
+    def test_template_kernel_matches_reference(self, emulated, frames, warp, mode):
+        self._check_template_kernel(emulated, frames, warp, mode)
 
     @pytest.mark.parametrize("warp,mode", [("translation", "translation"), ("affine", "gain_offset"),
                                            ("affine", "offset")])
-    def test_group_mapping_matches_reference(self, emulated_group, euroc_frames, warp, mode):
+    def test_group_mapping_matches_reference(self, emulated_group, frames, warp, mode):
         """The LK_FEATURE_WARPS mappings (two or four warps per feature: each samples its share
         of a 16x16 patch, the sums exchanged through shared memory) against the same NumPy
         oracle."""
-        self._check_template_kernel(emulated_group, euroc_frames, warp, mode)
+        self._check_template_kernel(emulated_group, frames, warp, mode)
 
     @staticmethod
-    def _check_template_kernel(emulated, euroc_frames, warp, mode):
+    def _check_template_kernel(emulated, frames, warp, mode):
         from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
         from vilib_ros.frontend.reference.templates import extract_templates_cpu, track_templates_cpu
 
         cfg = TrackerConfig(mode=mode, template="reference", warp=warp)
-        a, b = euroc_frames[40], euroc_frames[46]
+        a, b = frames[40], frames[46]
         pa, pb = build_pyramid_cpu(a, cfg.levels), build_pyramid_cpu(b, cfg.levels)
         pts = _features(a, 60)[:24]
         rng = np.random.default_rng(2)

@@ -15,13 +15,13 @@ from vilib_ros.types import TrackStatus
 pytestmark = pytest.mark.gpu
 
 
-def _pairs(euroc_frames):
+def _pairs(frames):
     from vilib_ros.frontend.factory import make_detector
 
     det = make_detector(752, 480, device="cpu")
     out = []
     for i in (0, 40, 80):
-        a, b = euroc_frames[i], euroc_frames[i + 3]
+        a, b = frames[i], frames[i + 3]
         out.append((a, b, det.detect(a).points()))
     seq = syn.SyntheticSequence(syn.SequenceConfig(duration_s=0.3, illumination=True, gain_amplitude=0.4,
                                                    offset_amplitude=25, illumination_period_s=0.6, stereo=False,
@@ -32,8 +32,8 @@ def _pairs(euroc_frames):
 
 
 @pytest.fixture(scope="module")
-def pairs(euroc_frames):
-    return _pairs(euroc_frames)
+def pairs(frames):
+    return _pairs(frames)
 
 
 class TestGpuMatchesReference:

@@ -18,8 +18,9 @@ import logging
 import os
 import signal
 import sys
-import threading
 import traceback
+
+from vilib_ros.interrupts import install_stop_handlers, settle_stop
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("vilib_ros.pipeline", "replay a dataset (or a generated one) through player, frontend and backend"),
@@ -92,11 +93,11 @@ def run(argv: list[str], commands: dict | None = None, prog: str = "vilib-ros",
     parser = build_parser(command, commands, prog, description)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
-    # Python installs its KeyboardInterrupt handler only where SIGINT was not ignored at start-up;
-    # a shell starts background jobs with SIGINT ignored, and then `kill -INT` (or the stop of a
-    # supervising tool) did nothing: a run went on to its end. Ctrl-C always interrupts.
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl-C always interrupts: Python installs its KeyboardInterrupt handler only where SIGINT was
+    # not ignored at start-up (a shell starts background jobs so, and `kill -INT` or a supervising
+    # tool's stop would do nothing), and a Ctrl-C whose exception Python swallowed in a finaliser
+    # is re-delivered (vilib_ros.interrupts)
+    install_stop_handlers((signal.SIGINT,))
     from vilib_ros.nodes.processes import with_fastdds_profile
 
     with_fastdds_profile(os.environ)    # this process's own participants, as the nodes it starts
@@ -110,6 +111,7 @@ def run(argv: list[str], commands: dict | None = None, prog: str = "vilib-ros",
     try:
         return int(importlib.import_module(args._module).run_command(args) or 0)
     except KeyboardInterrupt:
+        settle_stop()
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except USER_ERRORS as exc:

@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 from vilib_ros.allocator import with_jemalloc
+from vilib_ros.interrupts import install_stop_handlers, raise_if_stop_requested, settle_stop
 from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
 from vilib_ros.pipeline_report import read_json, read_jsonl, write_outputs  # noqa: F401 (read_jsonl: old import path)
 from vilib_ros.run_setup import config_dict as _config_dict  # noqa: F401 (old import path)
@@ -110,10 +111,6 @@ def pick_domain_id() -> int:
 
 def _say(msg: str) -> None:
     print(f"vilib-ros run: {msg}", file=sys.stderr, flush=True)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _reason(child) -> str:
@@ -302,6 +299,7 @@ class _Run:
         try:
             while True:
                 time.sleep(0.2)
+                raise_if_stop_requested()
                 self.say_cpu_fallback()
                 n = counter.count()
                 if n > received:
@@ -343,6 +341,7 @@ class _Run:
         last, t_last, t_end = odom.count(), time.monotonic(), time.monotonic() + limit_s
         while time.monotonic() < t_end and time.monotonic() - t_last < quiet_s:
             time.sleep(0.5)
+            raise_if_stop_requested()
             n = odom.count()
             if n != last:
                 last, t_last = n, time.monotonic()
@@ -392,8 +391,9 @@ def run_command(args) -> int:
         raise ValueError(f"--namespace must be a ROS name (letters, digits, _ and /), got {args.namespace!r}")
     if args.domain_id is not None and not 0 <= args.domain_id <= 232:
         raise ValueError(f"--domain-id must be in 0..232 (the ids DDS maps to UDP ports), got {args.domain_id}")
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)   # clean up the children and write what there is
+    # clean up the children and write what there is (Terminated, a KeyboardInterrupt; re-delivered
+    # where a finaliser swallowed it)
+    install_stop_handlers((signal.SIGTERM, signal.SIGHUP))
     ds, ds_path, out, name, cal = _prepare(args)
     out = out.resolve()
     _say(f"output folder {out}")
@@ -446,6 +446,7 @@ def run_command(args) -> int:
                 wall["to_first_frame"] = run.t_first - t_start
             codes = run.stop()
     except KeyboardInterrupt:
+        settle_stop()
         rc, status = 130, "interrupted"
         codes = {}
     except RuntimeError as exc:

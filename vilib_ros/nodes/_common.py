@@ -19,6 +19,7 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityP
                        qos_profile_sensor_data)
 
 from vilib_ros._cuda import CudaUnavailable
+from vilib_ros.interrupts import install_stop_handlers, raise_if_stop_requested, settle_stop
 
 log = logging.getLogger("vilib_ros.nodes")
 
@@ -56,24 +57,25 @@ def run_node(factory, args=None) -> int:
 
     Ctrl-C (SIGINT) and SIGTERM end the node in every phase, start-up included: both raise
     ``KeyboardInterrupt`` in the main thread (SIGTERM as :class:`Terminated`), chained behind
-    rclpy's own handlers, which wake the executor. The node's ``close()`` (file writing,
-    summaries) runs in every case, then the node is destroyed and the context shut down.
-    Returns the process exit code: a ``ValueError``, ``OSError`` or ``CudaUnavailable`` while the node is
-    built (a parameter, calibration or device it cannot start with) is printed as one line, ``<node>: cannot start: <reason>``,
-    and the code is 2 (another exception: its traceback, 1). After the node is built the garbage collector's start-up
-    objects are frozen (``gc.freeze``; ``VILIB_ROS_GC_FREEZE=0`` leaves them: for comparison).
+    rclpy's own handlers, which wake the executor. A stop whose exception Python swallowed (its
+    handler ran inside a garbage-collector callback, a ``__del__`` or a weakref callback) is
+    re-delivered, and one a library caught ends the node at the next phase boundary: after the
+    node is built (its warm-up included) and before the spin (:mod:`vilib_ros.interrupts`). The
+    node's ``close()`` (file writing, summaries) runs in every case, then the node is destroyed and
+    the context shut down. Returns the process exit code: a ``ValueError``, ``OSError`` or
+    ``CudaUnavailable`` while the node is built (a parameter, calibration or device it cannot start
+    with) is printed as one line, ``<node>: cannot start: <reason>``, and the code is 2 (another
+    exception: its traceback, 1). After the node is built the garbage collector's start-up objects
+    are frozen (``gc.freeze``; ``VILIB_ROS_GC_FREEZE=0`` leaves them: for comparison).
     """
-    # Regression: rclpy's SIGTERM handler only wakes executors that exist and chains to the
-    # previous handler, which was the default (skipped). A SIGTERM that came before the first
-    # spin (the kernel's parent-death signal while the node was being built, or between the
-    # build and the spin) was lost, and the node spun on as an orphan.
+    # Both handlers before rclpy.init: rclpy's chain to them. SIGTERM: rclpy's own handler only wakes
+    # executors that exist and chains to the previous handler, so that a SIGTERM before the first
+    # spin (the kernel's parent-death signal while the node is built) would otherwise be lost and the
+    # node spin on as an orphan. SIGINT: Python raises KeyboardInterrupt only where SIGINT was not
+    # ignored at start-up, and a shell starts background jobs with it ignored; rclpy's handler alone
+    # would shut the context down while the node went on being built.
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
-        # Python raises KeyboardInterrupt on SIGINT only where SIGINT was not ignored at start-up; a
-        # shell starts background jobs with it ignored. rclpy's handler then shut the context down
-        # and the node went on being built (a CPU frontend's ~12 s first warm-up) until a publisher
-        # failed on the dead context: a traceback, exit 1 (regression, bench/node_start_sweep.py).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        install_stop_handlers((signal.SIGINT, signal.SIGTERM))
     rclpy.init(args=args)
     node = None
     rc = 0
@@ -81,6 +83,7 @@ def run_node(factory, args=None) -> int:
         try:
             node = factory()
         except (ValueError, OSError, CudaUnavailable) as exc:
+            raise_if_stop_requested()   # a stop swallowed earlier: the failure is its consequence
             # a user's configuration (parameters, calibration files, device:=cuda where CUDA cannot
             # run) the node cannot start with: its message, not a traceback (VILIB_ROS_TRACEBACK=1
             # prints that too)
@@ -90,21 +93,24 @@ def run_node(factory, args=None) -> int:
             print(f"{name}: cannot start: {exc}", file=sys.stderr)
             return_code = 2
             raise _StartError(return_code) from exc
+        raise_if_stop_requested()       # a stop swallowed while the node was built or warmed up
         # everything built so far (modules, the node, its buffers) lives as long as the process:
         # out of the collector's reach, so that a full collection on the hot path scans only what
         # came after (it scanned the ~30-100k start-up objects: tens of ms, the latency tail)
         if os.environ.get("VILIB_ROS_GC_FREEZE", "1") != "0":     # 0: the comparison without it
             gc.collect()
             gc.freeze()
+        raise_if_stop_requested()       # (the collection ran finalisers)
         if hasattr(node, "run"):
             rc = int(node.run() or 0)
         else:
             rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        settle_stop()
     except _StartError as exc:
         rc = exc.rc
     except Exception:  # noqa: BLE001 - report and exit non-zero, never hang
+        settle_stop()
         if not rclpy.ok():
             # a stop (SIGINT / SIGTERM: rclpy's handler shuts the context down) that left another
             # exception than KeyboardInterrupt: a callback racing the shutdown (a publish after the
@@ -123,6 +129,7 @@ def run_node(factory, args=None) -> int:
         # and a watchdog ends it when closing takes longer than CLOSE_LIMIT_S (regression: a
         # recorder_node whose parent died got its one SIGTERM, blocked while closing, and then
         # ignored every further SIGTERM: an orphan that only SIGKILL ended).
+        settle_stop()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, _exit_while_closing)
         watchdog = threading.Timer(close_limit_s(), _exit_while_closing, args=(None, None))
@@ -171,14 +178,6 @@ def _backstop(limit_s: float) -> None:
     end it writes every thread's traceback to stderr (where it hung) and exits with status 1."""
     with contextlib.suppress(Exception):   # stderr without a file descriptor: the timer alone
         faulthandler.dump_traceback_later(limit_s + BACKSTOP_MARGIN_S, exit=True, file=sys.stderr)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread the way Ctrl-C raises ``KeyboardInterrupt``."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated(f"signal {signum}")
 
 
 #: seconds a node may take to close (files, summaries) before it exits anyway
@@ -335,17 +334,27 @@ class SubscriptionWaiter:
 
 
 class GcPauses:
-    """Garbage-collector pauses of this process, per generation (``gc.callbacks``): count, total
-    and longest, in ms, since construction or ``reset()``. ``close()`` unregisters."""
+    """Garbage-collector pauses of this process per generation, since construction or ``reset()``:
+    how many collections (``gc.get_stats``); with ``VILIB_ROS_GC_PAUSES=1`` in the environment also
+    their total and longest duration in ms, measured by a ``gc.callbacks`` hook.
 
-    def __init__(self):
-        self.reset()
+    The hook is a diagnostic, off by default: it is Python code that runs inside every collection,
+    and a signal's handler that runs there has its ``KeyboardInterrupt`` swallowed by Python (the
+    stop is then re-delivered, see :mod:`vilib_ros.interrupts`, at the price of a delay). ``close()``
+    removes the hook."""
+
+    ENV = "VILIB_ROS_GC_PAUSES"
+
+    def __init__(self, timed: bool | None = None):
+        self.timed = os.environ.get(self.ENV, "0") not in ("", "0") if timed is None else bool(timed)
         self._t0 = 0.0
-        gc.callbacks.append(self._cb)
+        self.reset()
+        if self.timed:
+            gc.callbacks.append(self._cb)
 
     def reset(self) -> None:
         """Forget the pauses so far (a node calls it at its first frame: start-up is not counted)."""
-        self.count = [0, 0, 0]
+        self._base = [int(g.get("collections", 0)) for g in gc.get_stats()]
         self.total_ms = [0.0, 0.0, 0.0]
         self.max_ms = [0.0, 0.0, 0.0]
 
@@ -353,16 +362,23 @@ class GcPauses:
         if phase == "start":
             self._t0 = time.perf_counter()
             return
-        g = int(info.get("generation", 0))
+        g = info.get("generation", 0)
         if 0 <= g <= 2:
             ms = (time.perf_counter() - self._t0) * 1e3
-            self.count[g] += 1
             self.total_ms[g] += ms
-            self.max_ms[g] = max(self.max_ms[g], ms)
+            if ms > self.max_ms[g]:
+                self.max_ms[g] = ms
 
     def summary(self) -> dict:
-        return {f"gen{g}": {"count": self.count[g], "total_ms": round(self.total_ms[g], 3),
-                            "max_ms": round(self.max_ms[g], 3)} for g in range(3)}
+        """``{"timed": bool, "gen0": {"count": n[, "total_ms": ..., "max_ms": ...]}, ...}``."""
+        now = [int(g.get("collections", 0)) for g in gc.get_stats()]
+        out: dict = {"timed": self.timed}
+        for g in range(3):
+            d = {"count": now[g] - self._base[g]}
+            if self.timed:
+                d.update(total_ms=round(self.total_ms[g], 3), max_ms=round(self.max_ms[g], 3))
+            out[f"gen{g}"] = d
+        return out
 
     def close(self) -> None:
         if self._cb in gc.callbacks:

@@ -1,8 +1,10 @@
 """The input half of :class:`vilib_ros.nodes.backend_node.BackendNode`: IMU and tracks taken
 from their subscriptions, checked and handed to the estimator in stamp order.
 
-IMU: bursts decoded at once into the node's ring (bad samples counted and warned about), then
-into the estimator once per batch when it is on the frames' time line. Tracks: each message read
+IMU: bursts decoded at once into the node's ring (bad samples counted and warned about); the
+estimator gets, with each frame, the samples up to that frame's stamp and the first one at or after
+it, never more before it is initialised (so a replay gives the same estimate however the IMU and the
+tracks interleave on arrival), and the rest at once while ``odometry_imu`` is subscribed. Tracks: each message read
 into a TrackFrame, its stamp checked (out of order skipped; a hole bridged by the IMU counted as a
 gap; a jump back or forward restarts the estimator), then queued until the IMU covers it
 (``imu_wait_s``) and processed; while tracks stream, the tracks callback takes the next ones itself
@@ -13,6 +15,8 @@ waiters made in the node's constructor).
 from __future__ import annotations
 
 import time
+
+import numpy as np
 
 from vilib_ros.nodes._common import take_pending
 from vilib_ros.nodes.cdr import CdrError, decode_imu
@@ -33,13 +37,14 @@ class BackendInput:
 
     def _on_imu(self, msg: bytes) -> None:
         """This IMU message and every one already waiting: into the node's ring (checks, gaps, time
-        resets), then once for the batch into the estimator (when on the same time line as the
-        frames, else when a frame is processed, see _feed_imu), frames waiting for it processed."""
+        resets), frames waiting for it processed (each takes its IMU from the ring, see _feed_imu)."""
         self._imu_taken(self._take_pending_imu(msg))
 
     def _imu_taken(self, added: list[int], defer: bool = False) -> None:
-        """After IMU samples (these stamps) went into the ring: into the estimator, frames waiting
-        for them processed, ``odometry_imu`` at each stamp (while someone subscribes). ``defer``
+        """After IMU samples (these stamps) went into the ring: frames waiting for them processed;
+        while someone subscribes ``odometry_imu`` (and the estimator is initialised), into the
+        estimator at once and ``odometry_imu`` at each stamp. The estimator's frames come out the
+        same either way: it holds each frame's own samples when it takes the frame. ``defer``
         (a tracks callback that goes on to the next frame): where no frame waits and nobody
         subscribes ``odometry_imu``, they stay in the ring for the next frame to feed (the same
         samples in the same order; one estimator call per frame instead of two)."""
@@ -50,11 +55,14 @@ class BackendInput:
             return
         t = added[-1]
         last = self.frame_clock.last
-        if self.fed_until is not None and t > self.fed_until and last is not None \
-                and abs(t - last) < self.frame_clock.threshold_ns:
+        propagating = self.p["publish_odometry_imu"] and self.pub_odom_imu.get_subscription_count() > 0
+        # ahead of the frames only for odometry_imu, and only once initialised: the initialisation
+        # decides on the IMU it holds, so it gets no more than each frame's own (see _feed_imu)
+        if propagating and self.estimator.initialised and self.fed_until is not None and t > self.fed_until \
+                and last is not None and abs(t - last) < self.frame_clock.threshold_ns:
             self._feed_imu(t)
         self._drain()
-        if not self.p["publish_odometry_imu"] or self.pub_odom_imu.get_subscription_count() == 0:
+        if not propagating:
             return
         for ti in added:
             try:
@@ -98,10 +106,26 @@ class BackendInput:
         return [t]
 
     def _feed_imu(self, upto: int) -> None:
-        """Hand the estimator the ring's samples after the last one it got, up to ``upto`` (after a
-        time reset: from 2 s before ``upto``, which the initialisation needs)."""
+        """Hand the estimator the ring's samples after the last one it got, up to ``upto`` and the
+        first one at or after it (after a time reset: from 2 s before ``upto``, which the
+        initialisation needs).
+
+        A frame at ``upto`` is thus estimated on exactly these samples, however far the IMU has run
+        ahead of the tracks when the frame is processed: the sample at or after its stamp (which the
+        estimator interpolates the frame's instant with) and none beyond, which the estimator's
+        initialisation counts as IMU after the first frame (with them it would initialise a frame
+        or two earlier or later, as the IMU happens to arrive, and publish another number of
+        odometry messages for the same replay). Samples beyond the frames go in from
+        :meth:`_imu_taken` once the estimator is initialised (``odometry_imu`` propagates on them)."""
         start = self.fed_until if self.fed_until is not None else upto - 2_000_000_000
+        if start >= upto:
+            return                  # it holds the sample at or after upto already
         ts, data = self.imu.between(start, upto)
+        if not ts.size or ts[-1] < upto:
+            # none at upto itself: the first one after it
+            nt, nd = self.imu.between(upto, upto + self.frame_clock.threshold_ns)
+            if nt.size:
+                ts, data = np.concatenate([ts, nt[:1]]), np.concatenate([data, nd[:1]])
         try:
             self.estimator.add_imu_batch(ts, data)
         except Exception as exc:  # noqa: BLE001 - never die on one batch

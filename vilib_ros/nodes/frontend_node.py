@@ -113,6 +113,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, Imu, PointCloud
 
 from vilib_ros.frontend.config import check_fits
+from vilib_ros.interrupts import raise_if_stop_requested
 from vilib_ros.nodes._common import (GcPauses, SubscriptionWaiter, diagnostic_status, exit_main, reliable_qos,
                                      sensor_qos, write_json)
 from vilib_ros.nodes.cdr import encode_image
@@ -231,6 +232,7 @@ class FrontendNode(FrontendInput, Node):
             try:
                 s = warm_up(tracker, n, self.cam, right is not None, lambda b: self._convert(b, "image"),
                             lambda fr: self.encoder.encode(fr, "warm_up"))
+                raise_if_stop_requested()   # a stop whose exception was lost in the warm-up ends it here
                 self.get_logger().info(f"tracker warmed up on {n} synthetic frames in {s * 1e3:.0f} ms")
             except Exception as exc:  # noqa: BLE001 - the first real frame will say what is wrong
                 self.get_logger().warning(f"tracker warm-up failed ({exc!r}); the first frames pay for it")

@@ -45,7 +45,7 @@ import numpy as np
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy
 
-from vilib_ros.nodes._common import exit_main, reliable_qos, sensor_qos
+from vilib_ros.nodes._common import exit_main, reliable_qos, sensor_qos, take_pending
 from vilib_ros.nodes.conversions import stamp_to_ns
 from vilib_ros.nodes.params import ParamSpec, declare_all
 
@@ -134,8 +134,8 @@ class RecorderNode(Node):
             else:
                 qos = sensor_qos(self.p["queue_size"])
             self.counts[topic] = 0
-            self._subs.append(self.create_subscription(
-                msg_type, topic, lambda m, t=topic, tn=type_name: self._on_msg(t, tn, m), qos))
+            self._subs.append((self.create_subscription(
+                msg_type, topic, lambda m, t=topic, tn=type_name: self._on_msg(t, tn, m), qos), topic, type_name))
         self.get_logger().info(f"recording {len(self._subs)} topics to {path}")
 
     def _on_msg(self, topic: str, type_name: str, msg) -> None:
@@ -151,7 +151,12 @@ class RecorderNode(Node):
         self._file.write(json.dumps(rec) + "\n")
 
     def close(self) -> None:
+        """The messages already received but not yet handed to a callback (the stop came first)
+        are written too, then the file is closed."""
         if not self._file.closed:
+            for sub, topic, type_name in self._subs:
+                for msg in take_pending(sub):
+                    self._on_msg(topic, type_name, msg)
             self._file.close()
         print("recorder_node: recorded " + ", ".join(f"{t}: {n}" for t, n in self.counts.items()), file=sys.stderr)
 

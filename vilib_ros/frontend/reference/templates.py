@@ -138,10 +138,10 @@ def stored_level(patch, P):
     """Template values and central-difference gradients (0..1 units, (m, P*P) float64) from
     stored template levels ``patch`` ((m, PATCH_AREA))."""
     S = np.asarray(patch)[:, : (P + 2) ** 2].astype(np.float64).reshape(-1, P + 2, P + 2)
-    m = S.shape[0]
-    tv = S[:, 1:-1, 1:-1].reshape(m, -1) / 255.0
-    gx = 0.5 * (S[:, 1:-1, 2:] - S[:, 1:-1, :-2]).reshape(m, -1) / 255.0
-    gy = 0.5 * (S[:, 2:, 1:-1] - S[:, :-2, 1:-1]).reshape(m, -1) / 255.0
+    m = S.shape[0]              # (may be 0: no usable template on this level; hence P * P, not -1)
+    tv = S[:, 1:-1, 1:-1].reshape(m, P * P) / 255.0
+    gx = 0.5 * (S[:, 1:-1, 2:] - S[:, 1:-1, :-2]).reshape(m, P * P) / 255.0
+    gy = 0.5 * (S[:, 2:, 1:-1] - S[:, :-2, 1:-1]).reshape(m, P * P) / 255.0
     return tv, gx, gy
 
 
