@@ -1,9 +1,8 @@
 """The environment of the backend's processes: one OpenBLAS thread (``vilib_ros.nodes._single_blas``, the
 offline runner's backend child) and jemalloc where installed (:mod:`vilib_ros.allocator`).
 
-Regression guards: on a 16-core host the backend node's idle OpenBLAS threads spun for 2.8 ms of CPU per
-frame beside 2.4-2.9 ms of work (2026-11-25, bench/results/backend_node_profile.md); the setting only
-takes effect if it is made before NumPy loads its OpenBLAS. jemalloc must be preloaded when the
+Guarded: on a many-core host the backend node's idle OpenBLAS threads spin for as much CPU per frame as
+the work itself; the setting only takes effect if it is made before NumPy loads its OpenBLAS. jemalloc must be preloaded when the
 process starts, by whoever starts it.
 """
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``python -m bench ab``: each arm runs the code it names, in ABBA order.
 
-Regression guarded: two "before / after" tables of 2026-11-25 (the GPU machine, a staging-buffer
-change and a stream-fork change) compared the same code with itself. Each arm ran
-``python3 -m vilib_ros ...`` from the repository root, the earlier code given through
-``PYTHONPATH``; ``python -m`` puts the working folder ahead of ``PYTHONPATH``, so both arms
-imported the repository's package.
+Guarded: an arm run from the repository root with the other code given through ``PYTHONPATH``
+imports the repository's package (``python -m`` puts the working folder ahead of ``PYTHONPATH``),
+and a "before / after" table then compares the same code with itself.
 """
 from __future__ import annotations
 
@@ -96,7 +94,7 @@ def _run(n, arm, copy, py):
 
 
 class TestHostControl:
-    """Regression: two 2-round A/Bs of 2026-11-28 credited the code with the host's slow middle runs."""
+    """Guarded: a 2-round A/B credits the code with the host's slow middle runs unless they are flagged."""
 
     def test_slow_middle_runs_are_flagged_and_charged_to_their_arm(self):
         runs = [_run(1, "this", 10.0, 40.0), _run(2, "other", 6.0, 40.0), _run(3, "other", 10.0, 60.0),

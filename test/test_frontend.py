@@ -526,10 +526,8 @@ class TestGpuMatchesCpu:
     RANSAC's inlier test is a threshold on positions that the two LK implementations give within
     0.02 px of each other, so a rare track near the threshold ends on one path and not the other;
     counted per track-frame, that one decision in an early frame weighed as much as ~90 in the last.
-    (Measured on the CPU path over the 95 frames, 2026-11-24: a 0.005 px perturbation of the new
-    positions flips 89 of 112,505 RANSAC decisions.) Regression: with RANSAC on the device, the
-    id fraction read 97.7 % on the H100 (reference templates, translation warp) from 15 such
-    decisions in 21,894 (0.07 %)."""
+    A 0.005 px perturbation of the new positions flips about one RANSAC decision in a thousand;
+    counted per track-frame, such flips lowered the id fraction by points."""
 
     def _compare(self, frames, stamps, cam, cfg, gyros=None, camera_right=None, right=None):
         g = FeatureTracker(cam, cfg, device="cuda", camera_right=camera_right)

@@ -6,8 +6,7 @@
   frontend takes its gyro samples for the IMU-aided prediction from its own IMU subscription,
   whose messages may arrive a little after the image (fewer samples in the prediction window),
   which moves LK start points by a fraction of a pixel and the converged tracks by ~0.01 px.
-  That is worth well under a millimetre of trajectory (measured 2026-11-24: 0.014 mm at most):
-  positions must agree within 1 mm (max) and their ATEs against ground truth within 0.5 mm.
+  That is worth well under a millimetre of trajectory: positions must agree within 1 mm (max) and their ATEs against ground truth within 0.5 mm.
 * Several datasets give one summary table; a dataset without IMU says so up front, in the
   console and the report ("no IMU: the backend cannot estimate; tracks only") and is tracked.
 """
