@@ -55,6 +55,13 @@ os.environ.setdefault("ROS_DOMAIN_ID", str(ros_domain("default")))
 os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
 os.environ.setdefault("VILIB_ROS_CHECK_LAUNCHES", "1")
 
+from vilib_ros.frontend.factory import compiled_available  # noqa: E402
+
+#: The tests of the compiled CPU twin (numba) skip, with the reason, where numba does not import
+#: (the factory then falls back to the NumPy reference; test_factory.py checks that fallback).
+compiled_twin = pytest.mark.skipif(not compiled_available(), reason="numba (the compiled CPU twin's dependency) "
+                                   "does not import here")
+
 
 def euroc_dir() -> Path | None:
     """The real EuRoC folder: ``$VILIB_ROS_EUROC`` where set (even to a path without the frames: a

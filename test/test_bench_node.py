@@ -1,8 +1,9 @@
-"""``python -m bench node`` end to end on a tiny configuration (real processes, real DDS).
+"""``python -m bench node`` (bench.node): its latency breakdown against segments worked out by hand
+(no ROS), and the benchmark end to end on a tiny configuration (real processes, real DDS).
 
-Not a speed test (speed is what the benchmark reports): it checks that the benchmark runs,
-that every frame it sends at backpressure comes back as tracks, and that node_bench.json
-carries the keys issue 11 names, with device and date.
+Not a speed test (speed is what the benchmark reports): the end-to-end run checks that the benchmark
+runs, that every frame it sends at backpressure comes back as tracks, and that node_bench.json
+carries its summary keys, with device and date.
 """
 from __future__ import annotations
 
@@ -13,13 +14,49 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
-
 from conftest import ros_domain  # noqa: E402
 
 DOMAIN = ros_domain("bench_node")
 
 
+class TestLatencyBreakdown:
+    """bench.node.latency_breakdown against segments worked out by hand."""
+
+    def test_segments(self):
+        from bench.node import latency_breakdown
+
+        # frame a: sent at 10.000 s (publish() returned at 10.0002), received by the node's middleware
+        # at 10.001, the executor busy with another callback until 10.003, its callback at 10.0035,
+        # published at 10.0085, here at 10.009; frame b: the executor idle (its last callback ended
+        # at 10.010), the middleware got it at 10.0205, its callback at 10.0215
+        sends = [[1, 10.000, 10.0002], [2, 10.020, 10.0201]]
+        frames = {"stamp_ns": [1, 2], "dds_received": [10.001, 10.0205], "previous_callback_end": [10.003, 10.010],
+                  "callback": [10.0035, 10.0215], "imu_ready": [10.004, 10.022], "processed": [10.008, 10.025],
+                  "published": [10.0085, 10.0255]}
+        arrivals = {1: 10.009, 2: 10.026}
+        rows: list = []
+        w = latency_breakdown(sends, arrivals, frames, rows)
+        (ia, la, a), (ib, lb, b) = rows
+        assert (ia, ib) == (0, 1) and la == pytest.approx(9.0) and lb == pytest.approx(6.0)
+        ref_a = {"publish_call": 0.2, "to_node": 1.0, "busy": 2.0, "wakeup": 0.5, "in_node": 5.0, "to_driver": 0.5}
+        ref_b = {"publish_call": 0.1, "to_node": 0.5, "busy": 0.0, "wakeup": 1.0, "in_node": 4.0, "to_driver": 0.5}
+        for seg, ref in ((a, ref_a), (b, ref_b)):
+            assert seg == pytest.approx(ref, abs=1e-6)
+            assert sum(seg.values()) - seg["publish_call"] == pytest.approx(la if seg is a else lb)
+        assert w["worst"][0]["index"] == 0 and w["busy"]["max"] == pytest.approx(2.0)
+
+    def test_frames_the_node_did_not_trace_are_left_out(self):
+        from bench.node import latency_breakdown
+
+        assert latency_breakdown([[1, 1.0, 1.0]], {1: 1.1}, None) == {}
+        frames = {"stamp_ns": [1], "dds_received": [None], "previous_callback_end": [None], "callback": [1.01],
+                  "imu_ready": [1.02], "processed": [1.03], "published": [1.04]}
+        w = latency_breakdown([[1, 1.0, 1.0], [2, 1.05, 1.05]], {1: 1.1, 2: 1.2}, frames)
+        assert len(w["worst"]) == 1 and "to_node" not in w and w["in_node"]["p50"] == pytest.approx(30.0)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
 def test_bench_node_small(sequence_path, tmp_path):
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     from vilib_ros.nodes.processes import ros_env
@@ -53,7 +90,7 @@ def test_bench_node_small(sequence_path, tmp_path):
         assert b["sent"] == 40 and b["received"] + b["dropped"] == 40 and b["rss_end_kb"] > 0
     md = (tmp_path / "node_bench.md").read_text()
     assert "| mono_bp | 12 |" in md
-    # the replay figure is measured, not left for someone to fill in (it was null)
+    # the replay figure is measured
     rp = d["replay"]
     assert rp["rc"] == 0 and rp["frames"] >= 40 and d["replay_fps"] == pytest.approx(rp["frames"] / rp["replay_s"])
     assert "Replay (`vilib-ros run --duration 2" in md

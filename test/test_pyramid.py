@@ -1,9 +1,16 @@
-"""Image pyramid: CPU against a per-pixel loop, GPU against CPU."""
+"""Image pyramid, the CPU twins: the NumPy reference (reference.pyramid.build_pyramid_cpu) against a
+per-pixel loop, the compiled twin (numba: compiled.pyramid) against the reference, bit for bit.
+(The GPU twin: test_pyramid_gpu.py.)"""
 import numpy as np
 import pytest
 
+from conftest import compiled_twin
 from vilib_ros.frontend.config import level_shapes
+from vilib_ros.frontend.factory import compiled_available
 from vilib_ros.frontend.reference.pyramid import build_pyramid_cpu
+
+if compiled_available():      # the compiled twin's modules import numba
+    from vilib_ros.frontend.compiled.pyramid import CpuPyramid, build_pyramid_compiled, halve
 
 
 def loop_halve(img):
@@ -17,6 +24,8 @@ def loop_halve(img):
 
 
 class TestBuildPyramidCpu:
+    """The reference against the rounded 2x2 mean written out pixel by pixel."""
+
     @pytest.mark.parametrize("shape", [(31, 45), (32, 48), (17, 66)])
     def test_matches_loop(self, shape):
         rng = np.random.default_rng(1)
@@ -46,116 +55,66 @@ class TestBuildPyramidCpu:
             build_pyramid_cpu(np.zeros((8, 8), np.uint8), 5)
 
 
-def _poisoned_pyramid(w, h, levels):
-    from vilib_ros.frontend.gpu.pyramid import GpuPyramid
 
-    pyr = GpuPyramid(w, h, levels)
-    for lv in pyr.levels:
-        lv.fill(0xAB)
-    return pyr
+@compiled_twin
+class TestHalve:
+    """compiled.pyramid.halve against the reference's second level."""
 
-
-
-def assert_levels_equal(got, ref, what=""):
-    """As many levels, each equal (regression: the loops zipped the two lists, so a pyramid that
-    lost its last levels passed)."""
-    got, ref = list(got), list(ref)
-    assert len(got) == len(ref), f"{what}: {len(got)} levels, expected {len(ref)}"
-    for k, (g, r) in enumerate(zip(got, ref)):
-        np.testing.assert_array_equal(g, r, err_msg=f"{what} level {k}")
-
-@pytest.mark.gpu
-class TestGpuPyramid:
-    @pytest.mark.parametrize("shape", [(480, 752), (101, 77)])
-    def test_random_equals_cpu(self, shape):
-        rng = np.random.default_rng(2)
-        img = rng.integers(0, 256, shape, dtype=np.uint8)
-        pyr = _poisoned_pyramid(shape[1], shape[0], 5)
-        pyr.upload(img)
-        pyr.build()
-        assert_levels_equal(pyr.to_host(), build_pyramid_cpu(img, 5))
-
-    def test_euroc_equals_cpu(self, frames):
-        pyr = _poisoned_pyramid(752, 480, 5)
-        for img in (frames[0], frames[50]):
-            pyr.upload(img)
-            pyr.build()
-            assert_levels_equal(pyr.to_host(), build_pyramid_cpu(img, 5))
+    @pytest.mark.parametrize("shape", [(480, 752), (37, 51), (2, 2), (3, 9)])
+    def test_matches_reference(self, shape):
+        img = np.random.default_rng(shape[0]).integers(0, 256, shape).astype(np.uint8)
+        dst = np.full((shape[0] // 2, shape[1] // 2), 7, np.uint8)
+        halve(img, dst)
+        np.testing.assert_array_equal(dst, build_pyramid_cpu(img, 2)[1])
 
 
-def _pyramid_frame(img, levels, source):
-    """Run the frontend's fused kernel (kernels/pyramid.cu: pyramid_frame) on one frame read from
-    ``source``: page-locked host memory (zero-copy), a CuPy array, or level 0 itself."""
-    import cupy as cp
+@compiled_twin
+class TestBuildPyramidCompiled:
+    """compiled.pyramid.build_pyramid_compiled against the reference, bit for bit."""
 
-    from vilib_ros._cuda import get_module, host_device_pointer, pinned_buffer
+    def test_real_frames_bit_identical(self, frames):
+        for img in frames:
+            for a, b in zip(build_pyramid_compiled(img, 2), build_pyramid_cpu(img, 2)):
+                np.testing.assert_array_equal(a, b)
 
-    h, w = img.shape
-    pyr = _poisoned_pyramid(w, h, levels)
-    keep = []
-    prm = pinned_buffer(128, keep).view(np.uint64)
-    prm[:] = 0
-    if source == "pinned":
-        buf = pinned_buffer(img.size, keep).reshape(h, w)
-        buf[...] = img
-        prm[0] = host_device_pointer(buf.ctypes.data)
-    elif source == "cupy":
-        d = cp.asarray(img)
-        prm[0] = d.data.ptr
-    else:
-        pyr.levels[0].set(img)
-        prm[0] = pyr.levels[0].data.ptr
-    prm[2] = 12345                   # a field the kernel copies to the device
-    lvl = cp.asarray(np.array([a.data.ptr for a in pyr.levels], np.uint64))
-    dprm = cp.zeros(128, cp.uint8)
-    cp.cuda.Device().synchronize()
-    k = get_module("pyramid").get_function("pyramid_frame")
-    k(((w + 127) // 128, (h + 31) // 32, 1), (256, 1, 1),
-      (np.uint64(host_device_pointer(prm.ctypes.data)), dprm, lvl, np.int32(levels), np.int32(w), np.int32(h),
-       np.int32(min(levels - 1, 5)), np.int32(0)))
-    cp.cuda.Device().synchronize()
-    assert dprm.get().view(np.uint64)[2] == 12345
-    return pyr.to_host()
+    @pytest.mark.parametrize("levels", [1, 3, 5, 8])
+    def test_odd_sizes_all_levels(self, levels):
+        img = np.random.default_rng(levels).integers(0, 256, (481, 755)).astype(np.uint8)
+        got, ref = build_pyramid_compiled(img, levels), build_pyramid_cpu(img, levels)
+        assert [g.shape for g in got] == [r.shape for r in ref]
+        for a, b in zip(got, ref):
+            np.testing.assert_array_equal(a, b)
+
+    def test_non_contiguous_input(self):
+        big = np.random.default_rng(1).integers(0, 256, (100, 160)).astype(np.uint8)
+        view = big[:, :150]     # row padding, as a ROS image with step > width
+        for a, b in zip(build_pyramid_compiled(view, 3), build_pyramid_cpu(view, 3)):
+            np.testing.assert_array_equal(a, b)
+
+    @pytest.mark.parametrize("bad,match", [(np.zeros((8, 8), np.float32), "uint8"), (np.zeros((8, 8, 3), np.uint8), "2D")])
+    def test_bad_input(self, bad, match):
+        with pytest.raises(ValueError, match=match):
+            build_pyramid_compiled(bad, 2)
+
+    def test_too_many_levels(self):
+        with pytest.raises(ValueError, match="too small"):
+            build_pyramid_compiled(np.zeros((8, 8), np.uint8), 5)
 
 
-@pytest.mark.gpu
-class TestPyramidFrameKernel:
-    @pytest.mark.parametrize("source", ["pinned", "cupy", "level0"])
-    @pytest.mark.parametrize("shape,levels", [((480, 752), 6), ((101, 77), 5), ((97, 200), 4)])
-    def test_equals_cpu(self, shape, levels, source):
-        """Fused levels (tiles of 128x32 in shared memory) equal the level-by-level NumPy build,
-        for widths with and without 16-byte rows and partial tiles, from every kind of source."""
-        rng = np.random.default_rng(levels)
-        img = rng.integers(0, 256, shape, dtype=np.uint8)
-        assert_levels_equal(_pyramid_frame(img, levels, source), build_pyramid_cpu(img, levels))
+@compiled_twin
+class TestCpuPyramid:
+    """compiled.pyramid.CpuPyramid: preallocated levels, the reference's values."""
 
-    def test_right_camera_alone(self):
-        """``cam_base`` 1, one camera in the grid (the split stereo upload of process()): the right
-        camera's source into the right pyramid, the left pyramid untouched, and the frame
-        parameters not copied (the left camera's launch does that)."""
-        import cupy as cp
+    def test_buffers_reused_and_equal(self, frames):
+        pyr = CpuPyramid(752, 480, 5)
+        first = pyr.build(frames[0])
+        ids = [id(lv) for lv in first[1:]]
+        for img in frames[1:4]:
+            got = pyr.build(img)
+            assert [id(lv) for lv in got[1:]] == ids
+            for a, b in zip(got, build_pyramid_cpu(img, 5)):
+                np.testing.assert_array_equal(a, b)
 
-        from vilib_ros._cuda import get_module, host_device_pointer, pinned_buffer
-
-        h, w, levels = 480, 752, 6
-        img = np.random.default_rng(9).integers(0, 256, (h, w), dtype=np.uint8)
-        left, right = _poisoned_pyramid(w, h, levels), _poisoned_pyramid(w, h, levels)
-        before = left.to_host()
-        keep = []
-        prm = pinned_buffer(128, keep).view(np.uint64)
-        buf = pinned_buffer(img.size, keep).reshape(h, w)
-        buf[...] = img
-        prm[:] = 0
-        prm[1] = host_device_pointer(buf.ctypes.data)     # src[1]: the right camera's frame
-        prm[2] = 12345
-        lvl = cp.asarray(np.array([a.data.ptr for a in left.levels + right.levels], np.uint64))
-        dprm = cp.zeros(128, cp.uint8)
-        cp.cuda.Device().synchronize()
-        k = get_module("pyramid").get_function("pyramid_frame")
-        k(((w + 127) // 128, (h + 31) // 32, 1), (256, 1, 1),
-          (np.uint64(host_device_pointer(prm.ctypes.data)), dprm, lvl, np.int32(levels), np.int32(w), np.int32(h),
-           np.int32(min(levels - 1, 5)), np.int32(1)))
-        cp.cuda.Device().synchronize()
-        assert_levels_equal(right.to_host(), build_pyramid_cpu(img, levels), "right")
-        assert_levels_equal(left.to_host(), before, "left (untouched)")
-        assert not dprm.get().any()
+    def test_wrong_size(self):
+        with pytest.raises(ValueError, match="shape"):
+            CpuPyramid(752, 480, 2).build(np.zeros((480, 751), np.uint8))

@@ -2,7 +2,7 @@
 stored templates against the image they come from, LK against stored templates against the
 generator's exact flow, the frontend's drift by track age against frame-to-frame tracking on a
 rendered sequence, the template rows of the track table, the configuration (the default).
-(The compiled twin against this NumPy reference: test_cpu_lk.py.)"""
+(The compiled twin against this NumPy reference: test_tracker.py.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -225,55 +225,3 @@ class TestFeatureTrackerReference:
             np.testing.assert_array_equal(fa.ids, fb.ids)
             np.testing.assert_array_equal(fa.uv, fb.uv)
         assert len(fa) > 100 and fa.stats["templates_refreshed"] > 0
-
-
-class TestTracksBenchVariants:
-    def test_every_variant_is_a_distinct_valid_config(self):
-        """Each row of bench/results/tracks_quality.md is one valid FrontendConfig, and no two share
-        one (their tracks are cached by the config's repr)."""
-        from bench.tracks import VARIANTS, frontend_config, parse_variants
-
-        cfgs = [frontend_config(n) for n in parse_variants("all")]
-        assert len(cfgs) == len(VARIANTS) and len({repr(c) for c in cfgs}) == len(cfgs)
-        assert frontend_config("f2f").tracker.template == "previous" and not frontend_config("f2f").ransac
-        with pytest.raises(ValueError, match="unknown tracks variant"):
-            parse_variants("f2f,nonsense")
-
-    def test_cli_refuses_tracks_only_without_variants(self, capsys):
-        import argparse
-
-        from bench.accuracy import configure_parser, run_command
-
-        p = argparse.ArgumentParser()
-        configure_parser(p)
-        assert run_command(p.parse_args(["--tracks-only", "--device", "cpu"])) == 2
-        assert run_command(p.parse_args(["--tracks-variants", "bogus", "--device", "cpu"])) == 2
-        err = capsys.readouterr().err
-        assert "--tracks-only needs --tracks-variants" in err and "unknown tracks variant" in err
-
-
-class TestTemplatesBench:
-    def test_markdown_of_the_committed_gpu_run(self):
-        """bench/results/frontend_templates.json (the H100 run) renders: every variant, mono and
-        stereo, and the cost line of the new default against the old."""
-        import json
-        from pathlib import Path
-
-        from bench.templates import VARIANTS, markdown
-
-        res = json.loads((Path(__file__).resolve().parents[1] / "bench/results/frontend_templates.json").read_text())
-        md = markdown(res)
-        for v in VARIANTS:
-            assert f"| {v} | mono |" in md and f"| {v} | stereo |" in md
-        assert "mono: the new default costs" in md and "stereo: the new default costs" in md
-
-    def test_cli_refuses_without_cuda(self, capsys):
-        """--templates-only measures the GPU path only: a message and exit status 2 on the CPU."""
-        import argparse
-
-        from bench.tracker import configure_parser, run_command
-
-        p = argparse.ArgumentParser()
-        configure_parser(p)
-        assert run_command(p.parse_args(["--templates-only", "--device", "cpu", "--out", "/tmp/vilib_ros_tpl"])) == 2
-        assert "frontend_templates is measured on a CUDA device" in capsys.readouterr().out

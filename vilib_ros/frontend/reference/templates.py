@@ -83,7 +83,7 @@ every template / warp on both devices, reference + affine the default):
    or ``tmpl_age >= template_max_age``, every track for ``template: previous``; the flagged
    slot's age, illumination and warp restart), counted as ``templates_refreshed``.
 
-Tests: the kernels on the host through a SIMT shim (``test_tracker_cpu.TestTemplateKernelsOnHost``)
+Tests: the kernels on the host through a SIMT shim (``test_tracker_gpu.TestTemplateKernelsOnHost``)
 and on the GPU (``test_tracker_gpu.TestTemplateKernels``) against this module's functions; the
 whole GPU pipeline against the CPU pipeline (``test_frontend.TestGpuMatchesCpu``).
 

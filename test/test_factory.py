@@ -1,10 +1,12 @@
-"""Choosing the CPU implementation (vilib_ros.frontend.factory): the factories build the
-compiled twins, VILIB_ROS_CPU_IMPL forces either one, a missing numba falls back to NumPy with
-one warning; and the whole CPU FeatureTracker gives the same tracks with either implementation
-over the 95 real frames."""
+"""Choosing the implementation (vilib_ros.frontend.factory): ``make_detector`` picks by device and
+checks the configuration before any device is asked; on the CPU the factories build the compiled
+twins, VILIB_ROS_CPU_IMPL forces either one, a missing numba falls back to NumPy with one warning;
+and the whole CPU FeatureTracker gives the same tracks with either implementation over the real
+frames (the generated sequence's where they are absent)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -27,6 +29,45 @@ DT = 50_000_000
 
 def _numba():
     return pytest.importorskip("numba", reason="numba (the compiled CPU path, a third-party dependency) is not installed")
+
+
+class TestMakeDetector:
+    """make_detector: the device's choice, and configuration errors before any device is asked."""
+
+    def test_cpu(self):
+        assert isinstance(make_detector(752, 480, DetectorConfig(), device="cpu"), CpuFastDetector)
+
+    def test_auto_and_cuda_without_cuda(self, caplog, monkeypatch):
+        from vilib_ros import _cuda
+        from vilib_ros._cuda import CudaUnavailable, cuda_available
+
+        if cuda_available():
+            pytest.skip("this machine has CUDA: the fallback is not exercised")
+        monkeypatch.setattr(_cuda, "_said_cpu_fallback", [])     # said once per process: as a fresh one
+        with caplog.at_level(logging.WARNING):
+            det = make_detector(752, 480, DetectorConfig(), device="auto")
+        assert isinstance(det, CpuFastDetector)
+        assert "CPU" in caplog.text
+        with pytest.raises(CudaUnavailable):
+            make_detector(752, 480, DetectorConfig(), device="cuda")
+
+    def test_bad_device(self):
+        with pytest.raises(ValueError, match="device"):
+            make_detector(752, 480, DetectorConfig(), device="tpu")
+
+    @pytest.mark.parametrize("device", ["auto", "cuda"])
+    @pytest.mark.parametrize("field,value", [("arc_length", 13), ("nms_radius", 5), ("cell_width", 40),
+                                             ("levels", 5), ("border", 2)])
+    def test_bad_config_before_device(self, device, field, value):
+        """Configuration errors are reported before any device is touched, so they read the same
+        with and without CUDA (and run where there is none)."""
+        with pytest.raises(ValueError, match=field):
+            make_detector(752, 480, DetectorConfig(**{field: value}), device=device)
+
+    @pytest.mark.parametrize("device", ["auto", "cuda"])
+    def test_too_small_image_before_device(self, device):
+        with pytest.raises(ValueError, match="smaller"):
+            make_detector(40, 40, DetectorConfig(), device=device)
 
 
 class TestCpuImplementation:
