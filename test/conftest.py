@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from suite_rules import check_markers
+
 REPO = Path(__file__).resolve().parents[1]
 # ROS domain ids of a test run derive from this seed (default: the pid); set
 # VILIB_ROS_DOMAIN_SEED to keep concurrent test runs on one machine apart.
@@ -36,18 +38,22 @@ from vilib_ros.nodes.processes import with_fastdds_profile  # noqa: E402
 
 with_fastdds_profile(os.environ)
 
-#: Each module that starts nodes has a slot; its domain id is ros_domain(slot). Ids stay in
-#: 1..224 (Fast DDS maps ids above 232 to no ports: len(DOMAIN_SLOTS) * DOMAIN_SEEDS <= 232) and two
-#: test runs with seeds that differ modulo DOMAIN_SEEDS never share an id.
+#: Each module that starts nodes has a slot, its name without ``test_`` (a second domain of one module:
+#: ``<name>_2``); its domain id is ros_domain(slot). Ids stay in 1..231 (Fast DDS maps ids above 232 to
+#: no ports: len(DOMAIN_SLOTS) * DOMAIN_SEEDS <= 231) and two test runs with seeds that differ modulo
+#: DOMAIN_SEEDS never share an id.
 DOMAIN_SLOTS = ("default", "ros_player", "ros_frontend", "ros_bad_traffic", "ros_restart", "pipeline",
                 "process_lifetime", "process_lifetime_2", "offline", "ros_conventions", "ros_time_reset",
-                "ros_params", "broken_datasets", "determinism", "bench_node", "ros_backend_bursts", "launch")
-DOMAIN_SEEDS = 13
-assert len(DOMAIN_SLOTS) * DOMAIN_SEEDS <= 232
+                "ros_params", "broken_datasets", "determinism", "bench_node", "ros_backend_bursts", "launch_run",
+                "calibration_runs", "missing_dependencies", "node_imports", "ros_take")
+DOMAIN_SEEDS = 11
+assert len(DOMAIN_SLOTS) * DOMAIN_SEEDS <= 231
 
 
 def ros_domain(slot: str) -> int:
     """The ROS domain id of a test module (``slot`` from :data:`DOMAIN_SLOTS`) in this run."""
+    if slot not in DOMAIN_SLOTS:
+        raise KeyError(f"no ROS domain slot {slot!r}: add it to DOMAIN_SLOTS in test/conftest.py")
     return 1 + (DOMAIN_SEED % DOMAIN_SEEDS) * len(DOMAIN_SLOTS) + DOMAIN_SLOTS.index(slot)
 
 
@@ -151,6 +157,21 @@ def euroc_frames(euroc_path):
     return [cv2.imread(str(f), cv2.IMREAD_GRAYSCALE) for f in files]
 
 
+@pytest.fixture(scope="module")
+def ros_graph(request, tmp_path_factory):
+    """The test module's ROS graph (:class:`ros_support.RosGraph`): its own domain id, the environment
+    of its nodes, a client, the nodes it starts (all stopped, and the client closed, when the
+    module's tests are done; a scenario ends its own with ``reset()``). A test that uses it must
+    carry the ``ros`` marker (checked at collection)."""
+    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+    from ros_support import RosGraph
+
+    slot = request.module.__name__.rpartition(".")[2].removeprefix("test_")
+    graph = RosGraph(ros_domain(slot), tmp_path_factory.mktemp(f"ros_{slot}"), f"test_{slot}")
+    yield graph
+    graph.reset()
+
+
 def live_pids(*needles: str) -> list[int]:
     """pids of live (not zombie) processes whose command line contains every one of ``needles``."""
     pids = []
@@ -167,9 +188,13 @@ def live_pids(*needles: str) -> list[int]:
     return pids
 
 
+@pytest.hookimpl(tryfirst=True)        # before ``-m`` deselects: every collected test is checked
 def pytest_collection_modifyitems(config, items):
+    """A test that starts ROS without the ``ros`` marker is a usage error (suite_rules.py says what
+    counts); ``gpu`` tests skip, with CuPy's reason, where there is no CUDA device."""
     from vilib_ros._cuda import cuda_available, cuda_unavailable_reason
 
+    check_markers(items)
     if not cuda_available():
         skip = pytest.mark.skip(reason=f"no CUDA device: {cuda_unavailable_reason()}")
         for item in items:

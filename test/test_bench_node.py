@@ -14,11 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ros_domain  # noqa: E402
-
-DOMAIN = ros_domain("bench_node")
-
-
 class TestLatencyBreakdown:
     """bench.node.latency_breakdown against segments worked out by hand."""
 
@@ -57,15 +52,12 @@ class TestLatencyBreakdown:
 
 @pytest.mark.ros
 @pytest.mark.slow
-def test_bench_node_small(sequence_path, tmp_path):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-    from vilib_ros.nodes.processes import ros_env
-
-    env = ros_env(DOMAIN)
+def test_bench_node_small(ros_graph, sequence_path, tmp_path):
+    env = dict(ros_graph.env)
     env["VILIB_ROS_EUROC"] = str(sequence_path)
     r = subprocess.run([sys.executable, "-m", "bench", "node", "--device", "cpu", "--rates", "bp,bp4",
                         "--modes", "mono,stereo", "--frames", "12", "--burst", "40", "--out", str(tmp_path),
-                        "--domain-id", str(DOMAIN), "--replay-duration", "2",
+                        "--domain-id", str(ros_graph.domain), "--replay-duration", "2",
                         "--backend-duration", "2"], env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads((tmp_path / "node_bench.json").read_text())

@@ -28,9 +28,6 @@ from vilib_ros.nodes.processes import popen
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import ros_domain  # noqa: E402
-
-DOMAIN = ros_domain("broken_datasets")
 REPO = Path(__file__).resolve().parents[1]
 N = 8
 
@@ -257,13 +254,13 @@ CASES = {
 }
 
 
-def _run(dataset: Path, out: Path) -> subprocess.CompletedProcess:
+def _run(dataset: Path, out: Path, domain: int) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # a namespace of its own: another test run on the same domain id (another seed, another
     # checkout) cannot mix its messages into this one
     proc = popen([sys.executable, "-m", "vilib_ros", "run", str(dataset), "--out", str(out), "--domain-id",
-                  str(DOMAIN), "--namespace", f"broken_{os.getpid()}", "--no-video", "--timeout", "300"],
+                  str(domain), "--namespace", f"broken_{os.getpid()}", "--no-video", "--timeout", "300"],
                  env=env, stdout=subprocess.PIPE,
                  stderr=subprocess.PIPE, text=True)
     try:
@@ -275,13 +272,13 @@ def _run(dataset: Path, out: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("kind", list(CASES))
-def test_broken_dataset(kind, base, tmp_path):
+def test_broken_dataset(kind, ros_graph, base, tmp_path):
     breakage, expect, needle, frames_sent = CASES[kind]
     root = tmp_path / "ds"
     shutil.copytree(base, root)
     dataset = breakage(root) or root
     out = tmp_path / "out"
-    r = _run(dataset, out)
+    r = _run(dataset, out, ros_graph.domain)
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     if expect == ERROR:
         assert r.returncode == 2, r.stderr[-3000:]

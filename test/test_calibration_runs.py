@@ -19,8 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ros_domain  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
 OWN = ("/camera/infra1/image_rect_raw", "/camera/infra2/image_rect_raw", "/camera/imu")
 #: ATE bound of the stereo offline run with the Kalibr files on the 3 s generated sequence: a wide
@@ -143,15 +141,14 @@ class TestGivenCalibration:
 
     @pytest.mark.ros
     @pytest.mark.slow
-    def test_ros_path_replays_the_bags_own_topics(self, data, tmp_path):
+    def test_ros_path_replays_the_bags_own_topics(self, ros_graph, data, tmp_path):
         """The player gets the run's topics (its image_topic, image_right_topic, imu_topic
         parameters): every frame of the user's bag is tracked over ROS, and the report names the
         calibration's sources."""
-        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
         out = tmp_path / "out"
         r = _run([str(data["own"]), "--calibration", str(data["camchain"]), "--imu-calibration", str(data["imu"]),
                   "--out", str(out), "--device", "cpu", "--no-video", "--max-frames", "20", "--domain-id",
-                  str(ros_domain("offline")), "--namespace", f"calib_{os.getpid()}", "--timeout", "600"], tmp_path)
+                  str(ros_graph.domain), "--namespace", f"calib_{os.getpid()}", "--timeout", "600"], tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]
         report = (out / "report.md").read_text()
         assert "recorder got 20/20" in report and f"| cam1 intrinsics | {data['camchain']} (Kalibr cam1) |" in report

@@ -32,9 +32,7 @@ from vilib_ros.nodes.processes import popen
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import ros_domain  # noqa: E402
 
-DOMAIN = ros_domain("determinism")
 REPO = Path(__file__).resolve().parents[1]
 #: runs per sequence
 RUNS = {"stereo_moving": 10, "mono_at_rest": 3}
@@ -55,8 +53,7 @@ def _dataset(kind: str, tmp: Path, request) -> tuple[Path, int, bool]:
 
 
 @pytest.fixture(scope="module", params=sorted(RUNS))
-def runs(request, tmp_path_factory):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+def runs(request, ros_graph, tmp_path_factory):
     pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed: no trajectory to compare")
     kind = request.param
     tmp = tmp_path_factory.mktemp(f"determinism_{kind}")
@@ -70,7 +67,7 @@ def runs(request, tmp_path_factory):
         for k in range(RUNS[kind]):
             o = tmp / f"run{k}"
             proc = popen([sys.executable, "-m", "vilib_ros", "run", str(ds), "--out", str(o), "--domain-id",
-                          str(DOMAIN), "--namespace", f"determinism_{os.getpid()}", "--no-video", "--timeout", "300"],
+                          str(ros_graph.domain), "--namespace", f"determinism_{os.getpid()}", "--no-video", "--timeout", "300"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
                 _, err = proc.communicate(timeout=400)

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch_support import VENDOR, colcon_install  # noqa: E402
+from launch_support import VENDOR, colcon_install
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = sorted((REPO / "resource" / "lib").iterdir())

@@ -14,19 +14,15 @@ images said nothing.
 """
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import ros_domain  # noqa: E402
-from launch_support import LaunchRun, alive, colcon_install, launch_env, launch_missing  # noqa: E402
+from launch_support import LaunchRun, alive, colcon_install, launch_env, launch_missing
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-DOMAIN = ros_domain("launch")
 
 #: first tracks: a CPU frontend's first start compiles its kernels (numba, cached on disk afterwards)
 START_TIMEOUT = 240.0
@@ -64,12 +60,13 @@ def stereo_sequence(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def start(prefix, tmp_path):
-    """start(launch_file_name, **args) -> LaunchRun; every launch still running at the end is killed."""
+def start(ros_graph, prefix, tmp_path):
+    """start(launch_file_name, **args) -> LaunchRun on the module's domain; every launch still running
+    at the end is killed."""
     runs = []
 
     def _start(name: str, **args) -> LaunchRun:
-        env = launch_env(prefix, DOMAIN, tmp_path / "ros_log")
+        env = launch_env(prefix, ros_graph.domain, tmp_path / "ros_log")
         run = LaunchRun(prefix / "share" / "vilib_ros" / "launch" / name, args, env,
                         tmp_path / f"{name}.{len(runs)}.log")
         runs.append(run)
@@ -81,30 +78,24 @@ def start(prefix, tmp_path):
 
 
 @pytest.fixture
-def topics():
-    """A client on the launch's domain counting what arrives on /tracks, /odometry, /diagnostics."""
-    client = Topics()
-    yield client
-    client.close()
+def topics(ros_graph):
+    """The module graph's client counting what arrives on /tracks, /odometry, /diagnostics (the next
+    test gets a client of its own)."""
+    yield Topics(ros_graph)
+    ros_graph.reset()
 
 
 class Topics:
-    def __init__(self):
+    def __init__(self, graph):
         from diagnostic_msgs.msg import DiagnosticArray
         from nav_msgs.msg import Odometry
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import PointCloud
 
-        from vilib_ros.nodes.processes import GraphClient
-
-        self.client = GraphClient(DOMAIN, "test_launch_topics")
-        self.tracks: list = []
-        self.odometry: list = []
-        self.diagnostics: list = []
-        node = self.client.node
-        node.create_subscription(PointCloud, "/tracks", self.tracks.append, qos_profile_sensor_data)
-        node.create_subscription(Odometry, "/odometry", self.odometry.append, qos_profile_sensor_data)
-        node.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 50)
+        self.client = graph.client
+        self.tracks = graph.collect(PointCloud, "/tracks", qos_profile_sensor_data)
+        self.odometry = graph.collect(Odometry, "/odometry", qos_profile_sensor_data)
+        self.diagnostics = graph.collect(DiagnosticArray, "/diagnostics", 50)
 
     def wait(self, predicate, run: LaunchRun, timeout: float, what: str) -> None:
         """Spin until ``predicate()``; fails on timeout or when the launch ends first."""
@@ -115,9 +106,6 @@ class Topics:
 
         if not self.client.spin_until(check, timeout, 0.1):
             raise AssertionError(f"no {what} within {timeout:.0f} s:\n{run.tail()}")
-
-    def close(self) -> None:
-        self.client.close()
 
 
 def stop_cleanly(run: LaunchRun, expect: set[str]) -> str:
@@ -137,17 +125,14 @@ def seq_yaml(seq: Path, sensor: str) -> str:
     return str(seq / "mav0" / sensor / "sensor.yaml")
 
 
-def start_player(seq: Path, tmp_path: Path, stereo: bool):
-    """A player_node replaying ``seq`` on /cam0/image_raw (/cam1/image_raw), /imu0, real time,
-    started once the frontend and the backend (or only the frontend) listen."""
-    from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
-
+def start_player(graph, seq: Path, tmp_path: Path, stereo: bool):
+    """A player_node on ``graph`` replaying ``seq`` on /cam0/image_raw (/cam1/image_raw), /imu0, real
+    time, started once the frontend and the backend (or only the frontend) listen."""
     params = {"dataset": str(seq), "rate": 1.0, "publish_cam1": stereo, "wait_for_subscribers": 1,
               "wait_for_imu_subscribers": 1, "wait_timeout_s": START_TIMEOUT, "progress": False}
     remaps = {"cam0/image_raw": "/cam0/image_raw", "cam1/image_raw": "/cam1/image_raw", "imu0": "/imu0",
               "tracks": "/tracks"}
-    return NodeProcess("player_node", node_argv("player_node", params=params, remaps=remaps), ros_env(DOMAIN),
-                       tmp_path / "player_node.log")
+    return graph.start("player_node", params=params, remaps=remaps, log=tmp_path / "player_node.log")
 
 
 def calibration_line(out: str) -> str:
@@ -157,13 +142,13 @@ def calibration_line(out: str) -> str:
 
 
 class TestVio:
-    def test_player_fed_tracks_and_odometry(self, start, topics, stereo_sequence, tmp_path):
+    def test_player_fed_tracks_and_odometry(self, ros_graph, start, topics, stereo_sequence, tmp_path):
         """vio.launch.py device:=cpu with the sequence's sensor.yaml files, fed by a player_node:
         tracks and odometry arrive; SIGINT stops both nodes cleanly."""
         seq = stereo_sequence
         run = start("vio.launch.py", device="cpu", camera_yaml=seq_yaml(seq, "cam0"),
                     camera_right_yaml=seq_yaml(seq, "cam1"), imu_yaml=seq_yaml(seq, "imu0"))
-        player = start_player(seq, tmp_path, stereo=True)
+        player = start_player(ros_graph, seq, tmp_path, stereo=True)
         try:
             topics.wait(lambda: len(topics.tracks) >= 20, run, START_TIMEOUT, "20 tracks messages")
             topics.wait(lambda: len(topics.odometry) >= 5, run, 120.0, "5 odometry messages")
@@ -251,12 +236,12 @@ class TestEuroc:
 
 
 class TestFrontendAlone:
-    def test_no_right_images_and_euroc_defaults_said(self, start, topics, generated_sequence, tmp_path):
+    def test_no_right_images_and_euroc_defaults_said(self, ros_graph, start, topics, generated_sequence, tmp_path):
         """frontend.launch.py alone, stereo (config/euroc.yaml's) and no camera_yaml, fed mono images:
         tracks arrive; it warns that its calibration is EuRoC's defaults, and within seconds that no
         right image comes (naming the topic and stereo:=false), in its log and its diagnostics."""
         run = start("frontend.launch.py", device="cpu")
-        player = start_player(generated_sequence, tmp_path, stereo=False)
+        player = start_player(ros_graph, generated_sequence, tmp_path, stereo=False)
         try:
             topics.wait(lambda: len(topics.tracks) >= 5, run, START_TIMEOUT, "5 tracks messages")
             t_tracks = time.monotonic()

@@ -26,7 +26,7 @@ import pytest
 from conftest import ros_domain
 
 REPO = Path(__file__).resolve().parents[1]
-DOMAIN = ros_domain("default")       # the refusals start no participant; the record-only node a quiet one
+DOMAIN = ros_domain("missing_dependencies")       # the refusals start no participant; the record-only node a quiet one
 GTSAM_LINE = 'the backend needs gtsam: pip install "vilib_ros[backend]" (or gtsam>=4.3a1)'
 
 SITECUSTOMIZE = '''

@@ -13,15 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ros_domain  # noqa: E402
-
 pytestmark = [pytest.mark.ros]
 
 
-def test_run_nodes_import_the_callers_package(tmp_path, monkeypatch):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+def test_run_nodes_import_the_callers_package(ros_graph, tmp_path, monkeypatch):
     import vilib_ros
-    from vilib_ros.nodes.processes import ros_env
     from vilib_ros.pipeline import _Run
 
     decoy = tmp_path / "checkout"
@@ -32,9 +28,9 @@ def test_run_nodes_import_the_callers_package(tmp_path, monkeypatch):
     (out / "logs").mkdir(parents=True)
     (out / "params.yaml").write_text("player_node:\n  ros__parameters:\n    dataset: ''\n")
     monkeypatch.chdir(decoy)                # the caller works in a checkout that is not its package
-    env = ros_env(ros_domain("default"))
+    env = dict(ros_graph.env)
     env["PYTHONVERBOSE"] = "1"
-    run = _Run(SimpleNamespace(namespace=""), out, env, ros_domain("default"), False, 0)
+    run = _Run(SimpleNamespace(namespace=""), out, env, ros_graph.domain, False, 0)
     run.start("player_node")
     child = run.children["player_node"]
     assert child.wait(120) == 2              # the real player: "cannot start" without a dataset

@@ -22,9 +22,8 @@ from vilib_ros.nodes.processes import popen
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import live_pids, ros_domain  # noqa: E402
+from conftest import live_pids  # noqa: E402
 
-DOMAIN = ros_domain("pipeline")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -40,13 +39,12 @@ def _children_of(params_file: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+def first_run(ros_graph, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("pipeline")
     out = cwd / "out"
     t0 = time.monotonic()
     proc = popen([sys.executable, "-m", "vilib_ros", "run", "--out", str(out), "--duration", "3",
-                  "--domain-id", str(DOMAIN), "--namespace", f"pipeline_{os.getpid()}", "--timeout", "400"],
+                  "--domain-id", str(ros_graph.domain), "--namespace", f"pipeline_{os.getpid()}", "--timeout", "400"],
                  env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
     try:
         _, err = proc.communicate(timeout=500)
@@ -173,7 +171,7 @@ def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int, sigint_ign
 
 class TestRunShutdown:
     @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-    def test_interrupt_stops_every_child_and_writes_what_there_is(self, first_run, tmp_path, sig):
+    def test_interrupt_stops_every_child_and_writes_what_there_is(self, ros_graph, first_run, tmp_path, sig):
         """Ctrl-C or SIGTERM: every node stopped, and (regression) the report, trajectory and
         logs of what was done so far are still written; before, an interrupted run wrote nothing.
         SIGINT is sent to a run started with SIGINT ignored, as a shell starts a background job
@@ -181,7 +179,7 @@ class TestRunShutdown:
         signal and went on to its end)."""
         assert first_run["rc"] == 0
         out = tmp_path / "interrupted"
-        proc = _start_and_wait_for_tracks(out, first_run["dataset"], DOMAIN,
+        proc = _start_and_wait_for_tracks(out, first_run["dataset"], ros_graph.domain,
                                           sigint_ignored=sig == signal.SIGINT)
         assert len(_children_of(out / "params.yaml")) == 4
         proc.send_signal(sig)
@@ -197,10 +195,10 @@ class TestRunShutdown:
         assert 0 < player["images"][0] < 61
         assert "## Messages received against sent" in report
 
-    def test_child_crash_fails_the_run(self, first_run, tmp_path):
+    def test_child_crash_fails_the_run(self, ros_graph, first_run, tmp_path):
         assert first_run["rc"] == 0
         out = tmp_path / "crashed"
-        proc = _start_and_wait_for_tracks(out, first_run["dataset"], DOMAIN)
+        proc = _start_and_wait_for_tracks(out, first_run["dataset"], ros_graph.domain)
         fe = [p for p in _children_of(out / "params.yaml")
               if "frontend_node" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
         assert len(fe) == 1

@@ -313,15 +313,12 @@ class TestStopWhileStarting:
     hook is on here (``VILIB_ROS_GC_PAUSES=1``, its opt-in): wherever the signal lands, the stop holds
     (the landing itself is exercised deterministically by :class:`TestSwallowedStop`)."""
 
-    def test_sigint_during_the_first_warm_up(self, tmp_path):
-        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-        from vilib_ros.nodes.processes import GraphClient
-
+    def test_sigint_during_the_first_warm_up(self, ros_graph, tmp_path):
         env = _env()
         # a numba cache of its own, empty: the warm-up compiles (it is long where the cache is warm too)
         env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
                    NUMBA_CACHE_DIR=str(tmp_path / "numba_cache"), VILIB_ROS_GC_PAUSES="1")
-        client = GraphClient(DOMAIN, "test_stop_while_starting")
+        client = ros_graph.client
         p = subprocess.Popen([sys.executable, "-m", "vilib_ros.nodes.frontend_node", "--ros-args", "-p", "device:=cpu",
                               "-p", "stereo:=false"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))   # as `node &` in a script
@@ -336,7 +333,7 @@ class TestStopWhileStarting:
         finally:
             if p.poll() is None:
                 p.kill()
-            client.close()
+            ros_graph.reset()
         assert p.returncode == 0, out
         assert "Traceback" not in out and "Exception ignored" not in out, out
         if "tracker warmed up" in out:
@@ -570,20 +567,18 @@ class TestConfigurationErrorAtStart:
         assert "cannot start:" in err and "Traceback" not in err, err
         assert not out.exists()
 
-    def test_the_runner_names_the_reason(self, generated_sequence, tmp_path):
+    def test_the_runner_names_the_reason(self, ros_graph, generated_sequence, tmp_path):
         """``vilib-ros run`` reports a node that exited during start-up with the reason from its
         log, not only its exit code."""
-        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-        from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
         from vilib_ros.pipeline import _death
 
-        c = NodeProcess("frontend_node", node_argv("frontend_node", params={
+        c = ros_graph.start("frontend_node", params={
             "camera_yaml": str(generated_sequence / "mav0" / "cam0" / "sensor.yaml"), "device": "cpu", "stereo": False,
-            "detector.border": 256}), ros_env(DOMAIN), tmp_path / "frontend_node.log")
+            "detector.border": 256}, log=tmp_path / "frontend_node.log")
         try:
             assert _wait(lambda: c.poll() is not None, 120), c.tail()
         finally:
-            c.stop()
+            ros_graph.reset()
         assert _death(c) == ("frontend_node (rc 2): image 752x480 is smaller than one cell (32x32) plus the border "
                              "(256 px each side)"), c.tail()
 

@@ -16,9 +16,6 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import ros_domain  # noqa: E402
-
-DOMAIN = ros_domain("ros_backend_bursts")
 DURATION_S = 6.0
 GROUP = 6           # frames per burst
 
@@ -29,12 +26,11 @@ def _read_tum(path):
 
 
 class TestBackendNodeBursts:
-    def test_interleaved_bursts_match_offline(self, tmp_path):
+    def test_interleaved_bursts_match_offline(self, ros_graph, tmp_path):
         """Groups of GROUP frames sent as bursts, alternating tracks-before-IMU (each frame waits for
         its IMU) and IMU-before-tracks: every frame and IMU sample counted, the smoothed trajectory
         equal to the offline estimator's on the same data (1 mm; the inputs are the same, in the
         same order)."""
-        pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
         pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
         from rclpy.serialization import serialize_message
         from sensor_msgs.msg import Imu, PointCloud
@@ -45,7 +41,6 @@ class TestBackendNodeBursts:
         from vilib_ros.nodes._common import reliable_qos
         from vilib_ros.nodes.cdr import header_stamp_ns
         from vilib_ros.nodes.conversions import TracksEncoder, arrays_to_imu, pointcloud_to_trackframe
-        from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
 
         seq, frames, st, data = _sequence(DURATION_S)
         enc = TracksEncoder("vins_fusion")
@@ -67,11 +62,12 @@ class TestBackendNodeBursts:
         p = _write_calibration(seq, tmp_path)
         p.update(input_reliability="reliable", imu_wait_s=30.0, stats_path=str(tmp_path / "stats.json"),
                  trajectory_path=str(tmp_path / "traj.txt"))
-        proc = NodeProcess("backend_node", node_argv("backend_node", params=p), ros_env(DOMAIN), tmp_path / "be.log")
-        client = GraphClient(DOMAIN, "test_backend_bursts")
+        g = ros_graph
+        proc = g.start("backend_node", params=p, log=tmp_path / "be.log")
+        client = g.client
         done = set()
         try:
-            n = client.node
+            n = g.node
             pub_tracks = n.create_publisher(PointCloud, "tracks", reliable_qos(1000))
             pub_imu = n.create_publisher(Imu, "imu", reliable_qos(5000))
             sub_done = n.create_subscription(Header, "backend_processed", lambda b: done.add(header_stamp_ns(b)),
@@ -104,7 +100,7 @@ class TestBackendNodeBursts:
             assert client.spin_until(lambda: len(done) >= len(frames), 60)
         finally:
             rc = proc.stop()
-            client.close()
+            g.reset()
         assert rc == 0, proc.tail()
         assert done == {f.stamp_ns for f in frames}
         stats = json.loads((tmp_path / "stats.json").read_text())

@@ -18,9 +18,8 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import dataset_frames, ros_domain  # noqa: E402
+from conftest import dataset_frames  # noqa: E402
 
-DOMAIN = ros_domain("ros_bad_traffic")
 T0 = 1_403_715_273_262_142_976
 DT = 50_000_000
 
@@ -43,38 +42,33 @@ def _image(img: np.ndarray, stamp: int, encoding: str = "mono8", step: int | Non
 
 
 @pytest.fixture(scope="module")
-def session(node_dataset, tmp_path_factory):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+def session(ros_graph, node_dataset, tmp_path_factory):
     from diagnostic_msgs.msg import DiagnosticArray
     from sensor_msgs.msg import Image, Imu, PointCloud
 
     from vilib_ros.nodes._common import reliable_qos
     from vilib_ros.nodes.conversions import arrays_to_imu, stamp_to_ns, trackframe_to_pointcloud
-    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
     from vilib_ros.types import TrackFrame
 
+    g = ros_graph
+    client = g.client
     tmp = tmp_path_factory.mktemp("ros_bad")
-    env = ros_env(DOMAIN)
     cam_yaml = str(node_dataset / "mav0" / "cam0" / "sensor.yaml")
-    client = GraphClient(DOMAIN, "test_bad_traffic")
-    node = client.node
-    fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
+    node = g.node
+    fe = g.start("frontend_node", params={
         # reliable input: the rgb8 and mono16 test images are larger than Fast DDS's 512 KB
         # shared-memory segment, and their best-effort UDP fragments may be dropped
         "camera_yaml": cam_yaml, "device": "cpu", "stereo": False, "diagnostics_period_s": 0.3,
-        "input_reliability": "reliable"}), env,
-        tmp / "frontend.log")
-    be = NodeProcess("backend_node", node_argv("backend_node", params={
+        "input_reliability": "reliable"}, log=tmp / "frontend.log")
+    be = g.start("backend_node", params={
         "camera_yaml": cam_yaml, "diagnostics_period_s": 0.3, "input_reliability": "reliable",
-        "imu_yaml": str(node_dataset / "mav0" / "imu0" / "sensor.yaml")}), env, tmp / "backend.log")
+        "imu_yaml": str(node_dataset / "mav0" / "imu0" / "sensor.yaml")}, log=tmp / "backend.log")
     # reliable IMU in the backends too: the one NaN and the one backwards sample are counted exactly
-    rec_only = NodeProcess("backend_record", node_argv("backend_node", name="backend_record", params={
-        "camera_yaml": cam_yaml, "diagnostics_period_s": 0.3, "estimator": "none", "input_reliability": "reliable"}),
-        env, tmp / "backend_rec.log")
-    procs = [fe, be, rec_only]
-    got = {"tracks": [], "debug": [], "diag": {}}
-    node.create_subscription(PointCloud, "tracks", lambda m: got["tracks"].append(m), reliable_qos(100))
-    node.create_subscription(Image, "tracks_image", lambda m: got["debug"].append(m), reliable_qos(50))
+    rec_only = g.start("backend_node", node_name="backend_record", params={
+        "camera_yaml": cam_yaml, "diagnostics_period_s": 0.3, "estimator": "none", "input_reliability": "reliable"},
+        log=tmp / "backend_rec.log")
+    got = {"tracks": g.collect(PointCloud, "tracks", reliable_qos(100)),
+           "debug": g.collect(Image, "tracks_image", reliable_qos(50)), "diag": {}}
 
     def on_diag(m):
         for s in m.status:
@@ -85,9 +79,9 @@ def session(node_dataset, tmp_path_factory):
     pub_imu = node.create_publisher(Imu, "imu", reliable_qos(100))
     pub_tracks = node.create_publisher(PointCloud, "tracks", reliable_qos(10))
     try:
-        assert client.wait_for_subscribers({"/image": 1, "/imu": 3, "/tracks": 3}, 90, procs), fe.tail() + be.tail()
-        assert client.spin_until(lambda: pub_img.get_subscription_count() >= 1 and pub_imu.get_subscription_count() >= 3
-                                 and node.count_publishers("tracks") >= 2, 30)
+        g.wait_for_subscribers({"/image": 1, "/imu": 3, "/tracks": 3}, 90)
+        g.wait_until(lambda: pub_img.get_subscription_count() >= 1 and pub_imu.get_subscription_count() >= 3
+                     and node.count_publishers("tracks") >= 2, 30, "matched image and IMU publishers")
         client.spin_for(1.5)   # let every pair of endpoints match, not only ours
         sent = {"images": 0, "imu_good": 0}
         last_imu = [T0 - DT]
@@ -169,12 +163,10 @@ def session(node_dataset, tmp_path_factory):
                 all(x.get("skipped.tracks_out_of_order") == "1" and x.get("frames_received") == "8" for x in (b, r))
 
         client.spin_until(diag_done, 20)
-        alive = {p.name: p.alive for p in procs}
+        alive = g.alive()
         yield {"got": got, "sent": sent, "alive": alive, "client": client, "fe": fe, "be": be, "rec": rec_only}
     finally:
-        for p in procs:
-            p.stop()
-        client.close()
+        g.reset()
 
 
 def _stamps(msgs):

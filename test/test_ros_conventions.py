@@ -23,16 +23,13 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import ros_domain  # noqa: E402
 from euroc_stream import image_stamps, imu_rows, publish_imu_until  # noqa: E402
 
-DOMAIN = ros_domain("ros_conventions")
 FRONTENDS = ("fe_yaml", "fe_info", "fe_comp", "fe_fusion")
 
 
 @pytest.fixture(scope="module")
-def session(sequence_path, frames, tmp_path_factory):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+def session(ros_graph, sequence_path, frames, tmp_path_factory):
     import cv2
     from nav_msgs.msg import Odometry
     from nav_msgs.msg import Path as PathMsg
@@ -41,12 +38,10 @@ def session(sequence_path, frames, tmp_path_factory):
     from vilib_ros.camera import CameraModel
     from vilib_ros.nodes._common import latched_qos, reliable_qos
     from vilib_ros.nodes.conversions import numpy_to_image, stamp_to_ns
-    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
     from vilib_ros.nodes.tf2_msgs_build import import_tf2_msgs
 
     TFMessage = import_tf2_msgs().TFMessage
     tmp = tmp_path_factory.mktemp("ros_conventions")
-    env = ros_env(DOMAIN)
     cam_yaml = sequence_path / "mav0" / "cam0" / "sensor.yaml"
     cam = CameraModel.from_euroc_yaml(cam_yaml)
     T_right = cam.T_BS @ np.array([[1, 0, 0, 0.11], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1.0]])
@@ -61,21 +56,20 @@ def session(sequence_path, frames, tmp_path_factory):
                       "right.distortion_coefficients": cam.distortion.tolist(), "right.T_BS": T_right.ravel().tolist(),
                       "stereo_timeout_s": 2.0},
     }
-    client = GraphClient(DOMAIN, "test_conventions")
-    node = client.node
-    procs = []
+    g = ros_graph
+    client = g.client
+    node = g.node
     got = {n: [] for n in FRONTENDS}
     got.update(odom=[], tf=[], tf_static=[], path=[])
     try:
         for name in FRONTENDS:
-            procs.append(NodeProcess(name, node_argv("frontend_node", name=name,
-                                                     params={**common, **fe_params[name],
+            g.start("frontend_node", node_name=name, params={**common, **fe_params[name],
                                                              "stats_path": str(tmp / f"{name}.json")},
-                                                     remaps={"tracks": f"tracks_{name}"}), env, tmp / f"{name}.log"))
-        procs.append(NodeProcess("backend_node", node_argv("backend_node", params={
+                    remaps={"tracks": f"tracks_{name}"}, log=tmp / f"{name}.log")
+        backend = g.start("backend_node", params={
             "camera_yaml": str(cam_yaml), "imu_yaml": str(sequence_path / "mav0" / "imu0" / "sensor.yaml"),
             "input_reliability": "reliable", "stats_path": str(tmp / "backend.json")},
-            remaps={"tracks": "tracks_fe_fusion"}), env, tmp / "backend.log"))
+            remaps={"tracks": "tracks_fe_fusion"}, log=tmp / "backend.log")
         subs = [node.create_subscription(PointCloud, f"tracks_{name}", lambda m, n=name: got[n].append(m),
                                          reliable_qos(200)) for name in FRONTENDS]
         subs.append(node.create_subscription(Odometry, "odometry", lambda m: got["odom"].append(m), reliable_qos(200)))
@@ -89,14 +83,11 @@ def session(sequence_path, frames, tmp_path_factory):
         pub_imu = node.create_publisher(Imu, "imu", reliable_qos(2000))
         need = {"/image": 3, "/image_right": 1, "/image/compressed": 1, "/camera_info": 1, "/imu": 5,
                 "/tracks_fe_fusion": 2}
-        assert client.wait_for_subscribers(need, 120, procs), "\n".join(p.tail() for p in procs)
-        assert client.spin_until(lambda: len(got["tf_static"]) >= 1, 60), procs[-1].tail()
+        g.wait_for_subscribers(need, 120)
+        assert client.spin_until(lambda: len(got["tf_static"]) >= 1, 60), backend.tail()
         # matched endpoints (the graph's names can come first: a reliable message sent before its
         # reader matched is not delivered)
-        pubs = {pub_img: 3, pub_right: 1, pub_comp: 1, pub_info: 1, pub_imu: 5}
-        assert client.spin_until(lambda: all(p.get_subscription_count() >= k for p, k in pubs.items())
-                                 and all(x.get_publisher_count() >= 1 for x in subs), 60), \
-            "\n".join(p.tail() for p in procs)
+        g.wait_matched({pub_img: 3, pub_right: 1, pub_comp: 1, pub_info: 1, pub_imu: 5}, subs, 60)
         client.spin_for(1.0)
         stamps = image_stamps(sequence_path)
         t_imu, gyro, acc = imu_rows(sequence_path)
@@ -127,16 +118,14 @@ def session(sequence_path, frames, tmp_path_factory):
         client.spin_for(1.0)
         # the path is republished every path_publish_period_s (0.5 s): wait for one covering the last pose
         client.spin_until(lambda: got["path"] and got["path"][-1].header.stamp == got["odom"][-1].header.stamp, 10)
-        alive = {p.name: p.alive for p in procs}
-        for p in procs:
-            p.stop()
+        alive = g.alive()
+        procs = {p.name: p for p in g.processes}
+        g.stop_all()
         stats = {n: json.loads((tmp / f"{n}.json").read_text()) for n in FRONTENDS}
         yield {"got": got, "stamps": stamps, "alive": alive, "stats": stats, "cam": cam, "T_right": T_right,
-               "procs": {p.name: p for p in procs}}
+               "procs": procs}
     finally:
-        for p in procs:
-            p.stop()
-        client.close()
+        g.reset()
 
 
 def _tracks(msg):

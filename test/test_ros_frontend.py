@@ -15,46 +15,33 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import dataset_frames, dataset_stamps, ros_domain  # noqa: E402
-
-DOMAIN = ros_domain("ros_frontend")
+from conftest import dataset_frames, dataset_stamps  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def replay(node_dataset, tmp_path_factory):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
+def replay(ros_graph, node_dataset, tmp_path_factory):
     from vilib_ros.pipeline_report import read_jsonl
 
+    g = ros_graph
     tmp = tmp_path_factory.mktemp("ros_frontend")
-    env = ros_env(DOMAIN)
     cam_yaml = str(node_dataset / "mav0" / "cam0" / "sensor.yaml")
-    procs = []
-    client = GraphClient(DOMAIN, "test_ros_frontend")
     try:
-        fe = NodeProcess("frontend_node", node_argv(
+        fe = g.start(
             "frontend_node",
             # reliable input: "every image gives exactly one tracks message" must not depend on the
             # machine's load; best effort (the default) may drop a frame and then counts it as a
             # frame_gap (the restart test runs with the default)
             params={"camera_yaml": cam_yaml, "device": "cpu", "queue_size": 200, "input_reliability": "reliable",
                     "stats_path": str(tmp / "frontend_stats.json"), "diagnostics_period_s": 0.5},
-            remaps={"image": "cam0/image_raw", "imu": "imu0"}), env, tmp / "frontend.log")
-        procs.append(fe)
-        rec = NodeProcess("recorder_node", node_argv(
-            "recorder_node",
-            params={"output": str(tmp / "rec.jsonl"),
-                    "topics": ["cam0/image_raw:sensor_msgs/msg/Image", "tracks:sensor_msgs/msg/PointCloud",
-                               "diagnostics:diagnostic_msgs/msg/DiagnosticArray"]}), env, tmp / "recorder.log")
-        procs.append(rec)
-        assert client.wait_for_subscribers({"/cam0/image_raw": 2, "/imu0": 1, "/tracks": 1}, 90, procs), \
-            "frontend/recorder not discovered:\n" + fe.tail() + rec.tail()
-        player = NodeProcess("player_node", node_argv(
-            "player_node",
-            params={"dataset": str(node_dataset), "rate": 1.0, "exit_when_done": True, "progress": False,
-                    "wait_for_subscribers": 2, "wait_for_imu_subscribers": 1, "start_delay_s": 1.0}), env,
-            tmp / "player.log")
-        procs.append(player)
+            remaps={"image": "cam0/image_raw", "imu": "imu0"}, log=tmp / "frontend.log")
+        g.start("recorder_node", params={
+            "output": str(tmp / "rec.jsonl"),
+            "topics": ["cam0/image_raw:sensor_msgs/msg/Image", "tracks:sensor_msgs/msg/PointCloud",
+                       "diagnostics:diagnostic_msgs/msg/DiagnosticArray"]}, log=tmp / "recorder.log")
+        g.wait_for_subscribers({"/cam0/image_raw": 2, "/imu0": 1, "/tracks": 1}, 90)
+        player = g.start("player_node", params={
+            "dataset": str(node_dataset), "rate": 1.0, "exit_when_done": True, "progress": False,
+            "wait_for_subscribers": 2, "wait_for_imu_subscribers": 1, "start_delay_s": 1.0}, log=tmp / "player.log")
         rc = player.wait(180)
         assert rc == 0, player.tail()
         n_images = len(dataset_stamps(node_dataset))
@@ -62,17 +49,14 @@ def replay(node_dataset, tmp_path_factory):
         def all_tracks():
             return sum(1 for r in read_jsonl(tmp / "rec.jsonl") if r["topic"] == "tracks") >= n_images
 
-        client.spin_until(all_tracks, 120, 0.5)
-        client.spin_for(1.2)  # one more diagnostics period
-        alive = {p.name: p.alive for p in procs}
-        codes = {p.name: p.stop() for p in procs}
-        yield {"records": read_jsonl(tmp / "rec.jsonl"), "stats": json.loads((tmp / "frontend_stats.json").read_text()),
-               "alive": alive, "codes": codes, "n_images": n_images, "log": fe.output(),
-               "dataset": node_dataset}
+        g.spin_until(all_tracks, 120, 0.5)
+        g.spin_for(1.2)  # one more diagnostics period
+        alive = g.alive()
+        codes = g.stop_all()
+        return {"records": read_jsonl(tmp / "rec.jsonl"), "stats": json.loads((tmp / "frontend_stats.json").read_text()),
+                "alive": alive, "codes": codes, "n_images": n_images, "log": fe.output(), "dataset": node_dataset}
     finally:
-        for p in procs:
-            p.stop()
-        client.close()
+        g.reset()   # also where the run failed: the next dataset's run starts from an empty graph
 
 
 class TestOneTracksMessagePerImage:

@@ -21,15 +21,13 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import euroc_dir, ros_domain  # noqa: E402
+from conftest import euroc_dir  # noqa: E402
 from euroc_stream import image_stamps, imu_rows, publish_imu_until  # noqa: E402
 
-DOMAIN = ros_domain("ros_params")
 
 
 @pytest.fixture(scope="module")
-def session(sequence_path, frames, tmp_path_factory):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+def session(ros_graph, sequence_path, frames, tmp_path_factory):
     from nav_msgs.msg import Odometry
     from rclpy.parameter import Parameter
     from rclpy.parameter_client import AsyncParameterClient
@@ -37,20 +35,18 @@ def session(sequence_path, frames, tmp_path_factory):
 
     from vilib_ros.nodes._common import reliable_qos
     from vilib_ros.nodes.conversions import numpy_to_image
-    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
 
+    g = ros_graph
     tmp = tmp_path_factory.mktemp("ros_params")
-    env = ros_env(DOMAIN)
     cam_yaml = str(sequence_path / "mav0" / "cam0" / "sensor.yaml")
-    fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
+    fe = g.start("frontend_node", params={
         "camera_yaml": cam_yaml, "device": "cpu", "stereo": False, "queue_size": 200, "input_reliability": "reliable",
-        "stats_path": str(tmp / "frontend.json")}), env, tmp / "frontend.log")
-    be = NodeProcess("backend_node", node_argv("backend_node", params={
+        "stats_path": str(tmp / "frontend.json")}, log=tmp / "frontend.log")
+    g.start("backend_node", params={
         "camera_yaml": cam_yaml, "imu_yaml": str(sequence_path / "mav0" / "imu0" / "sensor.yaml"),
-        "input_reliability": "reliable", "stats_path": str(tmp / "backend.json")}), env, tmp / "backend.log")
-    procs = [fe, be]
-    client = GraphClient(DOMAIN, "test_params")
-    node = client.node
+        "input_reliability": "reliable", "stats_path": str(tmp / "backend.json")}, log=tmp / "backend.log")
+    client = g.client
+    node = g.node
     tracks, odom = [], []
     subs = [node.create_subscription(PointCloud, "tracks", lambda m: tracks.append(m), reliable_qos(300)),
             node.create_subscription(Odometry, "odometry", lambda m: odom.append(m), reliable_qos(300))]
@@ -60,12 +56,11 @@ def session(sequence_path, frames, tmp_path_factory):
     t_imu, gyro, acc = imu_rows(sequence_path)
     results = {}
     try:
-        assert client.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 120, procs), fe.tail() + be.tail()
+        g.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 120)
         pc = AsyncParameterClient(node, "frontend_node")
         assert pc.wait_for_services(30)
         # matched endpoints, not only the graph's names (a reliable message sent before its reader matched is lost)
-        assert client.spin_until(lambda: pub_img.get_subscription_count() >= 1 and pub_imu.get_subscription_count() >= 2
-                                 and all(x.get_publisher_count() >= 1 for x in subs), 60), fe.tail() + be.tail()
+        g.wait_matched({pub_img: 1, pub_imu: 2}, subs, 60)
         client.spin_for(1.0)
 
         def set_params(params):
@@ -92,17 +87,14 @@ def session(sequence_path, frames, tmp_path_factory):
             client.spin_for(0.05)
         client.spin_until(lambda: len(tracks) >= len(stamps), 240, 0.2)
         client.spin_for(1.5)
-        alive = {p.name: p.alive for p in procs}
-        for p in procs:
-            p.stop()
-        yield {"tracks": tracks, "odom": odom, "results": results, "alive": alive, "fe": fe, "n_frames": len(stamps),
-               "real": sequence_path == euroc_dir(),
-               "fe_stats": json.loads((tmp / "frontend.json").read_text()),
-               "be_stats": json.loads((tmp / "backend.json").read_text())}
+        alive = g.alive()
+        g.stop_all()
+        return {"tracks": tracks, "odom": odom, "results": results, "alive": alive, "fe": fe, "n_frames": len(stamps),
+                "real": sequence_path == euroc_dir(),
+                "fe_stats": json.loads((tmp / "frontend.json").read_text()),
+                "be_stats": json.loads((tmp / "backend.json").read_text())}
     finally:
-        for p in procs:
-            p.stop()
-        client.close()
+        g.reset()   # the tests below start from an empty graph
 
 
 def _ids(m):
@@ -155,13 +147,12 @@ class TestParameterChanges:
         assert session["be_stats"]["estimator"]["resets"] == 0
 
 
-def test_camera_info_the_parameters_do_not_fit(sequence_path, frames, tmp_path):
+def test_camera_info_the_parameters_do_not_fit(ros_graph, sequence_path, frames, tmp_path):
     """calibration_source camera_info, with an in-range detector.cell_width (1024) that the 752 px
     camera cannot take: the camera_info is skipped with the reason (``unusable_calibration``) and
     the node lives; once the parameter is changed, the next camera_info builds the tracker and the
     images are tracked. Regression: the tracker's construction raised inside the camera_info
     callback and ended the frontend node."""
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     from rclpy.parameter import Parameter
     from rclpy.parameter_client import AsyncParameterClient
     from sensor_msgs.msg import CameraInfo, Image, PointCloud
@@ -169,22 +160,20 @@ def test_camera_info_the_parameters_do_not_fit(sequence_path, frames, tmp_path):
     from vilib_ros.camera import CameraModel
     from vilib_ros.nodes._common import reliable_qos
     from vilib_ros.nodes.conversions import numpy_to_image
-    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
 
-    domain = DOMAIN          # the session above has stopped its nodes by now
+    g = ros_graph             # the session above has stopped its nodes by now
     cam = CameraModel.from_euroc_yaml(sequence_path / "mav0" / "cam0" / "sensor.yaml")
-    fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
+    fe = g.start("frontend_node", params={
         "calibration_source": "camera_info", "T_BS": cam.T_BS.ravel().tolist(), "device": "cpu", "stereo": False,
-        "input_reliability": "reliable", "detector.cell_width": 1024, "stats_path": str(tmp_path / "fe.json")}),
-        ros_env(domain), tmp_path / "fe.log")
-    client = GraphClient(domain, "test_params_info")
-    tracks = []
+        "input_reliability": "reliable", "detector.cell_width": 1024, "stats_path": str(tmp_path / "fe.json")},
+        log=tmp_path / "fe.log")
+    client = g.client
     try:
-        node = client.node
-        node.create_subscription(PointCloud, "tracks", lambda m: tracks.append(m), reliable_qos(50))
+        node = g.node
+        tracks = g.collect(PointCloud, "tracks", reliable_qos(50))
         pub_img = node.create_publisher(Image, "image", reliable_qos(50))
         pub_info = node.create_publisher(CameraInfo, "camera_info", reliable_qos(10))
-        assert client.wait_for_subscribers({"/image": 1, "/camera_info": 1}, 120, [fe]), fe.tail()
+        g.wait_for_subscribers({"/image": 1, "/camera_info": 1}, 120)
         info = CameraInfo(width=cam.width, height=cam.height, distortion_model="plumb_bob",
                           d=[*cam.distortion.tolist(), 0.0], k=cam.K.ravel().tolist())
 
@@ -211,20 +200,18 @@ def test_camera_info_the_parameters_do_not_fit(sequence_path, frames, tmp_path):
         assert len(tracks[-1].points) > 50
         assert fe.alive
     finally:
-        fe.stop()
-        client.close()
+        g.reset()
     stats = json.loads((tmp_path / "fe.json").read_text())
     assert stats["skipped"]["unusable_calibration"] >= 1, stats["skipped"]
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_every_parameter_at_its_range_ends_at_run_time(sequence_path, frames, tmp_path, device):
+def test_every_parameter_at_its_range_ends_at_run_time(ros_graph, sequence_path, frames, tmp_path, device):
     """Every frontend parameter that may change at run time, set at each end of its declared range
     (each choice, each bool flipped) on a running node over DDS: the change is applied or refused
     with a reason, the node answers every set and tracks the next image, then the default comes
     back. Regression: an in-range value the tracker could not be built with (detector.cell_width
     1024) ended the node."""
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
     from rclpy.parameter import Parameter
     from rclpy.parameter_client import AsyncParameterClient
     from sensor_msgs.msg import Image, PointCloud
@@ -233,7 +220,6 @@ def test_every_parameter_at_its_range_ends_at_run_time(sequence_path, frames, tm
     from vilib_ros.nodes.conversions import numpy_to_image
     from vilib_ros.nodes.frontend_setup import frontend_specs
     from vilib_ros.nodes.params import edge_values
-    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
 
     cases = []
     for s in frontend_specs():
@@ -241,18 +227,18 @@ def test_every_parameter_at_its_range_ends_at_run_time(sequence_path, frames, tm
             continue
         cases += [(s.name, v, s.default) for v in edge_values(s.default, s.range, s.choices)]
     assert len(cases) > 50
-    fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
+    g = ros_graph
+    fe = g.start("frontend_node", params={
         "camera_yaml": str(sequence_path / "mav0" / "cam0" / "sensor.yaml"), "device": device, "stereo": False,
-        "input_reliability": "reliable", "warm_up_frames": 0}), ros_env(DOMAIN), tmp_path / "fe.log")
-    client = GraphClient(DOMAIN, "test_params_ends")
-    tracks = []
+        "input_reliability": "reliable", "warm_up_frames": 0}, log=tmp_path / "fe.log")
+    client = g.client
     stamps = image_stamps(sequence_path)
     outcome = {}
     try:
-        node = client.node
-        node.create_subscription(PointCloud, "tracks", lambda m: tracks.append(m), reliable_qos(50))
+        node = g.node
+        tracks = g.collect(PointCloud, "tracks", reliable_qos(50))
         pub_img = node.create_publisher(Image, "image", reliable_qos(50))
-        assert client.wait_for_subscribers({"/image": 1, "/tracks": 1}, 120, [fe]), fe.tail()
+        g.wait_for_subscribers({"/image": 1, "/tracks": 1}, 120)
         pc = AsyncParameterClient(node, "frontend_node")
         assert pc.wait_for_services(30)
 
@@ -274,8 +260,7 @@ def test_every_parameter_at_its_range_ends_at_run_time(sequence_path, frames, tm
                 assert set_one(name, default)[0], f"{name} back to {default!r} refused"
         assert fe.alive
     finally:
-        fe.stop()
-        client.close()
+        g.reset()
     # the values the 752x480 camera cannot take are refused; the others are taken
     assert outcome[("detector.cell_width", 1024)] is False
     assert outcome[("detector.border", 256)] is False

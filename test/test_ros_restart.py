@@ -13,75 +13,68 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import dataset_stamps, ros_domain  # noqa: E402
-
-DOMAIN = ros_domain("ros_restart")
+from conftest import dataset_stamps  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def run(node_dataset, tmp_path_factory):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
+def run(ros_graph, node_dataset, tmp_path_factory):
+    from vilib_ros.nodes.processes import node_argv
     from vilib_ros.pipeline_report import read_jsonl
 
+    g = ros_graph
     tmp = tmp_path_factory.mktemp("ros_restart")
-    env = ros_env(DOMAIN)
     cam_yaml = str(node_dataset / "mav0" / "cam0" / "sensor.yaml")
     # reliable input: with best effort (the default) a loaded machine drops images between
     # processes (Fast DDS falls back from its 512 KB shared-memory segment to UDP fragments)
     fe_argv = node_argv("frontend_node", params={"camera_yaml": cam_yaml, "device": "cpu", "queue_size": 100,
                                                  "input_reliability": "reliable"},
                         remaps={"image": "cam0/image_raw", "imu": "imu0"})
-    client = GraphClient(DOMAIN, "test_restart")
     procs = {}
     try:
-        procs["recorder"] = NodeProcess("recorder_node", node_argv("recorder_node", params={
+        procs["recorder"] = g.start("recorder_node", params={
             "output": str(tmp / "rec.jsonl"),
             "topics": ["tracks:sensor_msgs/msg/PointCloud", "cam0/image_raw:sensor_msgs/msg/Image",
                        "diagnostics:diagnostic_msgs/msg/DiagnosticArray", "odometry:nav_msgs/msg/Odometry",
-                       "odometry_imu:nav_msgs/msg/Odometry", "path:nav_msgs/msg/Path"]}), env, tmp / "recorder.log")
-        procs["backend"] = NodeProcess("backend_node", node_argv("backend_node", params={
+                       "odometry_imu:nav_msgs/msg/Odometry", "path:nav_msgs/msg/Path"]}, log=tmp / "recorder.log")
+        procs["backend"] = g.start("backend_node", params={
             "camera_yaml": cam_yaml, "imu_yaml": str(node_dataset / "mav0" / "imu0" / "sensor.yaml"),
             "stats_path": str(tmp / "backend_stats.json"), "diagnostics_period_s": 0.5,
             "input_reliability": "reliable"},
-            remaps={"imu": "imu0"}), env, tmp / "backend.log")
-        procs["frontend"] = NodeProcess("frontend_node", fe_argv, env, tmp / "frontend_1.log")
-        assert client.wait_for_subscribers({"/cam0/image_raw": 2, "/tracks": 2, "/imu0": 2}, 90,
-                                           list(procs.values()))
-        procs["player"] = NodeProcess("player_node", node_argv("player_node", params={
+            remaps={"imu": "imu0"}, log=tmp / "backend.log")
+        procs["frontend"] = g.start_argv("frontend_node", fe_argv, tmp / "frontend_1.log")
+        g.wait_for_subscribers({"/cam0/image_raw": 2, "/tracks": 2, "/imu0": 2}, 90)
+        procs["player"] = g.start("player_node", params={
             # quarter real time: a restarted node takes seconds to import, build and be discovered on
             # a loaded 2-core machine; the frames after that are what the test looks at
             "dataset": str(node_dataset), "rate": 0.25, "exit_when_done": True, "progress": False,
-            "wait_for_subscribers": 2, "wait_for_imu_subscribers": 2}), env, tmp / "player.log")
+            "wait_for_subscribers": 2, "wait_for_imu_subscribers": 2}, log=tmp / "player.log")
 
         def n_tracks():
             return sum(1 for r in read_jsonl(tmp / "rec.jsonl") if r["topic"] == "tracks")
 
-        assert client.spin_until(lambda: n_tracks() >= 15, 90, 0.2), procs["frontend"].tail()
+        g.wait_until(lambda: n_tracks() >= 15, 90, "15 tracks messages before the kill", 0.2)
         procs["frontend"].kill()
         killed_after = n_tracks()
         images_at_kill = sum(1 for r in read_jsonl(tmp / "rec.jsonl") if r["topic"] == "cam0/image_raw")
-        client.spin_for(1.0)   # frames published now go nowhere
-        procs["frontend2"] = NodeProcess("frontend_node", fe_argv, env, tmp / "frontend_2.log")
+        g.spin_for(1.0)   # frames published now go nowhere
+        procs["frontend2"] = g.start_argv("frontend_node", fe_argv, tmp / "frontend_2.log")
         player_rc = procs["player"].wait(180)
+
         def last_frames_tracked():   # the frames still in flight when the player exited
             recs = read_jsonl(tmp / "rec.jsonl")
             near_end = sorted(r["stamp_ns"] for r in recs if r["topic"] == "cam0/image_raw")[-3]
             return any(r["topic"] == "tracks" and r["stamp_ns"] >= near_end for r in recs)
 
-        client.spin_until(last_frames_tracked, 60, 0.5)
-        client.spin_for(2.0)
-        client.spin_for(1.0)
+        g.spin_until(last_frames_tracked, 60, 0.5)
+        g.spin_for(3.0)
         alive = {k: p.alive for k, p in procs.items()}
         codes = {k: p.stop() for k, p in procs.items()}
-        yield {"records": read_jsonl(tmp / "rec.jsonl"), "alive": alive, "codes": codes, "player_rc": player_rc,
-               "killed_after": killed_after, "images_at_kill": images_at_kill,
-               "backend": json.loads((tmp / "backend_stats.json").read_text()), "procs": procs,
-               "n_images": len(dataset_stamps(node_dataset)), "dataset": node_dataset}
+        return {"records": read_jsonl(tmp / "rec.jsonl"), "alive": alive, "codes": codes, "player_rc": player_rc,
+                "killed_after": killed_after, "images_at_kill": images_at_kill,
+                "backend": json.loads((tmp / "backend_stats.json").read_text()), "procs": procs,
+                "n_images": len(dataset_stamps(node_dataset)), "dataset": node_dataset}
     finally:
-        for p in procs.values():
-            p.stop()
-        client.close()
+        g.reset()   # also where the run failed: the next dataset's run starts from an empty graph
 
 
 class TestFrontendRestart:

@@ -16,18 +16,11 @@ import pytest
 
 pytestmark = [pytest.mark.ros]
 
-from conftest import ros_domain  # noqa: E402
-
-rclpy = pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
-
 
 @pytest.fixture(scope="module")
-def client():
-    from vilib_ros.nodes.processes import GraphClient
-
-    c = GraphClient(ros_domain("default"), "test_take_pending")
-    yield c
-    c.close()
+def client(ros_graph):
+    """The module graph's client: publishers and subscriptions in this process alone."""
+    return ros_graph.client
 
 
 def _pub_sub(client, topic):

@@ -20,10 +20,8 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import ros_domain  # noqa: E402
 from euroc_stream import image_stamps, imu_rows, publish_imu_until  # noqa: E402
 
-DOMAIN = ros_domain("ros_time_reset")
 YEAR = 365 * 24 * 3600 * 1_000_000_000
 
 
@@ -35,30 +33,27 @@ def _rss_kb(pid):
 
 
 @pytest.fixture(scope="module")
-def session(sequence_path, frames, tmp_path_factory):
-    pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
+def session(ros_graph, sequence_path, frames, tmp_path_factory):
     from diagnostic_msgs.msg import DiagnosticArray
     from nav_msgs.msg import Odometry
     from sensor_msgs.msg import Image, Imu, PointCloud
 
     from vilib_ros.nodes._common import reliable_qos
     from vilib_ros.nodes.conversions import arrays_to_imu, numpy_to_image, stamp_to_ns
-    from vilib_ros.nodes.processes import GraphClient, NodeProcess, node_argv, ros_env
 
     tmp = tmp_path_factory.mktemp("ros_time_reset")
-    env = ros_env(DOMAIN)
+    g = ros_graph
     cam_yaml = str(sequence_path / "mav0" / "cam0" / "sensor.yaml")
-    fe = NodeProcess("frontend_node", node_argv("frontend_node", params={
+    fe = g.start("frontend_node", params={
         "camera_yaml": cam_yaml, "device": "cpu", "stereo": False, "queue_size": 400, "input_reliability": "reliable",
-        "stats_path": str(tmp / "frontend.json"), "publish_debug_image": False, "diagnostics_period_s": 0.3}), env,
-        tmp / "frontend.log")
-    be = NodeProcess("backend_node", node_argv("backend_node", params={
+        "stats_path": str(tmp / "frontend.json"), "publish_debug_image": False, "diagnostics_period_s": 0.3},
+        log=tmp / "frontend.log")
+    be = g.start("backend_node", params={
         "camera_yaml": cam_yaml, "imu_yaml": str(sequence_path / "mav0" / "imu0" / "sensor.yaml"),
         "input_reliability": "reliable", "stats_path": str(tmp / "backend.json"),
-        "trajectory_path": str(tmp / "traj.txt")}), env, tmp / "backend.log")
-    procs = [fe, be]
-    client = GraphClient(DOMAIN, "test_time_reset")
-    node = client.node
+        "trajectory_path": str(tmp / "traj.txt")}, log=tmp / "backend.log")
+    client = g.client
+    node = g.node
     tracks, odom = [], []
     subs = [node.create_subscription(PointCloud, "tracks", lambda m: tracks.append(m), reliable_qos(500)),
             node.create_subscription(Odometry, "odometry", lambda m: odom.append(m), reliable_qos(500))]
@@ -75,10 +70,9 @@ def session(sequence_path, frames, tmp_path_factory):
     stamps = image_stamps(sequence_path)
     t_imu, gyro, acc = imu_rows(sequence_path)
     try:
-        assert client.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 120, procs), fe.tail() + be.tail()
+        g.wait_for_subscribers({"/image": 1, "/imu": 2, "/tracks": 2}, 120)
         # matched endpoints, not only the graph's names (a reliable message sent before its reader matched is lost)
-        assert client.spin_until(lambda: pub_img.get_subscription_count() >= 1 and pub_imu.get_subscription_count() >= 2
-                                 and all(x.get_publisher_count() >= 1 for x in subs), 60), fe.tail() + be.tail()
+        g.wait_matched({pub_img: 1, pub_imu: 2}, subs, 60)
         client.spin_for(1.0)
         out = {"rss0": _rss_kb(fe.pid), "log0": len(fe.output())}
 
@@ -125,18 +119,15 @@ def session(sequence_path, frames, tmp_path_factory):
         client.spin_until(all_tracks, 240, 0.2)
         client.spin_until(lambda: odom and stamp_to_ns(odom[-1].header.stamp) >= stamps[37], 60, 0.2)
         client.spin_for(1.0)
-        out.update(alive={p.name: p.alive for p in procs}, tracks=tracks, odom=odom, stamps=stamps, fe=fe, be=be)
+        out.update(alive=g.alive(), tracks=tracks, odom=odom, stamps=stamps, fe=fe, be=be)
         out["traj_killed"] = (tmp / "traj.txt").read_text()      # the file as a kill would leave it
-        for p in procs:
-            p.stop()
+        g.stop_all()
         out["fe_stats"] = json.loads((tmp / "frontend.json").read_text())
         out["be_stats"] = json.loads((tmp / "backend.json").read_text())
         out["traj_final"] = (tmp / "traj.txt").read_text()
         yield out
     finally:
-        for p in procs:
-            p.stop()
-        client.close()
+        g.reset()
 
 
 def _stamp(m):
