@@ -1,7 +1,7 @@
-"""The backend's compiled per-frame helpers against the NumPy code they replaced (kept here as the
-references): the IMU pieces and the mid-step rotation, the longest IMU gap, the batch checks, and the
-rotation-compensated parallax of the keyframe decision. They run on every frame; the estimator's
-output must not change by a bit (the references are the former implementations, value for value).
+"""The backend's compiled per-frame helpers against NumPy references written here: the IMU pieces
+and the mid-step rotation, the longest IMU gap, the batch checks, and the rotation-compensated
+parallax of the keyframe decision. They run on every frame; the estimator's output depends on them
+bit for bit, so the references are compared value for value.
 """
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ def _propagate_reference(R, p, v, bg, ba, m, dt, gravity):
 
 
 class TestPropagateImu:
-    """backend.imu.propagate_imu (the IMU-rate state) against the NumPy loop it replaced."""
+    """backend.imu.propagate_imu (the IMU-rate state) against a NumPy loop."""
 
     def test_against_reference(self):
         rng = np.random.default_rng(3)
@@ -310,9 +310,9 @@ class TestPreintegrate:
     def test_steps_are_what_integrate_feeds_gtsam(self):
         """ImuBuffer.steps against steps built here from the NumPy pieces and the mid-step rotation
         written out (first order, the rate less the gyro bias over half a step), and ImuBuffer.integrate's
-        gtsam preintegration against a fresh one fed those reference steps. Regression guarded: the
-        test compared steps() with integrate(), which calls steps(): a wrong bias or a dropped mid-step
-        rotation inside the compiled _steps passed."""
+        gtsam preintegration against a fresh one fed those reference steps (not integrate() against
+        steps(), which it calls): a wrong bias or a dropped mid-step rotation in the compiled _steps
+        fails."""
         from vilib_ros.backend.imu import preintegrate
 
         rng = np.random.default_rng(5)

@@ -125,8 +125,8 @@ class TestWriteBagErrors:
 
 
 class TestDamagedBags:
-    """Regression: a bag cut short (full disk, killed recorder) could not be opened at all; now the
-    readable part is replayed, byte-identical to the source, and ``warnings`` says where it stopped."""
+    """A bag cut short (full disk, killed recorder): the readable part is replayed, byte-identical to
+    the source, and ``warnings`` says where it stopped (guards: such a bag could not be opened)."""
 
     @pytest.mark.parametrize("kind,storage", [("ros1", "sqlite3"), ("ros2", "sqlite3"), ("ros2", "mcap")])
     def test_truncated_replays_the_readable_part(self, tmp_path, generated_frames, kind, storage):

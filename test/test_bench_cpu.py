@@ -1,7 +1,7 @@
 """``python -m bench cpu``'s frontend rows on a few frames (not a speed test).
 
-Regression guarded: after the frontend became a facade over a CPU / GPU pipeline, the bench
-still read ``FeatureTracker.detector`` and failed before measuring anything; no test ran it.
+Guards: the bench reading a FeatureTracker attribute the facade over the CPU / GPU pipelines does
+not have, and failing before measuring anything.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ class TestBenchFrontend:
                                             ("numba-default", "NumbaFastDetector + NumbaLKTracker"),
                                             ("numpy", "CpuFastDetector + CpuLKTracker"), ("opencv", "opencv")])
     def test_rows(self, generated_frames, kind, impl):
-        """Each row measures the implementation it names (a row whose VILIB_ROS_CPU_IMPL was not taken
-        measured the other twin under its name and passed the old checks)."""
+        """Each row measures the implementation it names (guards: a row whose VILIB_ROS_CPU_IMPL is not
+        taken measures the other twin under its name)."""
         pytest.importorskip("numba", reason="numba not installed")
         r = bench_frontend(generated_frames[:4], kind, 1)
         assert r["impl"] == impl

@@ -16,7 +16,7 @@ class TestBenchNodeProcess:
     def test_node_tracker_and_steps(self, sequence_path, tmp_path):
         """It builds the tracker the node builds from the same parameter values (the node's
         FrontendConfig and camera), and every variant runs the frames to tracks, the node
-        path with every step timed, and the gyro rotation agrees with the loop it replaced."""
+        path with every step timed, and the gyro rotation agrees with a plain loop."""
         import dataclasses
 
         import numpy as np
@@ -30,9 +30,9 @@ class TestBenchNodeProcess:
         values = default_values({**NODE_OVERRIDES, "device": "cpu", "camera_yaml": str(yaml), "warm_up_frames": 1,
                                  "detector.threshold": 17.0, "fb_check": False})
         steps = NodeSteps(values)
-        # against references outside the parameter code (it compared with the same build_config and
-        # camera_from_params calls NodeSteps makes): the library's defaults with the values set,
-        # and the camera read from the yaml by the dataset code
+        # against references outside the parameter code (not the build_config and camera_from_params
+        # calls NodeSteps makes): the library's defaults with the values set, and the camera read from
+        # the yaml by the dataset code
         want = FrontendConfig()
         want.detector.threshold, want.fb_check, want.stereo = 17.0, False, False   # stereo: NODE_OVERRIDES
         assert steps.tracker.config == want.validate()

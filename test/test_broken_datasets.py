@@ -2,12 +2,11 @@
 problem (exit 2, ``vilib-ros run: error: ...``, no traceback, no output folder) or a counted skip
 / a warning with the run completing, every readable frame tracked and nothing else lost.
 
-Regression (issues 14 and 17): a corrupt, zero-byte or missing PNG in the middle of a sequence
-made the player exit 1 and the whole run FAIL; a truncated bag could not be opened at all;
-user errors printed a Python traceback; a missing ``sensor.yaml`` silently used EuRoC's
-calibration (now refused, naming the ways to give it); NaN intrinsics were accepted; malformed calibration failed with ``KeyError`` or a
-reshape error; an empty ``data.csv`` started every node and ended "0/0 frames tracked"; the
-output folder was created for a dataset that could not be opened.
+Bugs guarded: a corrupt, zero-byte or missing PNG in the middle of a sequence ending the player and
+failing the run; a truncated bag that cannot be opened at all; a Python traceback for a user error; a
+missing ``sensor.yaml`` silently replaced by EuRoC's calibration; NaN intrinsics accepted; malformed
+calibration failing with ``KeyError`` or a reshape error; an empty ``data.csv`` starting every node
+and ending "0/0 frames tracked"; an output folder created for a dataset that cannot be opened.
 
 Every dataset is cut from the session's generated sequence: 8 frames (0.35 s), its IMU and
 ground truth, written with plain file I/O and OpenCV.

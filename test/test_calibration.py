@@ -1,9 +1,9 @@
 """Calibration readers and resolution (vilib_ros.calibration, the bag topics' choice).
 
 References: hand-written Kalibr / EuRoC files with known values, and transforms checked on a
-point worked out by hand, not with the code's own inverse. Regression (the user's report): a bag
-of one's own camera (other topic names, no camera_info) was estimated with EuRoC's cam0
-intrinsics, ``T_BS`` and IMU noise without a word; now it is refused naming the ways to give it.
+point worked out by hand, not with the code's own inverse. A bag of one's own camera (other topic
+names, no camera_info) is refused naming the ways to give its calibration (guards: such a bag
+estimated with EuRoC's cam0 intrinsics, ``T_BS`` and IMU noise without a word).
 """
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ user's topic names without camera_info or tf (a RealSense-like recording), one o
 names without camera_info. The Kalibr files are written here from the sequence's known
 calibration (its ``sensor.yaml`` values, ``T_cam_imu`` = the inverse of ``T_BS``).
 
-Regression (the user's report): such a bag was accepted (exit 0) and estimated with EuRoC's cam0
-intrinsics, ``T_BS`` and IMU noise without a word; an ASL folder without ``cam0/sensor.yaml`` too.
+Guards: such a bag (and an ASL folder without ``cam0/sensor.yaml``) accepted with exit 0 and
+estimated with EuRoC's cam0 intrinsics, ``T_BS`` and IMU noise without a word.
 """
 from __future__ import annotations
 

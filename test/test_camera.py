@@ -1,10 +1,9 @@
 """Camera calibration input: every malformed or non-finite value is an error naming the file and
 the key; the EuRoC defaults live with the model.
 
-Regression (issue 17): NaN intrinsics or distortion were accepted (every tracks message then
-carried NaN points, the backend dropped them all, the run reported "95/95 frames tracked");
-a sensor.yaml without intrinsics failed with ``KeyError: 'intrinsics'`` and a T_BS with 15
-numbers with "cannot reshape array of size 15 into shape (4,4)".
+Guards: NaN intrinsics or distortion accepted (every tracks message then carries NaN points, the
+backend drops them all, the run reports every frame tracked); a sensor.yaml without intrinsics
+failing with ``KeyError: 'intrinsics'``, a T_BS of 15 numbers with a reshape error.
 """
 from __future__ import annotations
 

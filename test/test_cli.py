@@ -115,7 +115,7 @@ class TestUserErrors:
         assert "Traceback" in r.stderr and "vilib-ros run: error: dataset not found" in r.stderr
 
     def test_run_creates_no_output_folder_for_a_dataset_it_cannot_open(self, tmp_path):
-        """Regression (issue 17): the output folder was created before the dataset was opened."""
+        """Guards: the output folder created before the dataset is opened."""
         (tmp_path / "empty").mkdir()
         r = _cli("run", str(tmp_path / "empty"), "--out", str(tmp_path / "out"))
         assert r.returncode == 2 and "not an EuRoC ASL folder" in r.stderr
@@ -123,9 +123,9 @@ class TestUserErrors:
 
     @pytest.mark.parametrize("offline", [False, True])
     def test_run_device_cuda_where_there_is_none_says_so_first(self, tmp_path, offline):
-        """Regression: ``vilib-ros run --device cuda`` without a usable CUDA device read the dataset and
-        started three nodes before the frontend node failed on it (the offline runner: at the first
-        frame); now the run refuses at once, nothing started, no output folder."""
+        """``vilib-ros run --device cuda`` without a usable CUDA device refuses at once: nothing
+        started, no output folder (guards: the dataset read and three nodes started before the
+        frontend node, or the offline runner's first frame, failed on it)."""
         from vilib_ros._cuda import cuda_available
 
         if cuda_available():

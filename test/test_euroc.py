@@ -246,8 +246,8 @@ class TestBadInput:
 
 
 class TestAslCalibration:
-    """Regression: an ASL folder without ``cam0/sensor.yaml`` was estimated with EuRoC's cam0 calibration
-    (and without ``imu0/sensor.yaml`` with EuRoC's IMU noise), saying so only in a warning."""
+    """Guards: an ASL folder without ``cam0/sensor.yaml`` estimated with EuRoC's cam0 calibration (and
+    without ``imu0/sensor.yaml`` with EuRoC's IMU noise), saying so only in a warning."""
 
     def test_missing_sensor_yaml_is_refused_naming_the_ways_to_give_it(self, tmp_path, generated_frames):
         from vilib_ros.calibration import CalibrationMissing

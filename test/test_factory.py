@@ -148,10 +148,9 @@ class TestFactories:
 
 class TestBuildPyramidHost:
     """build_pyramid_host: the compiled twin (compiled.pyramid.build_pyramid_compiled) where numba is
-    selected, against the NumPy reference (reference.pyramid.build_pyramid_cpu). Regression guard: this test
-    compared build_pyramid_cpu with itself (the NumPy branch of build_pyramid_host is the
-    reference), so a wrong compiled halving (rounding, odd last row / column, a level missing)
-    passed; and ``zip`` stopped at the shorter list, so a level missing passed as well."""
+    selected, against the NumPy reference (reference.pyramid.build_pyramid_cpu): the compiled path is
+    taken (counted), so a wrong compiled halving (rounding, odd last row / column, a level missing)
+    fails, and the level counts are compared (``zip`` alone stops at the shorter list)."""
 
     # the full frame, an odd width and height at several levels (the last row / column dropped),
     # a non-contiguous view (the compiled halve takes C arrays) and the most levels the frame allows

@@ -1,10 +1,9 @@
 """The project's Fast DDS profile (vilib_ros/nodes/fastdds_profile.xml) and where it applies.
 
-Regression guarded: with Fast DDS's default 512 KB shared-memory segment a stereo pair of
-752x480 images did not fit; reliable QoS repaired the sample after a heartbeat (~100 ms) and the
-IMU queued behind it came as late, so the frontend's IMU wait timed out on 356 of 380 stereo
-frames at backpressure (16 frames/s on the 2-core machine, 84 with the profile). The real-DDS
-side of it is asserted in test_bench_node.py (stereo at backpressure, IMU on time).
+Guards: a stereo pair of 752x480 images does not fit Fast DDS's default 512 KB shared-memory
+segment; reliable QoS repairs the sample after a heartbeat and the IMU queued behind it comes as
+late, so the frontend's IMU wait times out on nearly every stereo frame at backpressure. The
+real-DDS side of it is asserted in test_bench_node.py (stereo at backpressure, IMU on time).
 """
 from __future__ import annotations
 

@@ -70,9 +70,9 @@ _BUILDABLE_CASES = [dict(), dict(detector=DetectorConfig(cell_width=1024)),
 @pytest.mark.parametrize("device", DEVICES)
 class TestCheckBuildable:
     """check_buildable says in advance what building a FeatureTracker refuses (a node checks a
-    parameter change with it: regression, an in-range detector.cell_width of 1024 was taken,
-    and the rebuild raised in the post-set callback and ended the frontend node). The reference
-    is the construction itself, case by case."""
+    parameter change with it; guards: an in-range detector.cell_width of 1024 taken, the rebuild
+    raising in the post-set callback and ending the frontend node). The reference is the
+    construction itself, case by case."""
 
     @pytest.mark.parametrize("kw", _BUILDABLE_CASES)
     def test_agrees_with_construction(self, device, kw):
@@ -300,9 +300,9 @@ class TestBadInput:
         assert f3.stats["imu_predicted"] == 1
 
     def test_a_gap_on_every_frame_is_warned_once(self, frames, device, caplog):
-        """Regression: an IMU gap limit below the IMU's period (imu_max_gap_ms at its range's low end,
-        0.001) warned on every frame, a log line per frame; now the first, then one per 10 s with
-        the count held back. Every gap is still counted."""
+        """An IMU gap limit below the IMU's period (imu_max_gap_ms at its range's low end, 0.001) is
+        warned on the first frame, then once per 10 s with the count held back, and every gap is
+        counted (guards: a log line on every frame)."""
         import logging
         import time
 
@@ -563,8 +563,8 @@ class TestGpuMatchesCpu:
         print(f"\nGPU vs CPU frontend over {len(frames)} frames: {frac:.2%} of the tracks with the same id "
               f"({n_g} GPU, {n_c} CPU), |uv| diff median {np.median(d):.5f}, p99 {np.percentile(d, 99):.4f}, "
               f"max {d.max():.4f} px; {diverged} of {decisions} decisions differ; stats GPU {dict(g.stats)}")
-        # bound: the measured sensitivity (0.08 % of decisions flip under a 0.005 px perturbation);
-        # a wrong kernel differs by far more (a RANSAC threshold 3 % off: 20 of 21,349 on the CPU)
+        # bound: the decisions' sensitivity to float rounding (a 0.005 px perturbation flips about one
+        # in a thousand); a wrong kernel differs by far more (a RANSAC threshold 3 % off does)
         assert diverged <= 0.001 * decisions + 1
         assert frac > 0.95
         assert np.median(d) < 0.002 and np.percentile(d, 99) < 0.02

@@ -29,8 +29,8 @@ class TestSkipLog:
             SkipLog(("a",), print).count("nope")
 
     def test_hostile_details_bounded(self):
-        """Issue 17 item 6: 300 distinct 100 KB encoding strings grew the log by 30 MB and the node by
-        49 MB. Now at most max_keys warnings, each truncated, and the key set stays bounded."""
+        """Distinct hostile encoding strings give at most max_keys warnings, each truncated, and the
+        key set stays bounded (guards: a log and a node growing with every new string)."""
         log = []
         sl = SkipLog(("unsupported_encoding",), log.append, max_keys=32)
         for i in range(300):
@@ -65,7 +65,7 @@ class TestImuQueue:
         return [q.add(int(t), g, a) for t in stamps]
 
     def test_range_non_finite_order(self):
-        """Issue 17 item 4: absurd but finite gyro values (1e30) were used by the prediction."""
+        """Guards: absurd but finite gyro values (1e30) used by the prediction."""
         q = ImuQueue(gyro_range=35.0, accel_range=160.0)
         assert self._feed(q, [S]) == [""]
         assert q.add(S + 5_000_000, (1e30, 0, 0), (0, 0, 9.8)) == "imu_out_of_range"
@@ -76,7 +76,7 @@ class TestImuQueue:
         assert rows.shape == (1, 4) and rows[0, 0] == S
 
     def test_gaps_counted(self):
-        """Issue 17 item 5: holes in the IMU stream were not counted anywhere."""
+        """Guards: holes in the IMU stream counted nowhere."""
         q = ImuQueue()
         stamps = list(S + np.arange(20) * 5_000_000)
         stamps += list(stamps[-1] + 100_000_000 + np.arange(20) * 5_000_000)   # a 100 ms hole
@@ -226,8 +226,8 @@ class TestStereoPairer:
 
 class TestImuHoles:
     def test_three_second_hole_counted(self):
-        """Issue 17 item 4: a 3 s hole in the IMU was bridged silently. Beyond the time-jump threshold
-        it also empties the ring (no gyro prediction across it), and is counted as a gap."""
+        """A 3 s hole in the IMU is counted as a gap and, beyond the time-jump threshold, empties the
+        ring (no gyro prediction across it) (guards: a hole bridged silently)."""
         q = ImuQueue(jump_threshold_ns=S)
         for k in range(40):
             q.add(S + k * 5_000_000, (0, 0, 0), (0, 0, 9.8))
@@ -250,9 +250,8 @@ class TestImuReached:
         assert imu_reached(self.T, self.T - 2 * self.S, self.T, self.S)
 
     def test_far_ahead_on_the_same_line(self):
-        """Regression: a backend 2 s behind its IMU (a replay 40 frames ahead at 20 Hz) waited
-        out imu_wait_s on every frame (4 frames/s on the GPU machine): the ring holds the frame's
-        time, so the IMU has reached it."""
+        """The ring holds the frame's time, so the IMU has reached it (guards: a backend 2 s behind
+        its IMU, a replay 40 frames ahead at 20 Hz, waiting out imu_wait_s on every frame)."""
         assert imu_reached(self.T, self.T - 3 * self.S, self.T + 2 * self.S, self.S)
 
     def test_earlier_line_after_a_restart(self):

@@ -4,8 +4,8 @@ the signal from inside a garbage-collector callback, a ``__del__`` finaliser or 
 Python runs the handler there and reports the exception it raises as "Exception ignored in ..."
 instead of propagating it.
 
-Regression: a SIGINT during a node's start-up whose handler ran inside the frontend's gc-pause hook
-was swallowed; the node went on starting and failed later on the dead ROS context.
+Guards: a SIGINT during a node's start-up whose handler runs inside the frontend's gc-pause hook,
+swallowed; the node going on starting and failing later on the dead ROS context.
 """
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ print("settled", flush=True)
 def test_gc_pause_hook_only_on_request(monkeypatch):
     """The nodes' gc-pause statistics run no Python code inside the collector unless asked
     (``VILIB_ROS_GC_PAUSES=1``): by default they count collections; asked, they time them too.
-    Regression: the hook was always on, and a SIGINT whose handler ran in it was swallowed."""
+    Guards: a hook always on, swallowing a SIGINT whose handler runs in it."""
     import gc
 
     pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")

@@ -2,8 +2,8 @@
 install and under a pip install (whose console scripts go to ``<prefix>/bin``; setup.py installs
 launchers into ``lib/vilib_ros``), and the installer of the vendored launch tooling.
 
-Regression test for: under a pip install launch_ros stopped with "libexec directory
-'<prefix>/lib/vilib_ros' does not exist".
+Guards: under a pip install launch_ros stopping with "libexec directory '<prefix>/lib/vilib_ros'
+does not exist".
 """
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 way to the tracker, and its count of left images that went without a right image
 (vilib_ros.nodes.frontend_setup / stereo_pairing).
 
-Regression tests for: euroc.launch.py used config/euroc.yaml's EuRoC calibration and stereo for
-any dataset; a frontend started without camera_yaml ran on EuRoC's calibration without a word; a
-stereo frontend on a mono camera said nothing.
+Bugs guarded: euroc.launch.py using config/euroc.yaml's EuRoC calibration and stereo for any
+dataset; a frontend started without camera_yaml running on EuRoC's calibration without a word; a
+stereo frontend on a mono camera saying nothing.
 """
 from __future__ import annotations
 

@@ -6,11 +6,10 @@ Each test runs one launch file through a ``LaunchService`` (``test/helpers/run_l
 launch prints, then stops it with SIGINT: every process the launch started must end with exit 0
 ("process has finished cleanly") and none may be left over.
 
-Regression tests for: the launch files never ran in a test (only parsed); ``euroc.launch.py``
-on a mono EuRoC folder started a stereo frontend and backend that waited for right images that
-never came, silently; on a generated stereo sequence it used config/euroc.yaml's EuRoC lens
-calibration instead of the dataset's own and estimated nothing; a stereo frontend without right
-images said nothing.
+Bugs guarded: ``euroc.launch.py`` on a mono EuRoC folder starting a stereo frontend and backend
+that wait, silently, for right images that never come; on a generated stereo sequence using
+config/euroc.yaml's EuRoC lens calibration instead of the dataset's own and estimating nothing; a
+stereo frontend without right images saying nothing.
 """
 from __future__ import annotations
 

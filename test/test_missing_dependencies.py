@@ -7,10 +7,9 @@ Each check runs in a fresh interpreter whose ``sitecustomize`` (a temporary fold
 system's own ``No module named ...``), while the rest of the environment (rclpy, the messages) stays.
 So these run in CI, where gtsam, scipy and evo are installed.
 
-Regression: ``backend_node`` where gtsam and scipy were missing (a Jetson installed without the
-``backend`` extra) ended in ``KeyError: 'mode'`` with a traceback; with scipy there it started
-recording only, with a warning in its log. ``vilib-ros eval`` without evo was an internal error
-(exit 1).
+Guards: ``backend_node`` without gtsam and scipy (a Jetson installed without the ``backend`` extra)
+ending in ``KeyError: 'mode'`` with a traceback, or, with scipy there, recording only with a warning
+in its log; ``vilib-ros eval`` without evo ending in an internal error (exit 1).
 """
 from __future__ import annotations
 

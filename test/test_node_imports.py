@@ -1,10 +1,9 @@
 """The nodes ``vilib-ros run`` starts import the vilib_ros package the command imported.
 
-Regression: the nodes were started as ``python -m vilib_ros.nodes.<node>`` in the caller's working
-folder, which ``-m`` puts first on ``sys.path``: run from a checkout while the command ran the
-installed package, the nodes imported the checkout (and compiled a second numba cache). The run
-now starts them in its output folder. Checked here with a decoy ``vilib_ros`` package in the
-working folder and the child's own import trace (``PYTHONVERBOSE``).
+The run starts its nodes (``python -m vilib_ros.nodes.<node>``) in its output folder: ``-m`` puts
+the working folder first on ``sys.path``, and a node started in a checkout while the command runs the
+installed package would import the checkout (and compile a second numba cache). Checked with a decoy
+``vilib_ros`` package in the working folder and the child's own import trace (``PYTHONVERBOSE``).
 """
 from __future__ import annotations
 

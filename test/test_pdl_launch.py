@@ -28,7 +28,7 @@ def pdl_env():
 
 class TestSetting:
     def test_zero_switches_it_off(self, pdl_env):
-        """Runs without a GPU: "0" is read before any device is asked (it was skipped with the module's GPU mark)."""
+        """Runs without a GPU: "0" is read before any device is asked."""
         from vilib_ros._cuda import pdl_enabled
 
         os.environ["VILIB_ROS_PDL"] = "0"

@@ -172,11 +172,10 @@ def _start_and_wait_for_tracks(out: Path, dataset: Path, domain: int, sigint_ign
 class TestRunShutdown:
     @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
     def test_interrupt_stops_every_child_and_writes_what_there_is(self, ros_graph, first_run, tmp_path, sig):
-        """Ctrl-C or SIGTERM: every node stopped, and (regression) the report, trajectory and
-        logs of what was done so far are still written; before, an interrupted run wrote nothing.
-        SIGINT is sent to a run started with SIGINT ignored, as a shell starts a background job
-        (regression: Python then installs no KeyboardInterrupt handler, and the run ignored the
-        signal and went on to its end)."""
+        """Ctrl-C or SIGTERM: every node stopped, and the report, trajectory and logs of what was
+        done so far written (guards: an interrupted run writing nothing). SIGINT is sent to a run
+        started with SIGINT ignored, as a shell starts a background job (guards: Python then installs
+        no KeyboardInterrupt handler, and the run ignoring the signal)."""
         assert first_run["rc"] == 0
         out = tmp_path / "interrupted"
         proc = _start_and_wait_for_tracks(out, first_run["dataset"], ros_graph.domain,

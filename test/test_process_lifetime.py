@@ -2,9 +2,8 @@
 node test's fixture (nodes started through ``vilib_ros.nodes.processes``), and no child of
 either is left running a few seconds later.
 
-Regression: a test process killed on a timeout left the recorder, backend and frontend nodes
-of test_ros_restart running on their own (parent 1, still in their ROS domain, ~14% CPU) until
-they were killed by hand. Every child now asks the kernel for SIGTERM when its parent dies.
+Every child asks the kernel for SIGTERM when its parent dies (guards: a test process killed on a
+timeout leaving its nodes running on their own, parent 1, still in their ROS domain).
 """
 from __future__ import annotations
 
@@ -143,11 +142,10 @@ sys.exit(run_node(SlowToBuild))
 class TestSigtermBeforeTheSpin:
     """A SIGTERM that comes while the node is still being built ends the process.
 
-    Regression (a CI run failed on test_node_fixture; killing the fixture's parent at random
-    moments lost the signal once in 145 kills, and none in 238 after the fix): rclpy's SIGTERM handler wakes only executors that
-    already exist and chains to the default handler, which it skips. The parent-death SIGTERM
-    that came during the node's construction, or between it and the first spin, was lost: the
-    recorder_node spun on, an orphan, until SIGKILL."""
+    Guards: rclpy's SIGTERM handler wakes only executors that already exist and chains to the
+    default handler, which it skips; a parent-death SIGTERM that comes during the node's
+    construction, or between it and the first spin, lost, and the node spinning on, an orphan,
+    until SIGKILL."""
 
     def test_sigterm_during_construction(self):
         proc, err = _start_script(_SLOW_TO_BUILD, wait_for="building")
@@ -179,9 +177,9 @@ def _read_available(proc: subprocess.Popen) -> str:
 
 def _start_script(script: str, *argv: str, wait_for: str, **env_extra: str) -> tuple[subprocess.Popen, str]:
     """A node script in a process of its own (stderr non-blocking), once it has printed
-    ``wait_for``: (the process, its stderr so far). Waits for the mark, never a fixed time
-    (regression: a first SIGINT sent after a fixed 0.5 s came, on a loaded CI machine, while the
-    node was still being constructed)."""
+    ``wait_for``: (the process, its stderr so far). Waits for the mark, never a fixed time (on a
+    loaded machine a signal sent after a fixed delay can come while the node is still being
+    constructed)."""
     env = _env()
     env.update(ROS_DOMAIN_ID=str(DOMAIN), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", **env_extra)
     proc = subprocess.Popen([sys.executable, "-c", script, *argv], env=env,
@@ -302,16 +300,16 @@ class TestTeardownLimit:
 
 
 class TestStopWhileStarting:
-    """Regression (bench/node_start_sweep.py): a node started as a shell's background job has SIGINT
-    ignored from its start, so Python raised no KeyboardInterrupt; a SIGINT while a CPU frontend
-    started for the first time (numba compiling its kernels in the warm-up, ~12 s here) let rclpy's
-    handler shut the context down while the node went on being built, until its next publisher failed
-    on the dead context: that RCLError's traceback, exit 1. A stop during start-up is a stop: exit 0.
+    """A stop during start-up is a stop: exit 0. A node started as a shell's background job has
+    SIGINT ignored from its start, so Python raises no KeyboardInterrupt (guards: a SIGINT while a
+    CPU frontend starts for the first time, numba compiling its kernels in the warm-up, letting
+    rclpy's handler shut the context down while the node goes on being built, until its next
+    publisher fails on the dead context with a traceback, exit 1).
 
-    Regression: on a loaded machine the SIGINT's handler ran inside the node's gc-pause hook
-    (``gc.callbacks``), where Python swallows the KeyboardInterrupt; the node went on starting. The
-    hook is on here (``VILIB_ROS_GC_PAUSES=1``, its opt-in): wherever the signal lands, the stop holds
-    (the landing itself is exercised deterministically by :class:`TestSwallowedStop`)."""
+    The gc-pause hook is on here (``VILIB_ROS_GC_PAUSES=1``, its opt-in; guards: the SIGINT's
+    handler running inside it, in ``gc.callbacks``, where Python swallows the KeyboardInterrupt):
+    wherever the signal lands, the stop holds (the landing itself is exercised deterministically by
+    :class:`TestSwallowedStop`)."""
 
     def test_sigint_during_the_first_warm_up(self, ros_graph, tmp_path):
         env = _env()

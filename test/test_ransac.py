@@ -232,8 +232,7 @@ class TestSampleIndices:
         v + 1 == n ? 0 : v + 1 (no 64-bit division): written out here in uint32 arithmetic, it
         gives the indices of the numba twin's sampler (compiled.ransac._sample, int64 arithmetic: what
         the device must match bit for bit) for every row of the table and candidate counts up to
-        the capacity. Regression guard: the test re-derived the draw in Python and compared it with
-        sample_indices only, so the sampler the CPU pipeline runs was never checked."""
+        the capacity: the sampler the CPU pipeline runs, not a re-derivation of it."""
         pytest.importorskip("numba", reason="numba (the compiled CPU path, cpu_ransac) is not installed")
         from vilib_ros.frontend.compiled import ransac as cpu_ransac
 
@@ -383,10 +382,10 @@ def planted_frames(frames, n):
 @pytest.mark.gpu
 class TestGpuPipelineRansac:
     def test_one_compute_graph_per_frame(self, frames):
-        """Regression: with RANSAC on, the GPU frame's compute graph was split in two around a host
-        RANSAC (a stream synchronisation mid-frame, three graph launches per frame). Now: with
-        process() one graph per frame (upload and compute), RANSAC's rejects counted on the
-        device; submitted ahead, the upload graph and one compute graph per frame.
+        """With RANSAC on, process() launches one graph per frame (upload and compute), RANSAC's
+        rejects counted on the device; submitted ahead, the upload graph and one compute graph per
+        frame (guards: the compute graph split in two around a host RANSAC, a stream synchronisation
+        mid-frame).
 
         The count on the device is the CPU pipeline's on the same frames, which carry planted
         outliers (``planted_frames``; the real frames alone: 1 reject in 41 frames on the CPU;

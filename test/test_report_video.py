@@ -1,7 +1,7 @@
 """The tracks video of ``vilib-ros run``: a format browsers play where OpenCV's writer has one
 (H.264, else VP8 WebM), else MPEG-4 Part 2 said to be unplayable in a browser, else PNG + GIF.
 
-Regression: the video was always MPEG-4 Part 2 (``mp4v``), which browsers do not play, without a word.
+Guards: a video always in MPEG-4 Part 2 (``mp4v``), which browsers do not play, without a word.
 """
 from __future__ import annotations
 

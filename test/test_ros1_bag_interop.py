@@ -4,7 +4,7 @@ the system interpreter -- in the layout of the official EuRoC bags (``/cam0/imag
 from: the same stamps, pixels, IMU samples and ground-truth poses, and the CPU frontend run over
 the replay of each gives the same tracks (ids and positions), frame for frame.
 
-Until now the bag reader was tested only against the project's own writer. Source: the real
+The bag reader against a writer other than the project's own. Source: the real
 EuRoC frames where present, else the generated sequence (its ``sensor.yaml`` replaced by the
 EuRoC cam0 calibration, which a bag without camera_info is read with).
 """

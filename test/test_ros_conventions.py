@@ -1,4 +1,4 @@
-"""ROS 2 conventions over real DDS (issue 15, issue 17 item 7): four frontends and a backend.
+"""ROS 2 conventions over real DDS: four frontends and a backend.
 
 The test process publishes the EuRoC frames (the generated sequence's where the real ones are
 absent; header frame_id empty), the IMU stream,
@@ -161,7 +161,7 @@ class TestFrontendInputs:
         self._same_tracks(session["got"]["fe_yaml"], session["got"]["fe_comp"])
 
     def test_empty_frame_id_replaced(self, session):
-        """Issue 17 item 7: an empty image frame_id passed through to the tracks."""
+        """Guards: an empty image frame_id passed through to the tracks."""
         assert {m.header.frame_id for n in FRONTENDS for m in session["got"][n]} == {"cam0"}
         assert session["stats"]["fe_yaml"]["events"]["empty_frame_id"] == len(session["stamps"])
 
@@ -224,10 +224,9 @@ class TestTfAndOdometry:
         assert (i.translation.x, i.translation.y, i.translation.z, i.rotation.w) == (0.0, 0.0, 0.0, 1.0)
 
     def test_path_holds_every_odometry_pose(self, session):
-        """Regression: the path (a growing nav_msgs/Path) was built from one PoseStamped object per
-        pose and republished whole every frame (O(length) per frame, a third of the backend node's
-        time on a 30 s replay); now it is serialized from arrays and republished periodically. Its
-        last message must still hold every published pose, in order, equal to the odometry."""
+        """The path is serialized from arrays and republished periodically (a growing nav_msgs/Path
+        built from one PoseStamped per pose and republished every frame costs O(length) per frame);
+        its last message holds every published pose, in order, equal to the odometry."""
         from vilib_ros.nodes.conversions import stamp_to_ns
 
         odom, paths = session["got"]["odom"], session["got"]["path"]

@@ -76,8 +76,8 @@ class TestOneTracksMessagePerImage:
         assert replay["codes"]["recorder_node"] == 0
 
     def test_frontend_summary_counts(self, replay):
-        """Guards the flaky count of issue 14: IMU prediction depended on IMU messages happening to
-        arrive before their image; now the node waits (bounded) and counts what it could not get."""
+        """The node waits (bounded) for the IMU covering each image and counts what it could not get
+        (guards: IMU prediction depending on IMU messages happening to arrive before their image)."""
         s, n = replay["stats"], replay["n_images"]
         assert s["images_received"] == n and s["tracks_published"] == n
         assert all(v == 0 for v in s["skipped"].values()), s["skipped"]

@@ -1,11 +1,10 @@
-"""Frontend parameters changed mid-replay over real DDS (issue 16, first bullet).
+"""Frontend parameters changed mid-replay over real DDS.
 
-Before: any runtime change of a frontend parameter (even ``detector.threshold``) rebuilt the
-whole FeatureTracker and ids restarted at 0, so the backend (which keys landmarks by track
-id) could attach new tracks to old landmarks. Now: the change is validated (on-set), then
-applied (post-set): ``detector.threshold`` live (tracks kept), ``detector.nms_radius``
+A change is validated (on-set), then applied (post-set): ``detector.threshold`` live (tracks kept), ``detector.nms_radius``
 (structural) by a rebuild whose ids continue after the last one handed out; a FrontendConfig
-that does not validate is refused with its reason. The test replays the EuRoC frames (the
+that does not validate is refused with its reason (guards: any change rebuilding the whole
+FeatureTracker with ids restarting at 0, so that the backend, which keys landmarks by track id,
+attaches new tracks to old landmarks). The test replays the EuRoC frames (the
 generated sequence's where the real ones are absent) with IMU into a frontend and a backend (real
 processes), changes the threshold after frame 30 and the NMS radius after frame 60; an in-range
 cell width the image cannot take is refused with its reason (the node lives on: every frame is

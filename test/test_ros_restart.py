@@ -124,7 +124,7 @@ class TestFrontendRestart:
         assert run["killed_after"] + 10 <= be["frames_received"] <= run["n_images"], (be["frames_received"], n_tracks)
         assert be["skipped"]["tracks_out_of_order"] == 0
         # (the first samples can go out before the player's IMU publisher has matched the backend:
-        # the player waits for its image subscribers only -- issue 17 item 1)
+        # the player waits for its image subscribers only)
         assert be["imu_received"] > 0.8 * 941
         diag = [r for r in run["records"] if r["topic"] == "diagnostics" and
                 "vilib_ros: backend_node" in r["status"]]

@@ -109,10 +109,10 @@ class TestReceivedMonotonic:
             assert m0 - 2e-4 <= t <= m1 + 2e-4     # the kept offset may be 0.25 s old (clock slew)
 
     def test_offset_from_the_tightest_reading(self):
-        """Regression: the offset was ``time.time() - time.monotonic()`` read in one go at every call;
-        a preemption between the two reads on a loaded machine moved a middleware receive time by that
-        long, after the callback that took the message (test_ros_frontend's frame trace failed). Now
-        the offset is the tightest bracketed reading, kept for a quarter second: two calls agree exactly."""
+        """The offset is the tightest bracketed reading, kept for a quarter second: two calls agree
+        exactly (guards: ``time.time() - time.monotonic()`` read in one go at every call, where a
+        preemption between the two reads moves a middleware receive time past the callback that
+        took the message)."""
         from vilib_ros.nodes._common import system_minus_monotonic
 
         a = system_minus_monotonic(max_age_s=0.0)          # measured now

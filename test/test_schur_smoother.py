@@ -429,9 +429,9 @@ class TestSchurSmootherMarginalisation:
         priors: the gauge (a rigid motion of every pose and landmark together) is the one freedom
         left, and the update raises IndeterminantSystem from its Cholesky (potrf) in the second
         state's pose columns (LAPACK info 16-21, 1-based), the first column where the gauge shows.
-        The same window with a prior on the first pose solves. Regression guard: the window had
-        no velocity / bias factors at all and landmark priors (which fix the gauge), so it failed
-        on the first velocity column (info 7) whatever the gauge did."""
+        The same window with a prior on the first pose solves. The window has velocity / bias
+        priors and no landmark priors (which would fix the gauge): a failure at the first velocity
+        column would say nothing about the gauge."""
         pb = _problem(seed=7, n_states=2, behind=False)
         pb["prior_sigma"] = np.zeros_like(pb["prior_sigma"])       # no landmark prior either
         # the premise, in gtsam's linearisation of the visual factors: landmarks eliminated
@@ -546,9 +546,8 @@ class TestRelinearisationThreshold:
         update), and the same states to second order in the threshold: the carried gradient
         ``g + H d0`` differs from the one at the estimate by O(|d0|^2) with |d0| <= 0.01 per
         coordinate, so the estimate moves by O(0.01^2) = 1e-4 (poses, velocities, biases in their
-        own units). Regression guard: five updates, so that several linearisations are cached; with
-        two, a single one was, and a cache which never carried its gradient, or that relinearised
-        everything, passed as well."""
+        own units). Five updates, so that several linearisations are cached: a cache that never
+        carries its gradient, or that relinearises everything, fails."""
         pb = _problem(seed=10, behind=False, all_priors=True)
         sm0, per0, x0 = self._run(pb, 0.0)
         n_factors = sm0._factors.n

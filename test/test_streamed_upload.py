@@ -36,10 +36,9 @@ class TestStreamedDetector:
         """A streamed frame gives the cells of the CPU detector (CpuFastDetector, the NumPy
         reference of the FAST + NMS + cell selection the device runs; bit-identical), with the
         staging buffer poisoned before every frame (a block that read before its band would see
-        0xEE); so does the same frame copied before the launch (upload='mapped'). Regression
-        guard: the reference was the mapped GPU upload alone, the same pyramid and detector
-        kernels, so a fault common to both (a band released before its copy read the same way
-        by both, a wrong kernel) passed."""
+        0xEE); so does the same frame copied before the launch (upload='mapped'). The reference
+        is the CPU, not the mapped GPU upload: a fault common to both GPU paths (a band released
+        before its copy, a wrong kernel) fails."""
         from vilib_ros.frontend.config import DetectorConfig
         from vilib_ros.frontend.gpu.detector import GpuFastDetector
         from vilib_ros.frontend.reference.detector import CpuFastDetector
