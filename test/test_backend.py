@@ -105,6 +105,7 @@ def stereo_run(synthetic60):
 
 
 # ----------------------------------------------------------------------------- accuracy
+@pytest.mark.slow
 class TestStereoAccuracy:
     def test_ate_60s_below_2_5cm_no_reset(self, synthetic60, stereo_run, tmp_path):
         from vilib_ros.evaluation import evaluate
@@ -588,6 +589,7 @@ class TestOutputs:
         assert np.percentile(errs, 95) < 0.01     # < 1 cm over at most one frame period
         assert est.propagate(frames[0].stamp_ns - 10**9) is None
 
+    @pytest.mark.slow
     def test_write_tum_lines_and_stamps(self, synthetic60, stereo_run, tmp_path):
         est, _ = stereo_run
         path = est.write_tum(tmp_path / "traj.txt")
@@ -845,6 +847,7 @@ class TestSmootherShape:
         assert rows[0] is bc.CHANGES[bc.PREVIOUS_ROW] and rows[0][1] == bc.ISAM2_1S
         assert [r[1] for r in rows[1:]] == [{"window_s": 1.5}]
 
+    @pytest.mark.slow
     def test_changes_table_rows_run_in_their_own_process_with_their_config(self, synthetic60, tmp_path):
         """bench-backend --changes runs every row in a process of its own (RemoteEstimator): a row with
         today's defaults must give exactly the estimate of an estimator fed the same way in this
@@ -889,6 +892,7 @@ def v101_75s(euroc_path):
     return {"seq": seq, "frames": frames, "imu": (st, data), "gt": seq.groundtruth()}
 
 
+@pytest.mark.slow
 class TestRealisticSequence:
     """Regression: with the datasheet IMU noise the estimator trusted the vibrating real IMU over exact
     stereo tracks; the noise is measured from the IMU stream, and 60 observations per keyframe and a
@@ -1039,6 +1043,7 @@ class TestSaysWhy:
         assert 1 <= len(said) <= allowed and "|acc| <= 1 m/s^2" in said[0], msgs[:5]
         assert len(seq12[1][0]) > 100 * allowed                         # the regression said every one
 
+    @pytest.mark.slow
     def test_gravity_contradicting_the_accelerometer(self, seq12, caplog):
         """Regression (CI, a loaded machine): the run took more than the 10 s period and the throttle
         rightly said it twice; the test had assumed the run takes less."""

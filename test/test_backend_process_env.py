@@ -165,8 +165,8 @@ class TestJemallocEnv:
         lib.write_bytes(b"")
         seen = {}
 
-        class Fake:
-            def __init__(self, name, argv, env, log):
+        class Fake:       # NodeProcess's signature, nothing started
+            def __init__(self, name, argv, env, log_path, cwd=None):
                 seen[name] = env
 
         monkeypatch.setattr(pipeline, "NodeProcess", Fake)

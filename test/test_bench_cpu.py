@@ -10,6 +10,7 @@ import pytest
 from bench.cpu import bench_frontend, same_job_config
 
 
+@pytest.mark.slow
 class TestBenchFrontend:
     @pytest.mark.parametrize("kind, impl", [("numba", "NumbaFastDetector + NumbaLKTracker"),
                                             ("numba-default", "NumbaFastDetector + NumbaLKTracker"),

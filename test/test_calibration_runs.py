@@ -101,6 +101,7 @@ class TestRefusals:
 
 
 class TestGivenCalibration:
+    @pytest.mark.slow
     def test_kalibr_files_give_the_ground_truth_trajectory(self, data, tmp_path):
         """The Kalibr camchain's rostopics pick the bag's two image topics, the imu.yaml's its IMU;
         the stereo estimate follows the ground truth; report and console name every source."""

@@ -240,6 +240,7 @@ class TestFallbackWithoutNumba:
         assert out["error"].startswith(CompiledUnavailable.__name__) and "pip install numba" in out["error"]
 
 
+@pytest.mark.slow
 class TestFeatureTrackerCompiled:
     def test_same_tracks_as_numpy_over_the_real_frames(self, frames, monkeypatch):
         """Same ids, ages, scores and levels every frame, positions within 0.02 px."""

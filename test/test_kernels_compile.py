@@ -22,6 +22,7 @@ def test_kernel_sources_found():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.slow
 class TestNvccCompile:
     @pytest.mark.parametrize("arch", ["sm_87", "sm_90"])
     @pytest.mark.parametrize("src", KERNELS, ids=lambda p: p.name)
@@ -35,6 +36,7 @@ class TestNvccCompile:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.slow
 class TestInlinedSource:
     """What NVRTC compiles: the source with its headers inlined by _cuda.kernel_source (so that
     CuPy's source-keyed cache sees header edits), compiled outside the kernel folder."""

@@ -61,6 +61,7 @@ def _ate(p, g):
 
 
 class TestOfflineRun:
+    @pytest.mark.slow
     def test_outputs_and_accuracy(self, short_sequence, tmp_path):
         pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
         out = tmp_path / "off"
@@ -109,6 +110,7 @@ class TestOfflineRun:
         assert d.max() < 0.001
         assert abs(_ate(pa, g) - _ate(pb, g)) < 0.0005
 
+    @pytest.mark.slow
     def test_several_datasets_summary_and_no_imu(self, short_sequence, tmp_path):
         """Regression (issue 12): a dataset without IMU must say so up front instead of giving
         an empty trajectory; several datasets give one summary table."""
@@ -129,6 +131,7 @@ class TestOfflineRun:
         assert len(rows) == 2 and "no IMU" in rows[1] and "no IMU" not in rows[0]
         assert "| seq | 12 | stereo |" in rows[0]
 
+    @pytest.mark.slow
     def test_parallel_jobs(self, short_sequence, tmp_path):
         """--jobs 2 runs two datasets at a time in worker processes: each gives the trajectory the
         sequence gives alone with --jobs 1 (the reference: the run in this process's order, no
@@ -201,6 +204,7 @@ class TestRunFolders:
         assert r.returncode == 0, r.stderr[-3000:]
         assert not (out / "stale.txt").exists() and (out / "report.md").is_file()
 
+    @pytest.mark.slow
     def test_generated_sequence_lives_apart_and_its_reuse_is_said(self, tmp_path):
         args = ["--offline", "--duration", "0.5", "--device", "cpu", "--max-frames", "3", "--no-video",
                 "--no-backend"]

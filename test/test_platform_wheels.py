@@ -78,6 +78,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return r
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_jetpack6_resolves(tool):
     """Every requirement of install_requires, [backend] and [gpu] has a wheel for CPython 3.10 on aarch64
@@ -94,6 +95,7 @@ def test_jetpack6_resolves(tool):
     assert any(ln.split()[:3] == ["ok", "with", "dependencies"] and "[backend], [gpu]" in ln for ln in lines), r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_requirement_without_a_wheel_is_named(tmp_path):
     """gtsam>=4.3 (no 4.3 wheel for CPython 3.10 on aarch64) fails the Jetson target and is named."""
