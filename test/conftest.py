@@ -1,6 +1,8 @@
-"""Shared fixtures and markers.
+"""Shared fixtures and markers (test/README.md: the markers, the groups, the environment).
 
-* ``gpu`` tests skip with CuPy's own reason where no CUDA device exists.
+* A test that starts ROS without the ``ros`` marker stops the collection (``suite_rules.py``).
+* ``gpu`` tests skip with CuPy's own reason where no CUDA device exists; the compiled twin's tests
+  (``compiled_twin``) where numba does not import.
 * Real EuRoC frames are read from ``$VILIB_ROS_EUROC`` where it is set (alone: set it to a path
   without them, e.g. ``VILIB_ROS_EUROC=none``, to run the tests as on a fresh clone), else from
   ``../shared/data/euroc_v101_head`` beside the checkout, else ``.data/euroc_v101_head`` inside it
@@ -13,7 +15,8 @@
 * ``sequence_path`` / ``frames``: the real EuRoC folder and frames where present, else the generated
   sequence's (752x480 like EuRoC's cam0, 101 frames): for the tests that need realistic images (two
   implementations compared on them, a tracker or a node fed with them), not real ones.
-* ROS 2 traffic stays on this machine: discovery range LOCALHOST, a per-session domain id.
+* ``ros_graph``: a node test module's ROS graph (``ros_support.RosGraph``) on a domain id of its
+  own; ROS 2 traffic stays on this machine (discovery range LOCALHOST).
 * Every process a test starts dies with the test process (``vilib_ros.nodes.processes``).
 """
 from __future__ import annotations
