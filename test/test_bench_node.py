@@ -8,11 +8,15 @@ carries its summary keys, with device and date.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
 
 class TestLatencyBreakdown:
     """bench.node.latency_breakdown against segments worked out by hand."""
@@ -53,14 +57,17 @@ class TestLatencyBreakdown:
 @pytest.mark.ros
 @pytest.mark.slow
 def test_bench_node_small(ros_graph, sequence_path, tmp_path):
+    out = tmp_path / "out"
     env = dict(ros_graph.env)
     env["VILIB_ROS_EUROC"] = str(sequence_path)
+    # the laboratory from this checkout; run in tmp_path (the replay's generated sequence goes to ./vilib_ros_output)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
     r = subprocess.run([sys.executable, "-m", "bench", "node", "--device", "cpu", "--rates", "bp,bp4",
-                        "--modes", "mono,stereo", "--frames", "12", "--burst", "40", "--out", str(tmp_path),
+                        "--modes", "mono,stereo", "--frames", "12", "--burst", "40", "--out", str(out),
                         "--domain-id", str(ros_graph.domain), "--replay-duration", "2",
-                        "--backend-duration", "2"], env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1])
+                        "--backend-duration", "2"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    d = json.loads((tmp_path / "node_bench.json").read_text())
+    d = json.loads((out / "node_bench.json").read_text())
     for key in ("device", "date", "overhead_p50_ms", "stereo_overhead_p50_ms", "mono_sustained_fps",
                 "stereo_sustained_fps", "latency_p99_ms_at_200hz", "replay_fps"):
         assert key in d, key
@@ -80,7 +87,7 @@ def test_bench_node_small(ros_graph, sequence_path, tmp_path):
     for qos in ("reliable", "best_effort"):
         b = d["burst"][qos]
         assert b["sent"] == 40 and b["received"] + b["dropped"] == 40 and b["rss_end_kb"] > 0
-    md = (tmp_path / "node_bench.md").read_text()
+    md = (out / "node_bench.md").read_text()
     assert "| mono_bp | 12 |" in md
     # the replay figure is measured
     rp = d["replay"]
