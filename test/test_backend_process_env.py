@@ -167,7 +167,7 @@ class TestJemallocEnv:
         seen = {}
 
         class Fake:
-            def __init__(self, name, argv, env, log):
+            def __init__(self, name, argv, env, log, **kw):
                 seen[name] = env
 
         monkeypatch.setattr(pipeline, "NodeProcess", Fake)
