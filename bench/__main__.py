@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backend": ("bench.backend", "the VIO backend per keyframe; --changes: each backend change in lockstep"),
     "vio": ("bench.vio", "the whole VIO (frontend + backend) through the offline runner on a rendered sequence"),
     "accuracy": ("bench.accuracy", "where the trajectory error comes from: exact tracks, our tracks, cuVSLAM"),
+    "mono-study": ("bench.mono_study", "what sets the mono-inertial error: one backend configuration per row"),
     "node": ("bench.node", "the frontend node over real DDS: latency, overhead, drops"),
     "node-process": ("bench.node_process", "the frontend node's tracker and per-frame steps outside ROS"),
     "link": ("bench.link", "a frame's way over PCIe: DMA and mapped reads by size and by how recently written"),
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from vilib_ros import cli
 
     return cli.run(argv if argv is not None else sys.argv[1:], COMMANDS, prog="bench",
-                   single_blas=("backend", "accuracy"), description=__doc__.splitlines()[0])
+                   single_blas=("backend", "accuracy", "mono-study"), description=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

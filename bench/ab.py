@@ -9,15 +9,14 @@ folder of its own, with ``PYTHONPATH`` = the arm's root (the folder that holds i
 followed by the caller's entries that hold no ``vilib_ros``. Before the runs each arm's
 interpreter says which ``vilib_ros`` it imports, and a wrong one is an error.
 
-Regression: an A/B comparison run from the repository root, the earlier code given through
-``PYTHONPATH``, ran the repository's code in both arms (``python -m`` puts the working folder
-ahead of ``PYTHONPATH``): two "before / after" tables of 2026-11-25 compared the same code.
+An A/B comparison run from the repository root with the other code given through ``PYTHONPATH``
+would run the repository's code in both arms (``python -m`` puts the working folder ahead of
+``PYTHONPATH``): hence the empty folder and the check.
 
 The order is ABBA over each two rounds (this, other, other, this, ...), so that an order effect
 (the first run of a pair warming the machine's caches and clocks) cancels. ABBA does not cancel a
-slow period of the host: on 2026-11-28 two 2-round A/Bs on the GPU machine "showed" a 10-14 us gain
-of ``process()`` that was the host's speed in their middle runs, which ABBA gave to the other arm
-(four rounds showed none). So the default is four rounds, and before and after every run this
+slow period of the host: a slow host in the middle runs of a 2-round A/B shows as a gain of one arm.
+So the default is four rounds, and before and after every run this
 process (idle meanwhile) times the host itself (:func:`host_speed`: a 32 MB copy and a Python loop):
 a control table in ``ab.md`` marks the runs around which the host was slower than usual and says
 when one arm's runs had a slower host than the other's. Each run's JSON (the

@@ -28,7 +28,7 @@ per frame: keyframe estimates and IMU predictions between them) and of the smoot
 trajectory (each frame relative to its keyframe's last estimate in the window), RPE per metre
 (translation, 1 m, causal), backend keyframe time (median), landmark observations per
 keyframe, resets. ``--changes`` adds the table of backend changes (each a configuration of the
-same code, run on the same tracks in the same run), from the 2026-11-24 defaults to today's.
+same code, run on the same tracks in the same run), from the first defaults to today's.
 
 Rendered sequences and tracks are cached in ``--cache`` (default ``.data/bench_cache``).
 Writes ``accuracy.json`` and ``accuracy.md`` into ``--out`` and prints the tables.
@@ -54,13 +54,13 @@ from bench.sequences import (backend_row, euroc_dir, evaluate_tum, exact_tracks,
 log = logging.getLogger(__name__)
 
 #: Backend changes measured in ``--changes``: (what changed, BackendConfig overrides), cumulative.
-#: The first row restores the 2026-11-24 defaults; the last row is today's defaults.
-#: the backend-time changes of bench/results/backend_changes.md, undone in the rows before them
+#: The first row restores the first defaults; the last row is today's defaults.
+#: the backend-time changes (python -m bench backend --changes), undone in the rows before them
 _BEFORE_ISSUE12 = {"mono_window_s": 6.0, "landmark_prior_stereo": True, "mono_max_landmarks_per_kf": 60,
                    "mono_landmark_grid": 0}
 _MONO_BEFORE_GRID = {"mono_window_s": 3.0, "mono_max_landmarks_per_kf": 60, "mono_landmark_grid": 0}
 CHANGES = [
-    ("2026-11-24 defaults (datasheet IMU noise, 2 s window, 40 obs/keyframe, relinearize 0.05, 3 outliers "
+    ("first defaults (datasheet IMU noise, 2 s window, 40 obs/keyframe, relinearize 0.05, 3 outliers "
      "blacklist a track)",
      {"imu_noise_measured": False, "imu_noise_scale": 1.0, "imu_walk_scale": 1.0, "max_landmarks_per_kf": 40,
       "relinearize_threshold": 0.05, "window_s": 2.0, "kf_max_interval_s": 0.5, "max_outlier_count": 3,
@@ -83,25 +83,6 @@ CHANGES = [
      "defaults)", {}),
 ]
 
-
-FINDINGS = """## Where the error comes from (2026-11-24)
-
-- The estimator was the first limit: with exact tracks and the real V1_01 IMU, the datasheet IMU noise made the
-  backend trust a vibrating IMU over exact stereo geometry (5.6 cm with 0 px tracks). The white-noise density is
-  now measured from the IMU stream (gyro ~22x, accelerometer ~57x the datasheet on V1_01 in flight, 1x on the
-  synthetic IMU), with 60 observations per keyframe and a 0.01 relinearisation threshold: rows (a).
-- Then the tracks were the limit: with frame-to-frame tracking (each frame's template the previous frame) a
-  track's error was a random walk over its age (0.5 px median, 1.5-3 px p90 after 20-40 frames; 5-15 % of the
-  tracks off by more than 2 px), and our tracks gave 3.17 cm stereo where exact tracks gave 1.9 cm.
-- Fixed in the frontend (bench/results/tracks_quality.md, every variant measured): each track is tracked
-  against its detection frame's template with an affine warp (`tracker.template: reference`, `tracker.warp:
-  affine`, as the paper's vilib keeps the first observation's template), with the forward-backward check and
-  RANSAC on: the error stays at 0.05 px median (p90 0.15 px) up to age 40, and rows (b) are now at or below
-  rows (a) with 0.5 px noise. The default on both devices since 2026-11-24; the GPU tracks from a template
-  bank in the frame's graph (GPU against the CPU oracle: same ids, p99 < 0.01 px).
-- What is left: the per-track LK residual stays inside the frontend (as a weight or gate it helped the backend
-  no more than dropping observations at random, tracks_quality.md); mono remains 3-4x stereo (scale through
-  the IMU only, a 3 s window)."""
 
 
 def peer_python(arg: str | None) -> tuple[str | None, str]:
@@ -299,7 +280,7 @@ def markdown(res: dict) -> str:
                                  f"{fmt(v['keyframe_ms'], '{:.1f}')} ms" + (f", {v['resets']} resets" if v['resets'] else ""))
                 L.append(f"| {ch['change']} | " + " | ".join(cells) + " |")
             L.append("")
-    L += ["## Targets", "", res["verdict"], "", FINDINGS, ""]
+    L += ["## Targets", "", res["verdict"], ""]
     return "\n".join(L) + "\n"
 
 

@@ -1,8 +1,8 @@
 """``python -m bench backend --changes``: what each backend change does to time and accuracy.
 
 Every row is one configuration of the backend (:data:`CHANGES`: the adopted changes, cumulative,
-from the 2026-11-24 07:05 defaults to today's, on today's code, and the code changes since, each on
-the code of its commit; :data:`TRIED`: single changes to today's defaults that were measured and not
+from the first defaults to today's, on today's code, and the code changes since, each on the code of
+its commit; :data:`TRIED`: single changes to today's defaults that were measured and not
 adopted). All rows of one column run in lockstep, each in a process of its own,
 frame by frame on the same tracks and IMU (the estimators take turns per frame), so that they
 share the machine's load; a keyframe's time is comparable within a column only.
@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 
 #: Adopted changes, cumulative: (what, BackendConfig overrides, ISAM2Params overrides[, commit]). The
-#: first row restores the defaults measured in backend_cpu.md of 2026-11-24 07:05; the last is today's.
+#: first row restores the first defaults; the last is today's.
 #: A row with a commit runs the code of that commit (git archive, in a subprocess fed in the same
 #: turns: :class:`RemoteEstimator`): the code changes, each with today's defaults; the rows without
 #: one run today's code.
-#: what the rows before 2026-11-24 18:00 need of today's defaults: gtsam's smoother, marginalisation on every
-#: keyframe, one relinearisation threshold
-#: the smoother and window of every row before 2026-11-27 (then the own smoother became stereo's default)
+#: what the rows before the rooted smoother need of today's defaults: gtsam's smoother, marginalisation on
+#: every keyframe, one relinearisation threshold
+#: the smoother and window of every row before the own smoother became stereo's default
 ISAM2_1S = {"solver": "isam2", "window_s": 1.0}
 _ISAM_BEFORE = {"rooted_smoother": False, "marginalise_every_s": 0.0, "mono_marginalise_every_s": 0.0,
                 "relinearize_threshold_landmarks": 0.01, **ISAM2_1S}
@@ -40,25 +40,25 @@ _EVERY_KF = {"marginalise_every_s": 0.0, "mono_marginalise_every_s": 0.0, **ISAM
 _MONO_BEFORE = {"mono_window_s": 3.0, "mono_max_landmarks_per_kf": 60, "mono_landmark_grid": 0,  # before the grid
                 **_ISAM_BEFORE}
 CHANGES = [
-    ("2026-11-24 07:05 defaults (mono window 6 s, landmark prior in stereo too, iSAM2 factor slots not reused)",
+    ("first defaults (mono window 6 s, landmark prior in stereo too, iSAM2 factor slots not reused)",
      {**_MONO_BEFORE, "mono_window_s": 6.0, "landmark_prior_stereo": True}, {"findUnusedFactorSlots": False}),
     ("+ iSAM2 reuses the slots of marginalised factors (findUnusedFactorSlots)",
      {**_MONO_BEFORE, "mono_window_s": 6.0, "landmark_prior_stereo": True}, {}),
     ("+ no landmark prior in stereo (a stereo observation fixes the point)", {**_MONO_BEFORE, "mono_window_s": 6.0}, {}),
-    ("+ mono window 3 s instead of 6 s (the defaults of 2026-11-24 09:22)", dict(_MONO_BEFORE), {}),
-    ("+ mono: 45 observations per keyframe spread over a 4x4 grid, window 2.5 s (the defaults of 2026-11-24 15:15)",
+    ("+ mono window 3 s instead of 6 s", dict(_MONO_BEFORE), {}),
+    ("+ mono: 45 observations per keyframe spread over a 4x4 grid, window 2.5 s",
      dict(_ISAM_BEFORE), {}),
     ("+ fixed-lag smoother with landmarks eliminated first and the newest state last (its covariance from the root "
      "clique; rooted_smoother)", dict(_EVERY_KF), {}),
-    ("+ batch marginalisation every 1 s, mono every 1.5 s (the defaults of 2026-11-24 19:00; on the code of 5c1e4cb, "
-     "before the code changes below)", {}, {}, "5c1e4cb"),
+    ("+ batch marginalisation every 1 s, mono every 1.5 s (on the code of 5c1e4cb, before the code changes "
+     "below)", {}, {}, "5c1e4cb"),
     ("+ a keyframe's new landmarks triangulated in one compiled call, the outlier loop inside it (code of 6718741)",
      {}, {}, "6718741"),
     ("+ keyframe keys without pybind calls, the divergence test on plain floats (code of 3cd3314)", {}, {}, "3cd3314"),
     ("+ the measured IMU noise's statistics compiled, the elimination groups kept between marginalisations "
      "(code of 38cb166)", {}, {}, "38cb166"),
     ("+ triangulation: observations passed flat, the null vector from the 4x4 normal matrix; medians by one sort "
-     "(the iSAM2 defaults until 2026-11-27, on today's code)", dict(ISAM2_1S), {}),
+     "(the iSAM2 defaults before the own smoother, on today's code)", dict(ISAM2_1S), {}),
     ("+ stereo: the own smoother (solver 'schur': landmarks eliminated in closed form, dense states, VINS-Mono's "
      "marginalisation), window 2 s (today's defaults)", {}, {}),
 ]
@@ -66,8 +66,8 @@ CHANGES = [
 #: index of the row with the defaults before the own smoother (``bench-backend``'s comparison row)
 PREVIOUS_ROW = len(CHANGES) - 2
 
-#: Measured and not adopted (what they showed: the md): on the own smoother (2026-11-27; the depth-shift
-#: rows 2026-11-28: backend_changes_2026-11-28.md), and on the iSAM2 defaults of 2026-11-24 21:17 (those rows carry ISAM2_1S).
+#: Measured and not adopted (what they showed: the md): on the own smoother, and on the iSAM2 defaults
+#: before it (those rows carry ISAM2_1S).
 TRIED = [
     ("own smoother, window 1 s", {"window_s": 1.0}, {}),
     ("own smoother, window 1.5 s", {"window_s": 1.5}, {}),
@@ -97,9 +97,8 @@ TRIED = [
     ("iSAM2: stereo 50 observations per keyframe", {"max_landmarks_per_kf": 50, **ISAM2_1S}, {}),
 ]
 
-#: Measured on 2026-11-24 14:57 against the defaults of 15:15 (gtsam's smoother, marginalisation every
-#: keyframe); that table is in git history (bench/results/backend_changes.md at 3fa165f). Not rerun; the
-#: findings below summarise them.
+#: Measured against the iSAM2 defaults with marginalisation on every keyframe, not adopted (their table is in
+#: git history). Not rerun by default.
 TRIED_1457 = [
     ("stereo: observations spread over a 4x4 grid", {"landmark_grid": 4}, {}),
     ("stereo: 4x4 grid, 50 observations per keyframe", {"landmark_grid": 4, "max_landmarks_per_kf": 50}, {}),
@@ -111,8 +110,8 @@ TRIED_1457 = [
     ("mono: 60 observations over a 4x4 grid", {"mono_max_landmarks_per_kf": 60}, {}),
 ]
 
-#: Measured on 2026-11-24 09:22 against that day's defaults (the same as today's), not adopted; the
-#: findings below summarise them. Not rerun by default (``--changes`` runs CHANGES + TRIED).
+#: Measured against the first iSAM2 defaults, not adopted. Not rerun by default (``--changes`` runs
+#: CHANGES + TRIED).
 TRIED_EARLIER = [
     ("QR factorisation instead of Cholesky", {}, {"factorization": "QR"}),
     ("no cached linearised factors", {}, {"cacheLinearizedFactors": False}),
@@ -126,120 +125,6 @@ TRIED_EARLIER = [
     ("mono window 2.5 s", {"mono_window_s": 2.5}, {}),
     ("mono window 6 s, batch marginalisation every 1 s", {"mono_window_s": 6.0, "marginalise_every_s": 1.0}, {}),
 ]
-
-FINDINGS = """## What the table shows (2026-11-24, 21:17-21:35 UTC, this machine)
-
-Every row ran in a process of its own (17 processes per column, in turns frame by frame), other engineers' jobs
-shared the 2 cores (load 1.2-2.5 at the columns' starts, per column in the json): compare times within a column.
-The times are higher than `bench-backend`'s (`backend_cpu.md`: 2.90 ms stereo, 3.92 mono, 21:16 UTC) because the
-rendered sequences have more tracks per keyframe and seventeen processes taking turns evict each other's caches. ATEs
-are deterministic.
-
-- **This round's code changes** (the rows `code of ...`: today's defaults on the code of each commit, the first on
-  the code before them): **6-10 % less time per keyframe in every column, each step lower or equal, the ATEs
-  identical in all eight columns** (the same estimates: the triangulated points agree to 1e-9). Stereo 5.8 -> 5.3,
-  5.5 -> 5.0, 4.9 -> 4.5, 5.0 -> 4.7 ms; mono 5.7 -> 5.2, 5.6 -> 5.2, 5.3 -> 4.9, 5.2 -> 4.7 ms. On
-  `bench-backend`'s sequence (the issue's measure, `backend_cpu.md`, 21:16 UTC, load 0.4-1.0) stereo 3.44 -> 2.90 ms
-  median (target 3 ms: met), mono 4.41 -> 3.92 ms; Python per stereo keyframe 1.49 -> 1.01 ms. What they were, by
-  the breakdown of 19:01 (Python 1.5 ms of a 3.4 ms stereo keyframe): the triangulation of a keyframe's new
-  landmarks (~25 candidates) in NumPy, 0.4-0.7 ms (the batched DLT, then a per-candidate NumPy loop for candidates
-  with an outlier) -> one numba call over all candidates with the outlier loop inside, 0.15 ms (the null vector from
-  the 4x4 normal matrix: 145 -> 59 us for 30 candidates against an SVD per round); the measured IMU noise (medians
-  of 200 x 6 first differences per keyframe) 0.14 ms in place -> compiled; the smoother's elimination groups rebuilt
-  with ~300 pybind calls per update -> kept between marginalisations; gtsam keys built through pybind, the divergence
-  test in NumPy, np.nanmedian -> plain integers, floats, one sort. Left in Python per stereo keyframe (~1.0 ms):
-  gating and adding ~50 observations of existing landmarks (~0.18 ms), creating ~9 landmarks with their factors
-  (~0.2 ms), pending observations (~0.1 ms), bookkeeping after the update (~0.24 ms); gtsam ~1.85 ms (update 1.63,
-  estimate 0.18) re-eliminates 150 of 161 variables per update, near a batch solve of the window (1.7 ms).
-- **Why each row in a process of its own** (new in this run): in the first run of this table (21:00 UTC) the rows
-  ran in one process, the commits' code in subprocesses; the code of 38cb166 took 5.0-5.5 ms per keyframe in a
-  process of its own, today's (faster) code 6.5-7.5 ms in the process beside eleven other estimators (whose heaps its
-  garbage collector walked, among other shared costs). All rows now run alike.
-- **Tried, not adopted** (this run): landmarks relinearised at 0.05 m: 0-6 % less time, the ATE lower on v101 exact
-  stereo (1.91 -> 1.77 cm) and mono (4.03 -> 4.00) but higher with our tracks on v101 stereo (0.83 -> 0.85) and on
-  synthetic60 exact mono (1.26 -> 1.29); on `bench-backend`'s sequence mono 1.67 -> 1.72 cm smoothed (lockstep,
-  20:56 UTC). Batch marginalisation every 1.5 s in stereo: the second run of it, again the ATE equal or lower in
-  all four stereo columns (synthetic60 exact 0.67 -> 0.62 cm, v101 exact 1.91 -> 1.89) and the time equal or lower
-  (0-4 %), but on `bench-backend`'s sequence the ATE rose 1.30 -> 1.39 cm smoothed, 1.34 -> 1.44 causal (lockstep,
-  20:55 UTC): not adopted, as issue 12 measures there.
-- **The backend on the frontend's tracks** (issue 12's second point): alone it is not dearer than on exact tracks
-  (this table, today's code: synthetic60 stereo 4.5 ms exact, 4.7 ms ours; mono 4.9 and 4.7). `bench-vio` now runs
-  the backend a second time after each run, alone in its child process on the run's tracks (`replay_backend`), and
-  reports both with the breakdown (`backend_vio_cpu.md`, 21:36 UTC, load 0.1-0.5): stereo 3.09 ms per keyframe alone,
-  3.73 in the run, every part inflated alike (update 1.88 -> 2.25 ms, visual factors 0.69 -> 0.81, non-keyframes
-  0.21 -> 0.28): the CPU frontend beside it, and under the other jobs' load more (5.9 ms at 20:46 UTC, 8.8 ms in the
-  15:19 run), not the tracks. The H100 rerun of `bench-vio` shows the same two rows there.
-
-## The previous table (2026-11-24, 18:47-19:00 UTC; its numbers are that run's, in git history)
-
-The run shared the 2 cores with the other engineers' jobs (load average per column in the json, 1.0-2.7 from other jobs at the start of the columns): compare
-times within a column only. ATEs are deterministic.
-
-**Where a keyframe's time went** (before this table's changes; `bench-backend`'s breakdown on its synthetic 60 s
-sequence, 2026-11-24 18:10 UTC, load 2.4-3.5): stereo 4.70 ms median = iSAM2 update 3.04 + estimate and reads
-0.14 + Python 1.40 (visual factors 1.10: gating, triangulation, factor construction; bookkeeping after the update
-0.30); mono 6.01 ms = 4.13 + 0.22 + 1.40. Every update re-eliminated the whole window (median 146 variables
-re-eliminated with 130 in the window, mono 196 / 189): marginalising on every keyframe forces the leaving keys to
-the leaves, and the keyframe's landmarks tie its poses together, so iSAM2 worked as a batch solver at twice the
-cost of one (the same window linearised and eliminated from nothing in gtsam: 0.22 + 1.09 ms stereo, 0.48 + 1.68
-mono). Relinearisation was not the cost (switched off: 5-20 % less update time, mono then diverges); nor
-linearisation (the stereo factors of a window: 0.34 ms). Python, timed per call (means, stereo): triangulation
-0.41 ms (vectorised DLT) + 0.24 ms (the iterative path of candidates with a gated observation), the
-preintegration noise measured from the IMU window 0.21 ms, pending observations 0.08 ms, the rest of the visual
-factors (gating, ~90 pybind constructors at ~3 us) ~0.45 ms. And beside the keyframe, the odometry covariance the
-node asks for: 6-9 ms (the cells' `+`): iSAM2 (and gtsam's smoother) eliminates the keys of the new factors last,
-the keyframe's ~60 landmarks among them, so the root clique held ~80 variables, mostly landmarks, the newest pose
-sat below them and each marginal went through the Bayes tree's shortcut.
-
-- **Adopted: a fixed-lag smoother of our own on `ISAM2.update`** (`RootedFixedLagSmoother`, `rooted_smoother`):
-  it passes iSAM2 an elimination order on every update (leaving keys, landmarks, the window's states, the newest
-  pose, velocity and bias) and marginalises as gtsam's smoother does (`marginalizeLeaves`, after re-eliminating
-  the window). The newest state is the root clique: the covariance costs 0.1 ms instead of 6-9 (+10 -> +0.1 ms in
-  every column), the estimates are the same (ATEs identical to the row above; test_covariance checks the
-  covariance against a dense inverse of the whole linearised Hessian and the trajectory against gtsam's
-  smoother). The update alone is no cheaper: it still re-eliminates the window.
-- **Adopted: batch marginalisation every 1 s, mono every 1.5 s** (`marginalise_every_s`,
-  `mono_marginalise_every_s`): an update between batches does not re-eliminate the whole window. Against the defaults of 15:15 (the fifth row) mono
-  keyframes took 26-39 % less time in every column (8.0 -> 5.9, 9.2 -> 6.2, 9.7 -> 6.0, 9.8 -> 6.0 ms), stereo
-  8-16 % less in three columns (5.9 -> 5.4, 6.8 -> 5.8, 7.0 -> 5.9 ms) and 5 % more in one (6.3 -> 6.6: within
-  this run's noise; on `bench-backend`'s sequence, quiet machine, 33 % less). The causal ATE held in all eight
-  columns (equal, or 0.01 cm: 1.90 -> 1.91 on v101 exact stereo, 3.00 -> 2.99 on v101 ours mono); the smoothed
-  one rose by 0.02 and 0.05 cm in the synthetic60 mono columns. On `bench-backend`'s sequence (issue 12's
-  measure, `backend_cpu.md`) both ATEs went down in both modes. The window spans 1-2 s in stereo, 2.5-4 s in mono.
-- **Tried, not adopted** (this run): gtsam's smoother with today's other defaults: the same ATEs (the same solution),
-  the same keyframe times within the noise, but the covariance costs 2.3-5.7 ms (mono's marginals are cheaper:
-  fewer landmarks per keyframe); landmarks relinearised at 0.1 m (adopted in the run of 18:31, git history):
-  2-6 % less time and a lower ATE on v101 exact stereo (1.91 -> 1.76 cm) and v101 ours mono (2.99 -> 2.94), but
-  higher on v101 exact mono (4.03 -> 4.15) and v101 ours stereo (0.83 -> 0.85); mono every 1 s: v101 mono
-  4.03 -> 4.19 and 2.99 -> 3.04 cm; stereo every 1.5 s: ATE equal or lower (synthetic60 exact 0.67 -> 0.62 cm,
-  v101 exact 1.91 -> 1.89) at about the same time: a candidate, not adopted for want of a second run; stereo,
-  50 observations per keyframe: 15-20 % faster, but the ATE with our tracks on v101 0.83 -> 1.01 cm.
-- **Tried, not kept** (before this run): a Gauss-Newton step over the whole window per keyframe instead of iSAM2
-  (our own batch window smoother, the leaving keys' marginal as a `LinearContainerFactor`): the update 4.0 ms
-  against iSAM2's 3.1 ms and the ATE 1.67 against 1.37 cm (bench-backend's sequence, lockstep): the marginal's
-  neighbours relinearised against a prior fixed at the old point (iSAM2 keeps them fixed), and the factor
-  bookkeeping in Python. With the rooted smoother, in lockstep on bench-backend's sequence: no cached linearised
-  factors 10-20 % slower; a wildfire threshold of 0.01, relinearising every 2nd update, a state threshold of 0.02,
-  landmarks at 0.2 m: time within the noise, ATE equal or up (mono with every 2nd update: 1.8 -> 3.9 cm). In the
-  table of 18:14 (git history of this file): landmarks at 0.05 m no better than 0.1; a 0.5 s window with
-  keyframes at least every 0.3 s 15 % faster in stereo but the ATE with our tracks on v101 0.85 -> 1.02 cm.
-- **The node** (`python -m bench.backend_node --domain-id 42`: the backend node over DDS on the 30 s
-  synthetic stereo tracks, with and without `odometry_covariance` in the same run; 2026-11-24 18:17 UTC, load
-  6-8): 270 frames/s with the covariance, 254 without (the same within the noise; the offline estimator 857);
-  before, 251 with and 391 without (README, a quiet machine).
-- **Kept from earlier tables** (14:57 and 09:22, git history): the mono grid of 45 observations (adopted then);
-  for stereo, a grid, 50 observations, a 0.75 s window all cost ATE on v101; QR instead of Cholesky 3-5x slower;
-  `BatchFixedLagSmoother` 3-5x slower; fewer keyframes (parallax 20 px, every 0.6 s) cost ATE. Smart factors:
-  with fixed-lag marginalisation they fail (borglab/gtsam#1976; the workaround removes and re-adds them, and
-  removing factors while marginalising is itself a known failure, borglab/gtsam#2479): not tried.
-- **What remains to the targets** (3 ms stereo, 5 ms mono; `backend_cpu.md`): mono is met on `bench-backend`'s sequence (4.41 ms
-  median there, 19:01 UTC, load 0.2-0.6; 5.9-6.2 ms in this table's columns, which ran beside 11 other
-  configurations and other jobs), stereo is not (3.44 ms; 4.80 with the defaults of 15:15 in the same run). What is left is half gtsam, half Python: the update between batches
-  still re-eliminates most of the window (the relinearised landmarks with the observed ones: 150 of 161
-  variables), and the Python part is ~1.5 ms (triangulation ~0.4-0.6, ~90 factor constructors through pybind,
-  gating, the preintegration noise measured from the IMU window 0.2). What would cut it: landmarks with fewer
-  variables (inverse depth anchored in their first keyframe: one instead of three), the factors of a keyframe
-  built without a pybind call each, and batch marginalisation every 1.5 s in stereo once confirmed."""
 
 
 def estimator_class(isam: dict):
@@ -396,9 +281,7 @@ def run_lockstep(rows, frames, imu_t, imu_d, cam0, cam1, imu_noise, mode: str, c
     frame in turns (the same load for all) -> estimators. A row with a fourth element (a commit)
     runs that commit's code (unpacked under ``code_root``), the others this checkout's. Separate
     processes, not one: with a dozen estimators in one process (its garbage collector walking all
-    of their objects, among other shared costs) a row's keyframes paid for the others (2026-11-24
-    21:00 UTC: the code of an earlier commit 5.0-5.5 ms per keyframe in a process of its own, the
-    faster current code 6.5-7.5 ms in the process beside eleven other estimators)."""
+    of their objects, among other shared costs) a row's keyframes pay for the others."""
     c1 = cam1 if mode == "stereo" else None
     here = Path(__file__).resolve().parents[1]
     ests = []

@@ -74,7 +74,7 @@ def digest_euroc(path: Path, device: str) -> dict:
     return {"tracks_euroc": d, "tracks_euroc_count": n, "device": getattr(ft, "device", device)}
 
 
-def digest_generated(cache: Path, device: str, duration: float) -> dict:
+def digest_generated(cache: Path, device: str, duration: float, backend: bool = True) -> dict:
     from vilib_ros import offline
     from vilib_ros.datasets import open_dataset
     from vilib_ros.synthetic import SequenceConfig, generate_sequence
@@ -86,12 +86,14 @@ def digest_generated(cache: Path, device: str, duration: float) -> dict:
     out = {}
     name = f"gen{duration:g}s"
     for mode in ("stereo", "mono"):
-        r = offline.process(ds, device=device, stereo=mode == "stereo", backend=True)
+        r = offline.process(ds, device=device, stereo=mode == "stereo", backend=backend)
         if mode == "stereo":
             out[f"tracks_{name}"], out[f"tracks_{name}_count"] = _tracks_digest(r["tracks"])
         else:
             out[f"tracks_{name}_mono"], _ = _tracks_digest(r["tracks"])
         be = r["backend"]
+        if be is None:
+            continue
         for key in ("causal", "smoothed"):
             t, p, q = be[key]
             out[f"traj_{name}_{mode}_{key}"] = _h(np.asarray(t), np.asarray(p), np.asarray(q))
@@ -102,12 +104,15 @@ def digest_generated(cache: Path, device: str, duration: float) -> dict:
 def compare(a: Path, b: Path) -> int:
     da, db = json.loads(a.read_text()), json.loads(b.read_text())
     bad = 0
-    for k in sorted(set(da) | set(db)):
+    for k in sorted(set(da) & set(db)):
         if k in ("device", "code"):
             continue
         same = da.get(k) == db.get(k)
         bad += not same
         print(f"{'same     ' if same else 'DIFFERENT'} {k}: {da.get(k)!s:.16} / {db.get(k)!s:.16}")
+    only = sorted((set(da) ^ set(db)) - {"device", "code"})
+    if only:
+        print(f"in one digest only (not compared): {', '.join(only)}")
     print("identical" if not bad else f"{bad} item(s) differ")
     return 1 if bad else 0
 
@@ -119,6 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("--euroc", default=None)
     p.add_argument("--cache", type=Path, default=REPO / ".data" / "digest_cache")
     p.add_argument("--duration", type=float, default=12.0, help="length of the generated sequence, s")
+    p.add_argument("--no-backend", action="store_true", help="tracks only (where gtsam is not installed)")
     p.add_argument("--compare", nargs=2, type=Path)
     a = p.parse_args(argv)
     if a.compare:
@@ -129,7 +135,7 @@ def main(argv=None) -> int:
         res.update(digest_euroc(e, a.device))
     else:
         print("no EuRoC frames: the real-frame digest is left out", file=sys.stderr)
-    res.update(digest_generated(a.cache, a.device, a.duration))
+    res.update(digest_generated(a.cache, a.device, a.duration, backend=not a.no_backend))
     text = json.dumps(res, indent=1, sort_keys=True)
     if a.out:
         a.out.write_text(text)

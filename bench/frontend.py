@@ -615,7 +615,7 @@ def verdicts(res) -> list[str]:
 
     line("mono process() p50", res["process_p50_us"], t["process_p50_us"])
     line("mono process() p99", res["process_p99_us"], t["process_p99_us"])
-    if "process_fresh_p50_us" in res:   # the frame written just before, as a ROS message is (runs from 2026-11-24 22:00 UTC)
+    if "process_fresh_p50_us" in res:   # the frame written just before, as a ROS message is (absent in older results)
         line("mono process() p50, frame written just before (a fresh message)", res["process_fresh_p50_us"],
              t["process_p50_us"])
         line("mono process() p99, frame written just before", res["process_fresh_p99_us"], t["process_p99_us"])
@@ -625,7 +625,7 @@ def verdicts(res) -> list[str]:
              t["stereo_process_p50_us"])
     line("submit-ahead", res["submit_ahead_fps"], t["submit_ahead_fps"], le=False, unit="frames/s")
     line("host Python per frame (instrumented p50)", res["host_python_us_per_frame"], t["host_python_us_per_frame"])
-    if "host_python_us_per_frame_without_copy" in res:   # runs from 2026-11-28 on
+    if "host_python_us_per_frame_without_copy" in res:   # absent in older results
         line("host per frame less the streamed upload's memcpy of the frame (instrumented p50)",
              res["host_python_us_per_frame_without_copy"], t["host_python_us_per_frame"])
     line(f"detection end to end from a pageable frame (upload='{res.get('upload_default')}')",
@@ -700,7 +700,7 @@ def markdown(res) -> str:
         r = res["mono_pinned_input"]
         L += ["", f"mono process() from page-locked frames (FeatureTracker.pinned_frames, no host copy): "
               f"p50 {r['p50_us']:.1f} us, p99 {r['p99_us']:.1f} us"]
-    if res.get("mono_device_input"):   # runs from 2026-11-29 on
+    if res.get("mono_device_input"):   # absent in older results
         r, o = res["mono_device_input"], res["mono_original_work_device_input"]
         L += ["", f"mono process() from CuPy frames already on the device (no host copy, no PCIe): p50 "
               f"{r['p50_us']:.1f} us, p99 {r['p99_us']:.1f} us; doing the original's work: p50 {o['p50_us']:.1f} us, "

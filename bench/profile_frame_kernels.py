@@ -177,9 +177,7 @@ def ransac_rows(K, c, st, timed, go, last):
     """The RANSAC kernel (ransac_frame: candidates, hypotheses, scores and the selection in one
     launch) on a real pair: the tracks the last two frames share (their undistorted positions, as
     float32 like the device table; not the frame's own table, which table_update has already
-    moved on: there x1 = x2 and every hypothesis fails before it is scored). Returns its state.
-    (Before 2026-11-28 13:00 UTC the RANSAC was three kernels; this probe then also timed
-    ransac_models with 1-8 scoring warps: see ``ransac_kernel_probe_2026-11-28.md``.)"""
+    moved on: there x1 = x2 and every hypothesis fails before it is scored). Returns its state."""
     import cupy as cp
 
     from vilib_ros.frontend.gpu import ransac as ransac_gpu

@@ -61,41 +61,6 @@ VARIANTS = {
 }
 AGES = (1, 5, 10, 20, 30, 40)
 
-FINDINGS = """## What the table shows (2026-11-24, this machine, v101 and synthetic60)
-
-- **The drift is the random walk and the patch's deformation, the deformation half of it or more.** LK (level 0)
-  from the detection frame's template straight into frame k, started at the exact position, is off by 0.26 /
-  0.33 px (median, ages 20 / 40, v101; synthetic60 0.42 / 0.63 px) with a translation and by 0.06-0.08 px with an
-  affine warp (the last table of each sequence); frame-to-frame tracking is off by 0.43 / 0.65 px (synthetic60
-  0.49 / 0.63 px). A translation cannot follow a patch that
-  perspective, rotation and scale deform, and the best translation of a deformed patch is not where its centre
-  went; a deformed template also locks onto wrong places more often. So a reference template alone (`ref`) gains
-  nothing (ATE 9.5 / 2.0 cm against 8.7 / 1.6 cm frame to frame). With an affine warp against the reference
-  template (`ref-affine`) the error stays at the one-step level up to age 40 (median 0.05-0.07 px, p90 0.14-0.32
-  px, tracks off by > 2 px 0-2 % against 17-18 %).
-- **Outlier rejection:** RANSAC pays everywhere (frame to frame: v101 stereo 8.70 -> 2.73 cm, mono 7.34 -> 5.38 cm;
-  synthetic60 1.64 -> 1.56 / 2.82 -> 2.00 cm) for ~20 us per frame, and is now on by default. The forward-backward
-  check is mixed frame to frame (v101 stereo 2.73 -> 5.11 cm, synthetic60 mono 2.00 -> 3.01 cm, ~1.4 ms per frame)
-  and stays off by default; with reference templates it pays on v101 (1.10 -> 0.85 cm) and is neutral on
-  synthetic60 (0.43 -> 0.39 cm stereo, 1.42 -> 1.54 cm mono). A 1 px forward-backward threshold keeps tracks longer
-  but is worse on both sequences.
-- **Best configuration** (`tracker.template: reference`, `tracker.warp: affine`, `fb_check: true`, `ransac: true`,
-  CPU path): causal stereo ATE 0.85 cm on v101 and 0.39 cm on synthetic60, mono 3.02 / 1.54 cm, against
-  cuVSLAM's CPU tracker 2.30 / 1.88 cm stereo (bench/results/accuracy.md, same machine and day; the backend
-  there is newer than the one these rows ran through). It costs ~4 ms more per stereo frame on the CPU than
-  frame to frame (the affine LK: 8 parameters, per-sample bilinear weights, two phases per level).
-- **When the template no longer matches:** ending the track at a residual of 20, taking the template again at a
-  residual of 15, or every 20 frames are all within the sequences' spread: stereo 0.95-1.01 cm against 0.85 cm
-  without on v101, 0.40-0.44 against 0.39 cm on synthetic60; mono better on v101 (2.41-3.13 against 3.02 cm)
-  and mixed on synthetic60 (1.22-1.52 against 1.54 cm). None pays on both, so none is on by default: a track
-  ends where LK fails (diverges, leaves the image, or fails the forward-backward check / RANSAC), as in vilib.
-- **A per-track quality** (LK's final mean |residual| over the template's mean gradient magnitude: a pixel-scale
-  residual) does rank the errors of the reference tracks (Spearman 0.42 against the exact error), but the backend
-  would not use it: dropping the worst 10 % of the observations by it gives the same ATE as dropping 10 % at random
-  (v101, ref-affine+fb+ransac: 0.84 / 2.86 cm against 0.79 / 2.66 cm stereo / mono; frame to frame + RANSAC it is
-  worse: 3.05 / 12.0 cm against 2.81 / 6.87 cm). The residual stays inside the frontend (template refresh,
-  `max_residual`); no TrackFrame field."""
-
 
 def frontend_config(name: str):
     """The FrontendConfig of variant ``name`` (today's defaults plus its overrides)."""
@@ -279,5 +244,4 @@ def markdown(res: dict) -> str:
                 L.append(f"| {wp} | " + " | ".join(
                     f"{v['median']:.2f} / {v['p90']:.2f} / {100 * v['over_2px']:.0f} %" for v in by_age.values()) + " |")
             L.append("")
-    L += [FINDINGS, ""]
     return "\n".join(L) + "\n"

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 
-#: the backend defaults before the own smoother (2026-11-27), for ``--compare-previous``
+#: the backend defaults before the own smoother, for ``--compare-previous``
 PREVIOUS = {"solver": "isam2", "window_s": 1.0}
 
 

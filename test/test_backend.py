@@ -157,7 +157,9 @@ class TestStereoAccuracy:
 
 
 class TestMonoAccuracy:
-    def test_mono_ate_sim3_below_4cm(self, synthetic60):
+    def test_mono_ate_sim3_below_2_5cm(self, synthetic60):
+        """Mono-inertial on the 60 s sequence (1 px tracks, 1 % outliers): Sim3 ATE within 2.5 cm of the
+        generator's trajectory (bench/results/mono_study.md has what sets the mono error)."""
         s = synthetic60
         est = VioEstimator(BackendConfig(mode="mono"), s["seq"].camera(0), None, s["seq"].imu_noise_dict())
         states, wall = _run(est, s["imu"], s["frames"])
@@ -166,7 +168,8 @@ class TestMonoAccuracy:
         print(f"[mono 60 s] ATE (Sim3) {ate:.4f} m, scale {scale:.4f}, init {est.stats['init_kind']}, "
               f"resets {est.stats['resets']}")
         assert est.mode == "mono" and est.stats["init_kind"] == "dynamic_mono"
-        assert ate <= 0.04        # mono's scale drifts: looser than stereo's, far below a lost scale
+        assert ate <= 0.025       # mono's scale drifts: looser than stereo's, far below a lost scale
+        assert abs(scale - 1) < 0.01
 
 
 # ----------------------------------------------------------------------------- initialisation

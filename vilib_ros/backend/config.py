@@ -21,7 +21,8 @@ class BackendConfig:
     # solver 'schur' ends a landmark when its first state leaves: a longer window keeps it longer;
     # iSAM2's update time grows with the window
     window_s: float = field(default=2.0, metadata=param("the smoother's lag, seconds", range=(0.1, 600.0)))
-    mono_window_s: float = field(default=2.5, metadata=param(
+    # the metric scale comes from the IMU alone: a longer window keeps more of it in the states being solved
+    mono_window_s: float = field(default=4.0, metadata=param(
         "mono mode uses max(window_s, mono_window_s): scale needs it", range=(0.1, 600.0)))
     # the updates between batches do not re-eliminate the whole window
     marginalise_every_s: float = field(default=1.0, metadata=param(

@@ -52,9 +52,11 @@ def grid_order(xy: np.ndarray, cam, g: int) -> np.ndarray:
     """An order of ``xy`` (normalised ``cam`` coordinates, in order of preference) that takes the best of
     every cell of a ``g`` x ``g`` image grid first (``landmark_grid``; mono: ``mono_landmark_grid``), then
     the second best of every cell, and so on (stable: preference decides within a rank)."""
+    finite = np.isfinite(xy).all(axis=1)
+    xy = np.where(finite[:, None], xy, 0.0)          # non-finite rows go to the last cell below
     u = np.clip((xy[:, 0] * cam.fx + cam.cx) * (g / cam.width), 0, g - 1).astype(np.int64)
     v = np.clip((xy[:, 1] * cam.fy + cam.cy) * (g / cam.height), 0, g - 1).astype(np.int64)
-    cell = np.where(np.isfinite(xy).all(axis=1), v * g + u, g * g)
+    cell = np.where(finite, v * g + u, g * g)
     order = np.argsort(cell, kind="stable")
     cs = cell[order]
     start = np.searchsorted(cs, cs, side="left")
