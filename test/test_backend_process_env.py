@@ -69,9 +69,8 @@ class TestImportedLate:
     def test_environment_untouched_once_numpy_runs(self):
         """Imported into a process that already runs NumPy (a test, a tool), the node module leaves the
         environment alone: the setting would not reach this process's OpenBLAS, only the processes it starts
-        afterwards. Regression: TestNodeDocumentation imported backend_node, and then
-        test_changes_table_rows_run_in_their_own_process_with_their_config compared an estimator in a child
-        (one OpenBLAS thread) with one in the test process (its pool) bit for bit and failed (1.8e-9 apart)."""
+        afterwards (guards: a test process that imported backend_node and then compared an estimator in a
+        child, one OpenBLAS thread, with one of its own, its thread pool, bit for bit)."""
         pytest.importorskip("rclpy", reason="rclpy (ros extra) not installed")
         out = subprocess.run([sys.executable, "-c", _LATE], env=_env(), capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
