@@ -497,7 +497,7 @@ def replay(duration: float, device: str, domain: int) -> dict:
         cmd = [sys.executable, "-m", "vilib_ros", "run", "--duration", f"{duration:g}", "--device", device,
                "--no-video", "--out", str(out), "--domain-id", str(domain), "--namespace", f"bench_replay_{os.getpid()}",
                "--timeout", str(max(300.0, 20 * duration))]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmpd)   # its generated sequence lands there
         res: dict = {"command": "vilib-ros run --duration %g --device %s --no-video" % (duration, device),
                      "rc": proc.returncode}
         try:
@@ -521,14 +521,17 @@ def replay(duration: float, device: str, domain: int) -> dict:
             res["ape_line"] = next((ln.strip("- ") for ln in report.splitlines() if "APE" in ln), None)
         except (OSError, KeyError, ValueError, TypeError) as exc:
             res["error"] = f"{exc.__class__.__name__}: {exc}; last output: {proc.stderr[-400:]}"
-        if (out / "dataset" / "mav0").is_dir():
+        dataset = Path(tmpd) / "vilib_ros_output" / "generated" / f"synthetic_{duration:g}s"
+        if (dataset / "mav0").is_dir():
             # the ceiling of replay_fps: the player alone on the same sequence
             from bench.player import run as player_run
 
-            res["player_alone"] = player_run(out / "dataset", domain)
+            res["player_alone"] = player_run(dataset, domain)
             # the player as the replay drives it (each image waits for the tracks of the one before),
             # against a frontend that answers at once: the player's own share of a replay frame
-            res["player_backpressure"] = player_run(out / "dataset", domain, backpressure=True)
+            res["player_backpressure"] = player_run(dataset, domain, backpressure=True)
+        else:
+            res.setdefault("error", f"the run's generated sequence is not in {dataset}")
     print(f"  replay: {res.get('frames')} stereo frames in {res.get('replay_s')} s -> {res.get('fps')} frames/s "
           f"(whole run {res.get('replay_wall_s')} s; the player's time: {res.get('player_time_s')})", file=sys.stderr)
     return res
