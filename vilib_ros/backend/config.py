@@ -100,7 +100,8 @@ class BackendConfig:
     max_speed: float = 30.0             # m/s
     max_gyro_bias: float = 0.3          # rad/s
     max_acc_bias: float = 2.0           # m/s^2
-    tracking_min_observations: int = 10  # a keyframe with fewer visual observations is a tracking loss (IMU only)
+    tracking_min_tracks: int = 10       # a keyframe with fewer tracks is a tracking loss (the IMU alone carries
+                                        # the state)
 
     def validate(self) -> "BackendConfig":
         if self.solver not in ("isam2", "schur") or self.mono_solver not in ("isam2", "schur"):
@@ -126,8 +127,8 @@ class BackendConfig:
         if self.landmark_grid < 0 or self.mono_landmark_grid < 0:
             raise ValueError(f"landmark_grid and mono_landmark_grid must be >= 0, got {self.landmark_grid} and "
                              f"{self.mono_landmark_grid}")
-        if self.tracking_min_observations < 1:
-            raise ValueError(f"tracking_min_observations must be >= 1, got {self.tracking_min_observations}")
+        if self.tracking_min_tracks < 1:
+            raise ValueError(f"tracking_min_tracks must be >= 1, got {self.tracking_min_tracks}")
         if self.max_landmarks_per_kf < 1 or self.mono_max_landmarks_per_kf < 1:
             raise ValueError("max_landmarks_per_kf and mono_max_landmarks_per_kf must be >= 1")
         if not (self.imu_max_gap_s > 0 and self.imu_max_gyro > 0 and self.imu_max_acc > 0):

@@ -32,9 +32,9 @@ estimates.
 Failure handling: any exception from the smoother's update (gtsam's IndeterminantLinearSystemException,
 the own smoother's IndeterminantSystem, other RuntimeErrors) or a diverged state (speed, bias bounds,
 NaN) restarts the smoother from the last good state propagated with the IMU; ``stats['resets']`` counts
-it (warned about, throttled). A keyframe with fewer than ``tracking_min_observations`` visual observations
-is a tracking loss (``tracking_lost``, ``tracking_recovered``, ``tracking_lost_ms``;
-:meth:`VioEstimator.health` says whether it lasts). Bad IMU samples (NaN, non-monotonic, beyond the
+it (warned about, throttled). A keyframe with fewer than ``tracking_min_tracks`` tracks is a tracking loss
+(``tracking_lost``, ``tracking_recovered``, ``tracking_lost_ms``; :meth:`VioEstimator.health` says whether
+it lasts; :mod:`.health`). Bad IMU samples (NaN, non-monotonic, beyond the
 sensor's range ``imu_max_gyro`` / ``imu_max_acc``) and bad frames are skipped and counted.
 
 IMU holes: a hole between two samples longer than ``imu_max_gap_s`` is counted (``imu_gaps``) and never
@@ -302,7 +302,8 @@ class VioEstimator:
         ts = self.window.ts(fr.stamp_ns)
         sm = self.smoother
         batch = sm.keyframe(prev, k, ts, T_pred, v_pred, self.preintegrator.pim)
-        if self.keyframes.is_still(fr, T_pred):     # zero-velocity update at rest
+        still = self.keyframes.is_still(fr, T_pred)
+        if still:                                   # zero-velocity update at rest
             sm.add_rest(batch, prev, (fr.stamp_ns - prev.t_ns) * 1e-9)
             self.stats["zero_velocity_updates"] += 1
         # ---- visual factors
@@ -312,7 +313,7 @@ class VioEstimator:
         if sm.ends_first_seen_landmarks(ts):
             self.landmark_map.end_first_seen_before(fr.stamp_ns - int(window_s * 1e9))
         n_added = self.landmark_map.add_observations(fr, k, T_pred, horizon, sm.solver)
-        self.tracking.keyframe(fr.stamp_ns, n_added)
+        self.tracking.keyframe(fr.stamp_ns, len(fr), n_added, still or self.settings.mode == "mono")
         # ---- smoother update
         t_py = time.perf_counter()
         sm.set_lag(ts)

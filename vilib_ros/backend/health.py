@@ -1,8 +1,11 @@
 """The estimator's health while tracking is poor: :class:`TrackingHealth` (losses and recoveries of visual
 tracking) and :class:`OdometryCovariance` (the covariance the odometry reports).
 
-Tracking: a keyframe with fewer than ``tracking_min_observations`` visual observations (none, or too few to
-constrain the state: the IMU alone carries it) is a tracking loss. The first such keyframe counts a loss
+Tracking: a keyframe whose frame has fewer than ``tracking_min_tracks`` tracks (the frontend lost them: a
+covered lens, darkness, a blank wall, blur), or whose tracks give the smoother no visual observation where
+they should (stereo, moving), is a tracking loss: the IMU alone carries the state. Not one: a monocular
+estimator's tracks waiting for the parallax that makes their landmarks (after the start, or at rest), and
+a vehicle at rest (the zero-velocity update holds it). The first such keyframe counts a loss
 (``tracking_lost``) and warns (throttled: a flickering loss warns once, then at most every 10 s with the
 count held back); the first keyframe with enough observations again counts a recovery
 (``tracking_recovered``), logged with how long the loss lasted; ``tracking_lost_ms`` totals the time lost
@@ -43,20 +46,21 @@ class TrackingHealth:
     :class:`vilib_ros.log_throttle.ThrottledWarnings`)."""
 
     def __init__(self, config: BackendConfig, stats: dict, warn):
-        self.min_obs = int(config.tracking_min_observations)
+        self.min_tracks = int(config.tracking_min_tracks)
         self.stats = stats
         self._warn = warn
         self.lost_since: int | None = None
 
-    def keyframe(self, t_ns: int, n_visual: int) -> None:
-        """A keyframe at ``t_ns`` with ``n_visual`` visual observations in its update."""
-        if n_visual < self.min_obs:
+    def keyframe(self, t_ns: int, n_tracks: int, n_visual: int, waiting: bool = False) -> None:
+        """A keyframe at ``t_ns`` whose frame has ``n_tracks`` tracks, ``n_visual`` of them observations in its
+        update; ``waiting``: none may be (at rest, or a monocular estimator's tracks waiting for parallax)."""
+        if n_tracks < self.min_tracks or (n_visual == 0 and not waiting):
             if self.lost_since is None:
                 self.lost_since = int(t_ns)
                 self.stats["tracking_lost"] += 1
-                self._warn("tracking_lost", "tracking lost at %d (#%d): %d visual observations on this keyframe "
-                           "(fewer than %d): IMU only until tracks return, the odometry covariance grows",
-                           t_ns, self.stats["tracking_lost"], n_visual, self.min_obs)
+                self._warn("tracking_lost", "tracking lost at %d (#%d): %d tracks, %d visual observations on this "
+                           "keyframe: IMU only until tracks return, the odometry covariance grows",
+                           t_ns, self.stats["tracking_lost"], n_tracks, n_visual)
         elif self.lost_since is not None:
             lost_s = (int(t_ns) - self.lost_since) * 1e-9
             self.stats["tracking_recovered"] += 1

@@ -189,8 +189,8 @@ part of ``python -m vilib_ros.nodes.backend_node --print-parameters`` (test_laun
       counts as diverged, rad/s
   max_acc_bias (double, default 2.0, range [0.0, 100.0], read-only): accelerometer bias above which the
       estimate counts as diverged, m/s^2
-  tracking_min_observations (integer, default 10, range [1, 100000], read-only): a keyframe with fewer visual
-      observations is a tracking loss (counted, warned about; the IMU alone carries the state)
+  tracking_min_tracks (integer, default 10, range [1, 100000], read-only): a keyframe with fewer tracks is a
+      tracking loss (counted, warned about; the IMU alone carries the state)
 """
 from __future__ import annotations
 

@@ -205,8 +205,8 @@ BACKEND_PARAMS = {
     'max_speed': Meta('speed above which the estimate counts as diverged (reset), m/s', range=(0.0, 10000.0)),
     'max_gyro_bias': Meta('gyro bias above which the estimate counts as diverged, rad/s', range=(0.0, 100.0)),
     'max_acc_bias': Meta('accelerometer bias above which the estimate counts as diverged, m/s^2', range=(0.0, 100.0)),
-    'tracking_min_observations': Meta('a keyframe with fewer visual observations is a tracking loss (counted, '
-                                      'warned about; the IMU alone carries the state)', range=(1, 100000)),
+    'tracking_min_tracks': Meta('a keyframe with fewer tracks is a tracking loss (counted, warned about; the '
+                                'IMU alone carries the state)', range=(1, 100000)),
     'retriangulate_outliers': Meta('a rejected observation ends its landmark; the track starts a new one'),
     'landmark_max_span_s': Meta('a landmark older than this is ended and its track starts a new one (0 = never), s',
                                 range=(0.0, 600.0)),
