@@ -31,10 +31,10 @@ Imaging conditions (each off by default; :data:`CONDITIONS` names the accuracy b
   covered lens): no texture, no tracks;
 * ``rate_hz``: the camera rate (20, 10, 20/3 Hz, ...; the IMU keeps ``imu_rate_hz``).
 
-An image is ``clip(round(noise(gain * offset-free vignetted blurred radiance + offset)))``: radiance
-rendered (through the lens) and averaged over the exposure, vignetted, the photometric gain and
-offset of :meth:`SyntheticSequence.photometric` (illumination and exposure steps) applied, shot and
-read noise added.
+An image is the radiance (rendered through the lens where there is one) averaged over the exposure,
+times the vignetting falloff, times the photometric gain plus the offset of
+:meth:`SyntheticSequence.photometric` (illumination, exposure steps), with shot and then read noise,
+rounded and clipped to 8 bits (:mod:`.imaging`).
 
 Recorded motion (``recorded_groundtruth``, a TUM file of body poses such as EuRoC's
 ``V101_groundtruth_tum.txt``): the trajectory is a spline through the recorded poses
@@ -54,6 +54,7 @@ import numpy as np
 
 from ..camera import CameraModel, euroc_cam0, euroc_cam1
 from ..datasets.common import EUROC_CAM_HEADER, EUROC_IMU_HEADER, EUROC_IMU_NOISE, Groundtruth
+from .imaging import auto_exposure_gains, image_motion_px, sensor_noise, subframe_offsets_ns, vignette_falloff
 from .scene import NEAR, RayGrid, Scene, build_room
 from .trajectory import G_W, Trajectory
 
@@ -194,6 +195,24 @@ class SequenceConfig:
                              f"{self.blank_intervals_s!r}")
 
 
+def _cameras(cfg: SequenceConfig) -> list[CameraModel]:
+    """EuRoC cam0's intrinsics (scaled to the image size) and ``T_BS``; cam1 ``baseline`` along cam0's x
+    axis, same orientation; the lens: none, or EuRoC's radial-tangential coefficients per camera."""
+    base = euroc_cam0()
+    sx, sy = cfg.width / base.width, cfg.height / base.height
+    lens = [("none", np.zeros(4))] * 2
+    if cfg.lens == "euroc":
+        lens = [("radial-tangential", euroc_cam0().distortion), ("radial-tangential", euroc_cam1().distortion)]
+    cams = [CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx, base.cy * sy,
+                        lens[0][0], lens[0][1].copy(), base.T_BS.copy())]
+    if cfg.stereo:
+        T_01 = np.eye(4)
+        T_01[0, 3] = cfg.baseline
+        cams.append(CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx,
+                                base.cy * sy, lens[1][0], lens[1][1].copy(), base.T_BS @ T_01))
+    return cams
+
+
 class SyntheticSequence:
     def __init__(self, config: SequenceConfig | None = None):
         self.config = cfg = config or SequenceConfig()
@@ -202,7 +221,11 @@ class SyntheticSequence:
         self.start_ns = cfg.start_ns
         self._recorded_imu = None
         if cfg.recorded_groundtruth is not None:
-            self._init_recorded(cfg)
+            from .recorded import recorded_motion
+
+            rec = recorded_motion(cfg, self.frame_period_ns)
+            self.start_ns, self.frame_stamps_ns, self.trajectory = rec.start_ns, rec.frame_stamps_ns, rec.trajectory
+            self.room_size, self.scene, self._recorded_imu = rec.room_size, rec.scene, rec.imu
         else:
             L, W, H = self.room_size = cfg.room_size
             self.scene: Scene = build_room(np.random.default_rng([cfg.seed, 1]), cfg.room_size, cfg.n_boxes,
@@ -215,64 +238,11 @@ class SyntheticSequence:
                                          yaw0=float(np.random.default_rng([cfg.seed, 5]).uniform(-np.pi, np.pi)))
             n = int(np.floor(cfg.duration_s * cfg.rate_hz + 1e-9)) + 1
             self.frame_stamps_ns = cfg.start_ns + self.frame_period_ns * np.arange(n, dtype=np.int64)
-        base = euroc_cam0()
-        sx, sy = cfg.width / base.width, cfg.height / base.height
-        lens = [("none", np.zeros(4))] * 2
-        if cfg.lens == "euroc":
-            lens = [("radial-tangential", euroc_cam0().distortion), ("radial-tangential", euroc_cam1().distortion)]
-        self._cams = [CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx, base.cy * sy,
-                                  lens[0][0], lens[0][1].copy(), base.T_BS.copy())]
-        if cfg.stereo:
-            T_01 = np.eye(4)
-            T_01[0, 3] = cfg.baseline
-            self._cams.append(CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx,
-                                          base.cy * sy, lens[1][0], lens[1][1].copy(), base.T_BS @ T_01))
+        self._cams = _cameras(cfg)
         self._imu = None
         self._ray_grids: dict = {}          # camera -> RayGrid (lens 'euroc')
         self._vignettes: dict = {}          # camera -> falloff image (vignetting)
         self._exposure_gains = None         # per frame (exposure_steps_s)
-
-    def _init_recorded(self, cfg: SequenceConfig) -> None:
-        """Recorded motion: trajectory spline, frame stamps, a room around the trajectory, real IMU."""
-        from ..datasets import read_tum
-        from .recorded import RecordedTrajectory, read_recorded_imu
-
-        gt = read_tum(cfg.recorded_groundtruth)
-        if len(gt) < 4:
-            raise ValueError(f"{cfg.recorded_groundtruth}: fewer than 4 poses")
-        t0 = int(gt.t_ns[0]) + int(round(cfg.recorded_start_s * 1e9))
-        t1 = t0 + int(round(cfg.duration_s * 1e9))
-        sel = np.flatnonzero((gt.t_ns >= t0) & (gt.t_ns <= t1))
-        if len(sel) < 4:
-            raise ValueError(f"{cfg.recorded_groundtruth}: no poses in [{cfg.recorded_start_s}, "
-                             f"{cfg.recorded_start_s + cfg.duration_s}] s of the recording")
-        period = float(np.median(np.diff(gt.t_ns[sel])))
-        step = max(1, int(round(self.frame_period_ns / period)))
-        self.start_ns = int(gt.t_ns[sel[0]])
-        self.frame_stamps_ns = gt.t_ns[sel[::step]].astype(np.int64)
-        # spline over the selection plus a few poses either side (no end effects inside it)
-        lo, hi = max(0, sel[0] - 5), min(len(gt), sel[-1] + 6)
-        p = gt.p[lo:hi]
-        centre = 0.5 * (p[sel - lo].min(0) + p[sel - lo].max(0))
-        offset = np.array([-centre[0], -centre[1], 0.0])
-        self.trajectory = RecordedTrajectory(self._t(gt.t_ns[lo:hi]), p, gt.q_xyzw[lo:hi], offset)
-        bb_lo, bb_hi = p[sel - lo].min(0) + offset, p[sel - lo].max(0) + offset
-        half = np.maximum(np.abs(bb_lo[:2]), np.abs(bb_hi[:2]))
-        m = cfg.recorded_margin_m
-        L, W = 2 * (half[0] + m), 2 * (half[1] + m)
-        H = max(cfg.room_size[2], float(bb_hi[2]) + 1.2)
-        if bb_lo[2] < 0.3:
-            raise ValueError(f"{cfg.recorded_groundtruth}: the trajectory goes below 0.3 m (floor at z = 0)")
-        self.room_size = (float(L), float(W), float(H))
-        self.scene = build_room(np.random.default_rng([cfg.seed, 1]), self.room_size, cfg.n_boxes,
-                                use_skimage=cfg.textures == "skimage",
-                                keep_out=(float(half[0]) + 0.7, float(half[1]) + 0.7))
-        if cfg.recorded_imu is not None:
-            it, d = read_recorded_imu(cfg.recorded_imu)
-            keep = (it >= self.frame_stamps_ns[0] - int(1e9)) & (it <= self.frame_stamps_ns[-1])
-            if keep.sum() < 10:
-                raise ValueError(f"{cfg.recorded_imu}: no IMU samples during the recorded sequence")
-            self._recorded_imu = (it[keep], d[keep])
 
     # ------------------------------------------------------------------ geometry
     @property
@@ -314,26 +284,14 @@ class SyntheticSequence:
         return (1.0 + c.gain_amplitude * np.sin(ph)) * step, c.offset_amplitude * np.sin(ph + 1.3)
 
     def exposure_gain(self, k: int) -> float:
-        """The auto-exposure gain of frame k (1 without ``exposure_steps_s``): constant between steps at
-        random times (exponential intervals of mean ``exposure_steps_s``), each step a factor of 1.1 to
-        ``1 + exposure_step_max`` up or down (back towards 1 the more likely the farther the gain is from
-        it, as an exposure control returns to its set point), the gain kept within [0.6, 1.6]."""
+        """The auto-exposure gain of frame k (1 without ``exposure_steps_s``;
+        :func:`.imaging.auto_exposure_gains`)."""
         c = self.config
         if c.exposure_steps_s <= 0:
             return 1.0
         if self._exposure_gains is None:
-            rng = np.random.default_rng([c.seed, 6])
-            t = self._t(self.frame_stamps_ns)
-            gains = np.ones(len(t))
-            gain, next_t = 1.0, float(rng.exponential(c.exposure_steps_s))
-            for i, ti in enumerate(t):
-                while ti >= next_t:
-                    f = 1.0 + float(rng.uniform(min(0.1, c.exposure_step_max), c.exposure_step_max))
-                    p_up = float(np.clip(0.5 - np.log(gain) / (2 * np.log(1.6)), 0.1, 0.9))
-                    gain = float(np.clip(gain * f if rng.random() < p_up else gain / f, 0.6, 1.6))
-                    next_t += float(rng.exponential(c.exposure_steps_s))
-                gains[i] = gain
-            self._exposure_gains = gains
+            self._exposure_gains = auto_exposure_gains(self._t(self.frame_stamps_ns), c.exposure_steps_s,
+                                                       c.exposure_step_max, np.random.default_rng([c.seed, 6]))
         return float(self._exposure_gains[k])
 
     def is_blank(self, k: int) -> bool:
@@ -367,12 +325,8 @@ class SyntheticSequence:
         if gain != 1.0 or offset != 0.0:
             img = img * np.float32(gain) + np.float32(offset)
         if noise and (cfg.image_noise_sigma > 0 or cfg.shot_noise_e_per_grey > 0):
-            rng = np.random.default_rng([cfg.seed, 4, k, cam])
-            if cfg.shot_noise_e_per_grey > 0:
-                e = cfg.shot_noise_e_per_grey
-                img = (rng.poisson(np.clip(img, 0, None).astype(np.float64) * e) / e).astype(np.float32)
-            if cfg.image_noise_sigma > 0:
-                img = img + rng.standard_normal(img.shape, dtype=np.float32) * np.float32(cfg.image_noise_sigma)
+            img = sensor_noise(img, np.random.default_rng([cfg.seed, 4, k, cam]), cfg.shot_noise_e_per_grey,
+                               cfg.image_noise_sigma)
         return np.clip(np.rint(img), 0, 255).astype(np.uint8), depth
 
     def _view(self, T_wc: np.ndarray, cam: int) -> tuple[np.ndarray, np.ndarray]:
@@ -390,21 +344,15 @@ class SyntheticSequence:
         return self._ray_grids[cam]
 
     def vignette(self, cam: int = 0) -> np.ndarray:
-        """The vignetting falloff (float32 HxW): ``1 - vignetting * (r / r_corner)^2`` with ``r`` the
-        distance from the principal point and ``r_corner`` that of the farthest image corner."""
+        """Camera ``cam``'s vignetting falloff (float32 HxW, :func:`.imaging.vignette_falloff`; built once)."""
         if cam not in self._vignettes:
-            c = self._cams[cam]
-            u, v = np.meshgrid(np.arange(c.width, dtype=np.float64), np.arange(c.height, dtype=np.float64))
-            r2 = (u - c.cx) ** 2 + (v - c.cy) ** 2
-            corners = [(x - c.cx) ** 2 + (y - c.cy) ** 2 for x in (0, c.width - 1) for y in (0, c.height - 1)]
-            self._vignettes[cam] = (1.0 - self.config.vignetting * r2 / max(corners)).astype(np.float32)
+            self._vignettes[cam] = vignette_falloff(self._cams[cam], self.config.vignetting)
         return self._vignettes[cam]
 
     def exposure_offsets_ns(self, k: int, cam: int = 0, depth: np.ndarray | None = None) -> np.ndarray:
-        """Sub-frame times of frame k relative to its stamp (ns): the midpoints of ``n`` equal parts of
-        the exposure ``[-exposure_s / 2, exposure_s / 2]``, ``n`` odd (the stamp is one of them) and large
-        enough that the scene moves at most ``blur_step_px`` in the image from one to the next (the
-        largest motion over the exposure of a 9 x 9 grid of the frame's visible points)."""
+        """Sub-frame times of frame k relative to its stamp (ns, :func:`.imaging.subframe_offsets_ns`) for the
+        largest image motion over the exposure of a 9 x 9 grid of the frame's visible points (their depth
+        from ``depth``, the frame's, else ray cast)."""
         cfg = self.config
         e = cfg.exposure_s
         if e <= 0:
@@ -422,19 +370,9 @@ class SyntheticSequence:
         motion = 0.0
         if ok.any():
             X = T0[:3, 3] + lam[ok, None] * self._rays(T0, cam, uv[ok])
-            ends = []
-            for dt in (-e / 2, e / 2):
-                T = self.pose_wb(t + int(round(dt * 1e9))) @ c.T_BS
-                Xc = (X - T[:3, 3]) @ T[:3, :3]
-                front = Xc[:, 2] > NEAR
-                ends.append((np.where(front[:, None], Xc, np.nan), front))
-            both = ends[0][1] & ends[1][1]
-            if both.any():
-                d = c.project(ends[1][0][both]) - c.project(ends[0][0][both])
-                motion = float(np.nanmax(np.linalg.norm(d, axis=1)))
-        n = max(1, int(np.ceil(motion / cfg.blur_step_px)))
-        n = min(n + (1 - n % 2), 63)
-        return np.rint(((np.arange(n) + 0.5) / n - 0.5) * e * 1e9).astype(np.int64)
+            start, end = (self.pose_wb(t + int(round(dt * 1e9))) @ c.T_BS for dt in (-e / 2, e / 2))
+            motion = image_motion_px(c, X, start, end)
+        return subframe_offsets_ns(motion, e, cfg.blur_step_px)
 
     def _exposure(self, k: int, cam: int, centre: np.ndarray, depth: np.ndarray) -> np.ndarray:
         """Motion blur: the mean radiance of the sub-frames (:meth:`exposure_offsets_ns`) at the true
