@@ -339,3 +339,34 @@ class TestCommandLine:
         with pytest.raises(SystemExit) as exc:           # argparse's own one-line usage error
             main(["generate", str(tmp_path / "x"), "--blank", "3"])
         assert exc.value.code == 2
+
+
+class TestAccuracyConditions:
+    def test_conditions_table_rows(self, tmp_path):
+        """``python -m bench accuracy --conditions``: one row per sequence and condition with the keys the
+        table promises, the CPU frontend's ATE filled (against the generated ground truth), cuVSLAM's
+        skipped with the reason where dim_odom is missing; an unknown condition is one line, exit 2."""
+        import json
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
+        pytest.importorskip("evo", reason="evo (backend extra) not installed")
+        repo = Path(__file__).resolve().parents[1]
+        bad = subprocess.run([sys.executable, "-m", "bench", "accuracy", "--conditions", "fog"], cwd=repo,
+                             capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and "unknown condition" in bad.stderr and "Traceback" not in bad.stderr
+        r = subprocess.run([sys.executable, "-m", "bench", "accuracy", "--conditions", "clean,distort",
+                            "--sequences", "synthetic60", "--duration", "3", "--device", "cpu", "--no-peer",
+                            "--workers", "1", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")],
+                           cwd=repo, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-2000:]
+        res = json.loads((tmp_path / "out" / "accuracy_conditions.json").read_text())
+        assert [row["name"] for row in res["rows"]] == ["synthetic60/clean", "synthetic60/distort"]
+        for row in res["rows"]:
+            assert {"name", "ours_stereo_ate_m", "ours_stereo_cpu_ate_m", "ours_mono_ate_m", "cuvslam_stereo_ate_m",
+                    "vio_fps", "resets"} <= set(row)
+            assert row["frontend"] == "cpu" and row["ours_stereo_ate_m"] == row["ours_stereo_cpu_ate_m"]
+            assert 0 < row["ours_stereo_ate_m"] < 0.05 and row["ours_mono_ate_m"] is not None
+        assert (tmp_path / "out" / "accuracy_conditions.md").read_text().count("| synthetic60 |") == 2
