@@ -32,6 +32,11 @@ same code, run on the same tracks in the same run), from the first defaults to t
 
 Rendered sequences and tracks are cached in ``--cache`` (default ``.data/bench_cache``).
 Writes ``accuracy.json`` and ``accuracy.md`` into ``--out`` and prints the tables.
+
+``--conditions clean,distort,blur,blur20,10hz,6.7hz`` (or ``all``) runs the table of imaging conditions
+instead (:mod:`bench.conditions`: lens distortion, motion blur, sensor noise, exposure steps, vignetting,
+camera rates; the sequences' first ``--duration`` seconds, default 50) and writes
+``accuracy_conditions.json`` / ``.md``.
 """
 from __future__ import annotations
 
@@ -346,6 +351,10 @@ def configure_parser(p) -> None:
                    help="only the tracks quality table (no rows (a)-(c); accuracy.md / .json are not written)")
     p.add_argument("--tracks-timing-frames", type=int, default=300,
                    help="frames of the interleaved frontend timing of the tracks variants (0 = none)")
+    p.add_argument("--conditions", default="",
+                   help="comma-separated imaging conditions (clean, distort, blur, blur20, 10hz, 6.7hz) or 'all': "
+                        "the conditions table (v101 and synthetic60, --duration default 50 s), written to "
+                        "accuracy_conditions.md / .json instead of the accuracy table")
 
 
 def run_command(args) -> int:
@@ -374,6 +383,18 @@ def run_command(args) -> int:
     elif args.tracks_only:
         print("python -m bench accuracy: --tracks-only needs --tracks-variants", file=sys.stderr)
         return 2
+    if args.conditions:
+        from bench.conditions import parse_conditions
+
+        try:
+            parse_conditions(args.conditions)
+        except ValueError as exc:
+            print(f"python -m bench accuracy: {exc}", file=sys.stderr)
+            return 2
+        if args.tracks_variants or args.changes:
+            print("python -m bench accuracy: --conditions runs alone (no --tracks-variants, no --changes)",
+                  file=sys.stderr)
+            return 2
     if args.tracks_only:
         args.no_peer = True
         names = [n for n in names if n != "euroc_head"]
@@ -385,6 +406,18 @@ def run_command(args) -> int:
            "command": "python -m bench accuracy " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "",
            "sequences": []}
     t0 = time.perf_counter()
+    if args.conditions:
+        from bench.conditions import markdown as conditions_markdown
+        from bench.conditions import run_conditions
+
+        with tempfile.TemporaryDirectory() as tmp:
+            res.update(run_conditions(args, cache, Path(tmp), peer, cuda=args.device == "cuda"))
+        res["wall_s"] = time.perf_counter() - t0
+        res["load_end"] = _load()
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_results(out, "accuracy_conditions", res, conditions_markdown(res))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             t = time.perf_counter()

@@ -129,7 +129,7 @@ class TestProductIsNotALaboratory:
 
     def test_current_results_only(self):
         results = [p.name for p in (REPO / "bench" / "results").iterdir()]
-        assert len(results) <= 33, sorted(results)
+        assert len(results) <= 30, sorted(results)
         assert not [r for r in results if "_run_" in r], sorted(results)
 
 

@@ -162,6 +162,9 @@ class BackendConfig:
         "gyro bias above which the estimate counts as diverged, rad/s", range=(0.0, 100.0)))
     max_acc_bias: float = field(default=2.0, metadata=param(
         "accelerometer bias above which the estimate counts as diverged, m/s^2", range=(0.0, 100.0)))
+    tracking_min_tracks: int = field(default=10, metadata=param(
+        "a keyframe with fewer tracks is a tracking loss (counted, warned about; the IMU alone carries the "
+        "state)", range=(1, 100000)))
 
     def validate(self) -> "BackendConfig":
         if self.solver not in SOLVERS or self.mono_solver not in SOLVERS:
@@ -187,6 +190,8 @@ class BackendConfig:
         if self.landmark_grid < 0 or self.mono_landmark_grid < 0:
             raise ValueError(f"landmark_grid and mono_landmark_grid must be >= 0, got {self.landmark_grid} and "
                              f"{self.mono_landmark_grid}")
+        if self.tracking_min_tracks < 1:
+            raise ValueError(f"tracking_min_tracks must be >= 1, got {self.tracking_min_tracks}")
         if self.max_landmarks_per_kf < 1 or self.mono_max_landmarks_per_kf < 1:
             raise ValueError("max_landmarks_per_kf and mono_max_landmarks_per_kf must be >= 1")
         if not (self.imu_max_gap_s > 0 and self.imu_max_gyro > 0 and self.imu_max_acc > 0):

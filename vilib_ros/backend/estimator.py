@@ -10,7 +10,10 @@ The estimator orchestrates members that own their state (after OpenVINS's ``VioM
 * :class:`~.landmarks.LandmarkMap`: the landmarks and each keyframe's visual observations;
 * :class:`~.smoother.Smoother`: the state factors and the fixed-lag solver (own Schur-complement smoother
   or gtsam's iSAM2, one interface);
-* :class:`~.trajectory.TrajectoryRecord`: the output, causal and smoothed.
+* :class:`~.trajectory.TrajectoryRecord`: the output, causal and smoothed;
+* :class:`~.health.TrackingHealth` and :class:`~.health.OdometryCovariance`: tracking losses and
+  recoveries, and the covariance the odometry reports (:meth:`VioEstimator.odometry_covariance`: the newest
+  keyframe's marginal propagated by the IMU to each frame, carried across smoother restarts).
 
 No member holds the estimator or another member; each is given what it reads at construction: the
 :class:`~.rig.CameraRig` (fixed), the :class:`~.window.KeyframeWindow` (the keyframe states in the
@@ -29,8 +32,10 @@ estimates.
 Failure handling: any exception from the smoother's update (gtsam's IndeterminantLinearSystemException,
 the own smoother's IndeterminantSystem, other RuntimeErrors) or a diverged state (speed, bias bounds,
 NaN) restarts the smoother from the last good state propagated with the IMU; ``stats['resets']`` counts
-it. Bad IMU samples (NaN, non-monotonic, beyond the sensor's range ``imu_max_gyro`` / ``imu_max_acc``)
-and bad frames are skipped and counted.
+it (warned about, throttled). A keyframe with fewer than ``tracking_min_tracks`` tracks is a tracking loss
+(``tracking_lost``, ``tracking_recovered``, ``tracking_lost_ms``; :meth:`VioEstimator.health` says whether
+it lasts; :mod:`.health`). Bad IMU samples (NaN, non-monotonic, beyond the
+sensor's range ``imu_max_gyro`` / ``imu_max_acc``) and bad frames are skipped and counted.
 
 IMU holes: a hole between two samples longer than ``imu_max_gap_s`` is counted (``imu_gaps``) and never
 integrated across: a frame whose stamp lies beyond the IMU by more than the gap gets no state
@@ -52,6 +57,7 @@ from ..log_throttle import ThrottledWarnings
 from ..types import TrackFrame
 from ._gtsam import has_set_smoother_lag, load as load_gtsam
 from .config import BackendConfig, StateCovariance, VioState
+from .health import OdometryCovariance, TrackingHealth
 from .imu import ImuInput, normalise_imu_noise, propagate_imu
 from .imu import warm_up as imu_warm_up
 from .initialisation import Initialiser
@@ -145,13 +151,14 @@ def warm_up(schur: bool = True) -> None:
 
 class VioEstimator:
     """See the module docstring. Interface: add_imu, add_imu_batch, add_frame, propagate, state_covariance,
-    trajectory, write_tum, landmarks, counters, stats."""
+    odometry_covariance, health, trajectory, write_tum, landmarks, counters, stats."""
 
     #: the estimator's counters (:meth:`counters`); every other ``stats`` entry is a description
     COUNTERS = ("frames", "keyframes", "resets", "imu_samples", "imu_skipped", "frames_skipped",
                 "frames_without_tracks", "outliers_rejected", "landmarks_created", "landmarks_active", "blacklisted",
                 "init_attempts", "imu_late", "imu_out_of_range", "imu_gaps", "imu_gap_resets", "frames_without_imu",
-                "tracking_lost", "landmarks_split", "kf_time", "kf_parallax", "kf_tracks", "zero_velocity_updates")
+                "tracking_lost", "tracking_recovered", "tracking_lost_ms", "landmarks_split", "kf_time", "kf_parallax",
+                "kf_tracks", "zero_velocity_updates")
 
     def __init__(self, config: BackendConfig | None = None, cam0: CameraModel | None = None,
                  cam1: CameraModel | None = None, imu_noise: dict | None = None):
@@ -175,7 +182,8 @@ class VioEstimator:
                       "frames_skipped": 0, "frames_without_tracks": 0, "outliers_rejected": 0,
                       "landmarks_created": 0, "landmarks_active": 0, "blacklisted": 0, "init_kind": "",
                       "init_attempts": 0, "imu_late": 0, "imu_out_of_range": 0, "imu_gaps": 0,
-                      "imu_gap_resets": 0, "frames_without_imu": 0, "tracking_lost": 0, "landmarks_split": 0,
+                      "imu_gap_resets": 0, "frames_without_imu": 0, "tracking_lost": 0, "tracking_recovered": 0,
+                      "tracking_lost_ms": 0, "landmarks_split": 0,
                       "kf_time": 0, "kf_parallax": 0, "kf_tracks": 0, "zero_velocity_updates": 0}
         self.kf_timings: list[dict] = []    # per keyframe: total_s, smoother_s, python_s
         self.imu = ImuInput(cfg, self.stats, self._warn)
@@ -187,6 +195,8 @@ class VioEstimator:
         self.landmark_map = LandmarkMap(cfg, self.settings, self.rig, self.window, self.stats)
         self.smoother = Smoother(cfg, self.settings, self.rig)
         self.trajectory_record = TrajectoryRecord()
+        self.tracking = TrackingHealth(cfg, self.stats, self._warn)
+        self.covariance = OdometryCovariance(cfg.gravity)
         self._initialised = False
         self._last_frame_t: int | None = None
         warm_up(schur=self.settings.solver == "schur")
@@ -292,7 +302,8 @@ class VioEstimator:
         ts = self.window.ts(fr.stamp_ns)
         sm = self.smoother
         batch = sm.keyframe(prev, k, ts, T_pred, v_pred, self.preintegrator.pim)
-        if self.keyframes.is_still(fr, T_pred):     # zero-velocity update at rest
+        still = self.keyframes.is_still(fr, T_pred)
+        if still:                                   # zero-velocity update at rest
             sm.add_rest(batch, prev, (fr.stamp_ns - prev.t_ns) * 1e-9)
             self.stats["zero_velocity_updates"] += 1
         # ---- visual factors
@@ -302,7 +313,7 @@ class VioEstimator:
         if sm.ends_first_seen_landmarks(ts):
             self.landmark_map.end_first_seen_before(fr.stamp_ns - int(window_s * 1e9))
         n_added = self.landmark_map.add_observations(fr, k, T_pred, horizon, sm.solver)
-        self.keyframes.note_tracking(fr.stamp_ns, n_added)
+        self.tracking.keyframe(fr.stamp_ns, len(fr), n_added, still or self.settings.mode == "mono")
         # ---- smoother update
         t_py = time.perf_counter()
         sm.set_lag(ts)
@@ -363,7 +374,8 @@ class VioEstimator:
 
     def _reset(self, reason: str, t_ns: int, T, v, bias6):
         self.stats["resets"] += 1
-        log.warning("backend reset #%d at %d: %s", self.stats["resets"], t_ns, reason)
+        self._warn("reset", "backend reset #%d at %d: %s", self.stats["resets"], t_ns, reason)
+        self.covariance.restart(t_ns, v, self.imu_noise_densities)
         v, bias6 = restart_state(v, bias6, self.config)
         self._start(t_ns, T, v, bias6, rot_sigma=0.01, pos_sigma=0.01, v_sigma=0.2, ba_sigma=0.1, bg_sigma=0.01)
 
@@ -373,9 +385,10 @@ class VioEstimator:
         gap_s = self.imu.buffer.max_gap(self.preintegrator.t_ns, fr.stamp_ns) * 1e-9
         self.stats["imu_gap_resets"] += 1
         self.stats["resets"] += 1
-        log.warning("backend reset #%d at %d: IMU hole of %.3f s before this frame; re-initialising from the "
-                    "IMU and frames after it, continuing from the last keyframe pose (%.2f s old)",
-                    self.stats["resets"], fr.stamp_ns, gap_s, (fr.stamp_ns - kf.t_ns) * 1e-9)
+        self._warn("imu_gap_reset", "backend reset #%d at %d: IMU hole of %.3f s before this frame; "
+                   "re-initialising from the IMU and frames after it, continuing from the last keyframe pose "
+                   "(%.2f s old)", self.stats["resets"], fr.stamp_ns, gap_s, (fr.stamp_ns - kf.t_ns) * 1e-9)
+        self.covariance.restart(fr.stamp_ns, kf.v, self.imu_noise_densities, hidden_s=(fr.stamp_ns - kf.t_ns) * 1e-9)
         self.initialiser.restart(fr, kf.T.copy())
         self._initialised = False
 
@@ -400,6 +413,31 @@ class VioEstimator:
         except Exception:  # noqa: BLE001 - variable marginalised out / indeterminant system
             return None
         return StateCovariance(kf.t_ns, kf.T[:3, :3].copy(), S_pose, S_vel)
+
+    @property
+    def imu_noise_densities(self) -> tuple[float, float]:
+        """(gyroscope rad/s/sqrt(Hz), accelerometer m/s^2/sqrt(Hz)) white-noise densities the current keyframe
+        interval's preintegration uses (the sensor's, scaled: :attr:`imu_noise_scales`)."""
+        n, (g, a) = self.preintegrator.noise, self.preintegrator.noise_scales
+        return n["gyroscope_noise_density"] * g, n["accelerometer_noise_density"] * a
+
+    def odometry_covariance(self, state: VioState | None = None, angular_variance: float = 1e3):
+        """(pose_cov (6, 6), twist_cov (6, 6)) of ``state`` (default: the newest frame's), ROS conventions: the
+        newest keyframe's marginal (taken on the first call after the keyframe) propagated by the IMU to the
+        state (:class:`~.health.OdometryCovariance`). None before initialisation and the first marginal."""
+        if not self._initialised:
+            return None
+        s = state if state is not None else self.trajectory_record.last_state
+        if s is None:
+            return None
+        return self.covariance.of_state(s, self.window.last, self.state_covariance, self.imu_noise_densities,
+                                        self.tracking.lost_since is not None, angular_variance)
+
+    def health(self) -> dict:
+        """:meth:`~.health.TrackingHealth.status` at the newest frame: ``tracking`` ('initialising', 'lost' or
+        'ok') and ``lost_for_s``."""
+        last = self.trajectory_record.last_state
+        return self.tracking.status(None if last is None or not self._initialised else last.stamp_ns)
 
     def counters(self) -> dict:
         """Every counter of the estimator (a copy: ints by name, see :attr:`COUNTERS`) and

@@ -1,5 +1,5 @@
-"""The estimator's keyframe policy (:class:`KeyframePolicy`): which frame becomes a keyframe, whether the
-vehicle is at rest, and the accounting of tracking losses.
+"""The estimator's keyframe policy (:class:`KeyframePolicy`): which frame becomes a keyframe and whether the
+vehicle is at rest.
 
 A frame becomes a keyframe when ``kf_max_interval_s`` has passed, when fewer than ``kf_min_tracks``
 tracks or fewer than ``kf_track_fraction`` of the last keyframe's tracks remain, or when the
@@ -7,12 +7,10 @@ rotation-compensated median parallax reaches ``kf_parallax_px`` (never sooner th
 ``kf_min_interval_s``). At rest (median parallax since the last keyframe below ``still_parallax_px``
 and a static IMU window) the keyframe gets a zero-velocity prior and a no-motion pose factor
 (``zero_velocity_updates``): without them a monocular estimator drifts while a vehicle waits on the
-ground. A keyframe without any visual observation is a tracking loss: counted (``tracking_lost``) and
-said once, and its recovery said; the IMU carries the state meanwhile.
+ground. Without tracks every frame after ``kf_min_interval_s`` is a keyframe, so that the IMU carries the
+state with an update each (tracking losses: :mod:`.health`).
 """
 from __future__ import annotations
-
-import logging
 
 import numba
 import numpy as np
@@ -22,8 +20,6 @@ from .imu import ImuBuffer
 from .initialisation import is_static
 from .rig import CameraRig
 from .window import KeyframeWindow
-
-log = logging.getLogger("vilib_ros.backend.estimator")   # one logger for the estimator's parts
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -67,7 +63,7 @@ def warm_up() -> None:
 
 class KeyframePolicy:
     """See the module docstring. Reads the newest keyframe of ``window`` and the IMU ``imu``; counts
-    its decisions in ``stats`` (``kf_time``, ``kf_tracks``, ``kf_parallax``, ``tracking_lost``)."""
+    its decisions in ``stats`` (``kf_time``, ``kf_tracks``, ``kf_parallax``)."""
 
     def __init__(self, config: BackendConfig, rig: CameraRig, window: KeyframeWindow, imu: ImuBuffer,
                  stats: dict):
@@ -77,7 +73,6 @@ class KeyframePolicy:
         self.imu = imu
         self.stats = stats
         self._parallax_cache = (None, None)     # ((frame stamp, keyframe index), parallax)
-        self._lost_since: int | None = None
 
     def is_keyframe(self, fr, T_pred) -> bool:
         cfg = self.config
@@ -130,15 +125,3 @@ class KeyframePolicy:
             return False
         _, win = self.imu.window(self.window.last.t_ns, fr.stamp_ns)
         return is_static(win, cfg, cfg.gravity, tolerance=1.5)
-
-    def note_tracking(self, t_ns: int, n_visual: int) -> None:
-        """Count and log a tracking loss (a keyframe without visual observations: the state is then
-        propagated by the IMU alone, continuously, without a jump) and its recovery."""
-        if n_visual == 0 and self._lost_since is None:
-            self._lost_since = t_ns
-            self.stats["tracking_lost"] += 1
-            log.warning("tracking lost at %d (#%d): no visual observation on this keyframe, IMU only until tracks "
-                        "return", t_ns, self.stats["tracking_lost"])
-        elif n_visual > 0 and self._lost_since is not None:
-            log.info("tracking recovered at %d after %.2f s", t_ns, (t_ns - self._lost_since) * 1e-9)
-            self._lost_since = None

@@ -36,11 +36,12 @@ Published
 ---------
   odometry (nav_msgs/Odometry): pose of ``base_frame`` in ``odom_frame`` at frame rate,
       ``child_frame_id`` = ``base_frame``, twist in ``base_frame``. pose.covariance: the
-      smoother's marginal of the newest keyframe pose, order (x, y, z, rot x, rot y, rot z),
-      perturbations in ``odom_frame``; twist.covariance: the velocity marginal in ``base_frame``
+      smoother's marginal of the newest keyframe pose propagated by the IMU to the frame (it grows
+      between keyframes and while tracking is lost), order (x, y, z, rot x, rot y, rot z),
+      perturbations in ``odom_frame``; twist.covariance: the velocity's in ``base_frame``
       (linear part; the angular part is not estimated: 1e3 on its diagonal). Zero before
       the first keyframe is optimised (always zero with ``odometry_covariance`` off). See
-      :mod:`vilib_ros.backend.covariance`.
+      :mod:`vilib_ros.backend.covariance` and :mod:`vilib_ros.backend.health`.
   odometry_imu (nav_msgs/Odometry): the same pose propagated with the IMU at IMU rate
   path (nav_msgs/Path): the frame-rate poses so far (at most ``path_max_length``), republished
       every ``path_publish_period_s`` while someone subscribes (a viewer needs no more; the whole
@@ -50,7 +51,8 @@ Published
   /tf_static (tf2_msgs/TFMessage, transient local, with ``publish_tf``): ``base_frame -> cam0``
       (and ``-> cam1`` in stereo) from ``T_BS``, ``base_frame -> imu_frame_id`` (identity: the
       body is the IMU)
-  diagnostics (diagnostic_msgs/DiagnosticArray): rates, per-frame time, keyframes, resets, skip counts
+  diagnostics (diagnostic_msgs/DiagnosticArray): rates, per-frame time, keyframes, resets, skip counts,
+      ``tracking`` (ok | lost | initialising) and how long a loss has lasted: WARN while tracking is lost
   backend_processed (std_msgs/Header, reliable, depth 10): the stamp of each tracks message the
       backend has finished (estimated, or taken while it initialises); a replay paces on it
 
@@ -256,7 +258,6 @@ class BackendNode(BackendInput, Node):
         self._path_dirty = False
         if self.p["path_publish_period_s"] > 0:
             self.create_timer(float(self.p["path_publish_period_s"]), self._publish_path)
-        self.covariance = None          # (kf index, (pose, twist)) of the newest keyframe
         self.traj = TrajectoryLog(self.p["trajectory_path"], self.p["trajectory_flush_s"]) \
             if self.p["trajectory_path"] and self.estimator is not None else None
         self.create_timer(float(self.p["diagnostics_period_s"]), self._publish_diagnostics)
@@ -294,7 +295,6 @@ class BackendNode(BackendInput, Node):
         self.get_logger().warning(f"time reset: tracks stamp jumped from {t_old} to {t_new} (more than "
                                   f"{self.p['time_jump_threshold_s']} s back or forward): estimator restarted")
         self.pending.clear()
-        self.covariance = None
         self.fed_until = None
         if self.estimator is not None:
             t, p, q = self.estimator.trajectory(True)
@@ -318,13 +318,8 @@ class BackendNode(BackendInput, Node):
         self.frame_ms.add((time.monotonic() - t0) * 1e3)
         if state is None or not publish:
             return
-        if getattr(state, "is_keyframe", False) and self.p["odometry_covariance"]:
-            from vilib_ros.backend.covariance import odometry_covariance
-
-            cov = odometry_covariance(self.estimator.state_covariance())
-            if cov is not None:
-                self.covariance = cov
-        odom = self._odometry(state, self.covariance)
+        cov = self.estimator.odometry_covariance(state) if self.p["odometry_covariance"] else None
+        odom = self._odometry(state, cov)
         self.pub_odom.publish(odom)
         self.odom_tx.tick()
         if self.traj is not None:
@@ -381,13 +376,18 @@ class BackendNode(BackendInput, Node):
              "imu_gap_samples": self.imu.gap_samples}
         d.update({f"skipped.{k}": v for k, v in sorted(self.skips.counts.items())})
         d.update({f"estimator.{k}": v for k, v in sorted(self._estimator_stats().items())})
+        health = self.estimator.health() if self.estimator is not None else {"tracking": "none", "lost_for_s": 0.0}
+        d["tracking"], d["tracking_lost_for_s"] = health["tracking"], health["lost_for_s"]
         problems = self.skips.total()
-        level = DiagnosticStatus.WARN if (problems or self.estimator is None) else DiagnosticStatus.OK
+        lost = health["tracking"] == "lost"
+        level = DiagnosticStatus.WARN if (problems or lost or self.estimator is None) else DiagnosticStatus.OK
         level = level[0] if isinstance(level, bytes) else level
+        text = f"{self.mode}: {self.frames_rx.count} frames, {problems} skipped"
+        if lost:
+            text += f", tracking lost for {health['lost_for_s']:.1f} s (IMU only)"
         msg = DiagnosticArray()
         msg.header.stamp = self.get_clock().now().to_msg()
-        msg.status = [diagnostic_status(f"vilib_ros: {self.get_name()}", "backend", level,
-                                        f"{self.mode}: {self.frames_rx.count} frames, {problems} skipped", d)]
+        msg.status = [diagnostic_status(f"vilib_ros: {self.get_name()}", "backend", level, text, d)]
         self.pub_diag.publish(msg)
 
     def summary(self) -> dict:

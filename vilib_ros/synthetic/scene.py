@@ -16,6 +16,12 @@ Rendering (``render``), per visible quad:
   plane-induced homography, from a mip level chosen so that one texel is about one pixel;
 * composition with a z-buffer.
 
+Through a lens (``render_rays``): every output pixel has its own viewing ray (a :class:`RayGrid`,
+the camera model's undistortion of the pixel grid), and the same exact ray/plane intersection gives
+its texture coordinates and depth; the texture is sampled bilinearly at them (``cv2.remap``). No
+pinhole image is rendered and warped: a distorted image is as sharp as the texture where the lens
+compresses the view.
+
 ``raycast`` is an independent per-ray reference (ray/rectangle intersection in the world frame)
 used for exact depth of arbitrary (sub-pixel) points and for ground-truth flow.
 
@@ -278,23 +284,90 @@ class Scene:
             np.copyto(zroi, z, where=mask)
         return img, zbuf
 
+    def render_rays(self, rays: "RayGrid", R_WC: np.ndarray, c_w: np.ndarray):
+        """Render through a lens: pixel ``(u, v)`` sees along the ray ``R_WC [x, y, 1]`` with ``(x, y)``
+        the ``rays`` grid's undistorted normalised coordinates there. Returns (image float32 HxW, camera
+        depth z float32 HxW metres, inf where empty), as :meth:`render` does for a pinhole camera."""
+        height, width = rays.height, rays.width
+        R_CW = R_WC.T
+        t_CW = -R_CW @ c_w
+        img = np.zeros((height, width), np.float32)
+        zbuf = np.full((height, width), np.inf, np.float32)
+        for q in self.quads:
+            if q.normal @ (c_w - q.origin) <= 1e-9:
+                continue  # back face (or edge-on)
+            roi = self._ray_roi(q, R_CW, t_CW, rays)
+            if roi is None:
+                continue
+            x0, y0, x1, y1 = roi
+            xs, ys = rays.x[y0:y1, x0:x1], rays.y[y0:y1, x0:x1]
+            # Plane in the camera frame: n_c . X = d_c; X = z [x y 1] -> 1/z = n_c . [x y 1] / d_c.
+            n_c = R_CW @ q.normal
+            d_c = n_c @ (R_CW @ q.origin + t_CW)
+            g = n_c / d_c
+            co = c_w - q.origin
+            U2, V2 = q.U @ q.U, q.V @ q.V
+            su, tv = (q.U @ R_WC) / U2, (q.V @ R_WC) / V2
+            s0, t0 = (co @ q.U) / U2, (co @ q.V) / V2
+            inv_z = (g[0] * xs + g[1] * ys + g[2]).astype(np.float32)
+            valid = inv_z > (1.0 / 1e4)
+            with np.errstate(divide="ignore"):
+                z = np.where(valid, 1.0 / inv_z, np.inf).astype(np.float32)
+            with np.errstate(invalid="ignore"):
+                s = (su[0] * xs + su[1] * ys + su[2]) * z + s0
+                tt = (tv[0] * xs + tv[1] * ys + tv[2]) * z + t0
+            eps = 2e-4
+            mask = valid & (z > NEAR) & (s >= -eps) & (s <= 1 + eps) & (tt >= -eps) & (tt <= 1 + eps)
+            zroi = zbuf[y0:y1, x0:x1]
+            mask &= z < zroi
+            if not mask.any():
+                continue
+            tex = self._pick_mip_rays(q, rays, n_c, d_c, roi)
+            Ht, Wt = tex.shape
+            # texel (a, b) has its centre at s = (a + .5) / Wt, t = (b + .5) / Ht
+            a = np.where(mask, s * Wt - 0.5, 0.0).astype(np.float32)
+            b = np.where(mask, tt * Ht - 0.5, 0.0).astype(np.float32)
+            sampled = cv2.remap(tex, a, b, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+            np.copyto(img[y0:y1, x0:x1], sampled, where=mask, casting="unsafe")
+            np.copyto(zroi, z, where=mask)
+        return img, zbuf
+
+    @staticmethod
+    def _ray_roi(q: Quad, R_CW, t_CW, rays: "RayGrid"):
+        """Pixel bounding box (x0, y0, x1, y1) that holds every pixel whose ray can meet the quad:
+        the rows and columns whose rays reach the quad's bounding box in normalised coordinates
+        (its projection, clipped at the near plane, is a convex polygon: its corners bound it)."""
+        P = _clip_near(q.corners @ R_CW.T + t_CW)
+        if P is None:
+            return None
+        xn, yn = P[:, 0] / P[:, 2], P[:, 1] / P[:, 2]
+        rows = np.flatnonzero((rays.row_max_y >= yn.min()) & (rays.row_min_y <= yn.max()))
+        cols = np.flatnonzero((rays.col_max_x >= xn.min()) & (rays.col_min_x <= xn.max()))
+        if not rows.size or not cols.size:
+            return None
+        return (max(int(cols[0]) - 1, 0), max(int(rows[0]) - 1, 0), min(int(cols[-1]) + 2, rays.width),
+                min(int(rows[-1]) + 2, rays.height))
+
+    @staticmethod
+    def _pick_mip_rays(q: Quad, rays: "RayGrid", n_c, d_c, roi) -> np.ndarray:
+        """:meth:`_pick_mip` through a lens: the pixel's footprint from the ray grid's local scale."""
+        x0, y0, x1, y1 = roi
+        uc, vc = (x0 + x1) // 2, (y0 + y1) // 2
+        ray = np.array([rays.x[vc, uc], rays.y[vc, uc], 1.0])
+        denom = n_c @ ray
+        if denom <= 1e-9:
+            return q.mips[0]
+        z = d_c / denom
+        m_per_px = z * float(rays.scale[vc, uc]) * np.linalg.norm(ray)
+        texel = np.linalg.norm(q.U) / q.texture.shape[1]
+        level = int(np.floor(np.log2(max(m_per_px / texel, 1.0))))
+        return q.mips[min(level, len(q.mips) - 1)]
+
     @staticmethod
     def _screen_roi(q: Quad, R_CW, t_CW, K, width, height):
-        Xc = q.corners @ R_CW.T + t_CW
-        # Sutherland-Hodgman against z >= NEAR
-        poly = []
-        n = len(Xc)
-        for i in range(n):
-            a, b = Xc[i], Xc[(i + 1) % n]
-            ina, inb = a[2] >= NEAR, b[2] >= NEAR
-            if ina:
-                poly.append(a)
-            if ina != inb:
-                r = (NEAR - a[2]) / (b[2] - a[2])
-                poly.append(a + r * (b - a))
-        if len(poly) < 3:
+        P = _clip_near(q.corners @ R_CW.T + t_CW)
+        if P is None:
             return None
-        P = np.array(poly)
         uv = (P[:, :2] / P[:, 2:3]) * [K[0, 0], K[1, 1]] + [K[0, 2], K[1, 2]]
         x0 = max(int(np.floor(uv[:, 0].min())) - 1, 0)
         y0 = max(int(np.floor(uv[:, 1].min())) - 1, 0)
@@ -323,6 +396,50 @@ class Scene:
         texel = np.linalg.norm(q.U) / q.texture.shape[1]
         level = int(np.floor(np.log2(max(m_per_px / texel, 1.0))))
         return q.mips[min(level, len(q.mips) - 1)]
+
+
+def _clip_near(Xc: np.ndarray) -> np.ndarray | None:
+    """The polygon ``Xc`` (camera frame, (N, 3)) clipped against ``z >= NEAR`` (Sutherland-Hodgman);
+    None where less than a triangle is left."""
+    poly = []
+    n = len(Xc)
+    for i in range(n):
+        a, b = Xc[i], Xc[(i + 1) % n]
+        ina, inb = a[2] >= NEAR, b[2] >= NEAR
+        if ina:
+            poly.append(a)
+        if ina != inb:
+            r = (NEAR - a[2]) / (b[2] - a[2])
+            poly.append(a + r * (b - a))
+    return np.array(poly) if len(poly) >= 3 else None
+
+
+class RayGrid:
+    """The viewing rays of a camera's pixels: ``x``, ``y`` (H, W) float32, the undistorted normalised
+    coordinates of each pixel centre (the ray is ``[x, y, 1]`` in the camera frame), from ``xy``
+    (H, W, 2), e.g. :meth:`vilib_ros.camera.CameraModel.undistort` of the pixel grid. Kept with them:
+    each row's range of ``y`` and each column's range of ``x`` (to bound a quad's pixels) and each
+    pixel's size in normalised units (``scale``, to pick a texture's mip level)."""
+
+    def __init__(self, xy: np.ndarray):
+        xy = np.asarray(xy, np.float64)
+        if xy.ndim != 3 or xy.shape[2] != 2:
+            raise ValueError(f"RayGrid needs (H, W, 2) normalised coordinates, got shape {xy.shape}")
+        self.height, self.width = xy.shape[:2]
+        self.x = np.ascontiguousarray(xy[..., 0], np.float32)
+        self.y = np.ascontiguousarray(xy[..., 1], np.float32)
+        self.row_min_y, self.row_max_y = xy[..., 1].min(1), xy[..., 1].max(1)
+        self.col_min_x, self.col_max_x = xy[..., 0].min(0), xy[..., 0].max(0)
+        dx = np.abs(np.gradient(xy[..., 0], axis=1))
+        dy = np.abs(np.gradient(xy[..., 1], axis=0))
+        self.scale = np.sqrt(dx * dy)
+
+    @classmethod
+    def of_camera(cls, camera) -> "RayGrid":
+        """The rays of ``camera`` (a :class:`vilib_ros.camera.CameraModel`): its undistortion of every pixel."""
+        u, v = np.meshgrid(np.arange(camera.width, dtype=np.float64), np.arange(camera.height, dtype=np.float64))
+        xy = camera.undistort(np.column_stack([u.ravel(), v.ravel()]))
+        return cls(xy.reshape(camera.height, camera.width, 2))
 
 
 def build_room(rng: np.random.Generator, room_size=(8.0, 6.0, 3.0), n_boxes: int = 6,

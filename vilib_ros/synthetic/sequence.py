@@ -12,6 +12,30 @@ random walk ``b_{i+1} = b_i + sigma_rw * sqrt(dt) * N(0, 1)`` (EuRoC's densities
 Everything is deterministic for a given seed (each frame's image noise has its own stream, so
 parallel rendering gives the same files).
 
+Imaging conditions (each off by default; :data:`CONDITIONS` names the accuracy benchmark's sets):
+
+* ``lens='euroc'``: EuRoC's radial-tangential coefficients (cam0's for cam0, cam1's for cam1; the
+  intrinsics stay), the image rendered through the lens: each pixel's ray is the camera model's
+  undistortion of the pixel (:class:`.scene.RayGrid`), not a warp of a pinhole image;
+  ``sensor.yaml`` carries the model and the coefficients;
+* ``exposure_s``: motion blur: the image is the mean of sub-frames rendered at the true poses over
+  ``[t - exposure_s / 2, t + exposure_s / 2]`` (the stamp is the middle of the exposure), as many as
+  keep consecutive sub-frames within ``blur_step_px`` of each other in the image;
+* ``shot_noise_e_per_grey``: photon shot noise (Poisson in electrons, this many per grey level) on
+  the exposed intensity, with ``image_noise_sigma`` as the Gaussian read noise; then rounded and
+  clipped to 8 bits;
+* ``exposure_steps_s``: auto-exposure steps: the global gain changes in steps at random times
+  (exponential intervals of this mean), each by 10 % up to ``exposure_step_max``, kept within [0.6, 1.6];
+* ``vignetting``: radial falloff ``1 - vignetting * (r / r_corner)^2`` (r from the principal point);
+* ``blank_intervals_s``: frames in these (start, end) spans (seconds from the start) are black (a
+  covered lens): no texture, no tracks;
+* ``rate_hz``: the camera rate (20, 10, 20/3 Hz, ...; the IMU keeps ``imu_rate_hz``).
+
+An image is the radiance (rendered through the lens where there is one) averaged over the exposure,
+times the vignetting falloff, times the photometric gain plus the offset of
+:meth:`SyntheticSequence.photometric` (illumination, exposure steps), with shot and then read noise,
+rounded and clipped to 8 bits (:mod:`.imaging`).
+
 Recorded motion (``recorded_groundtruth``, a TUM file of body poses such as EuRoC's
 ``V101_groundtruth_tum.txt``): the trajectory is a spline through the recorded poses
 (:mod:`.recorded`), the frames are rendered at the recorded stamps (every ``rate_hz`` frame
@@ -28,9 +52,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..camera import CameraModel, euroc_cam0
+from ..camera import CameraModel, euroc_cam0, euroc_cam1
 from ..datasets.common import EUROC_CAM_HEADER, EUROC_IMU_HEADER, EUROC_IMU_NOISE, Groundtruth
-from .scene import NEAR, Scene, build_room
+from .imaging import auto_exposure_gains, image_motion_px, sensor_noise, subframe_offsets_ns, vignette_falloff
+from .scene import NEAR, RayGrid, Scene, build_room
 from .trajectory import G_W, Trajectory
 
 log = logging.getLogger(__name__)
@@ -39,6 +64,23 @@ PRESETS = {
     "default": {"speed": 0.5, "angular_rate": 0.5},
     "fast_rotation": {"speed": 0.6, "angular_rate": 3.0},
     "slow": {"speed": 0.2, "angular_rate": 0.2},
+}
+
+LENSES = ("pinhole", "euroc")
+
+#: Lenses, motion blur, sensor noise, auto-exposure steps and vignetting together (the accuracy
+#: benchmark's degraded images, ``vilib-ros generate --condition blur``).
+DEGRADED = {"lens": "euroc", "exposure_s": 0.008, "shot_noise_e_per_grey": 10.0, "image_noise_sigma": 2.0,
+            "exposure_steps_s": 4.0, "vignetting": 0.3}
+
+#: Named imaging conditions: SequenceConfig fields over the defaults.
+CONDITIONS = {
+    "clean": {},
+    "distort": {"lens": "euroc"},
+    "blur": dict(DEGRADED),
+    "blur20": {**DEGRADED, "exposure_s": 0.020},
+    "10hz": {**DEGRADED, "rate_hz": 10.0},
+    "6.7hz": {**DEGRADED, "rate_hz": 20.0 / 3.0},
 }
 
 
@@ -78,6 +120,17 @@ class SequenceConfig:
     recorded_imu: str | None = None           # ASL imu0 folder or data.csv: the real IMU (with recorded motion)
     recorded_start_s: float = 0.0             # where in the recording the sequence starts
     recorded_margin_m: float = 2.0            # room walls at least this far from the trajectory's bounding box
+    lens: str = "pinhole"              # 'pinhole' | 'euroc': EuRoC's radial-tangential coefficients, rendered
+                                       # through the lens
+    exposure_s: float = 0.0            # exposure time: motion blur over it, centred on the stamp (0 = none)
+    blur_step_px: float = 0.5          # a blurred frame's sub-frames lie at most this far apart in the image
+    shot_noise_e_per_grey: float = 0.0  # photon shot noise, electrons per grey level (0 = none); the read
+                                       # noise is image_noise_sigma
+    exposure_steps_s: float = 0.0      # auto-exposure: a global gain step every this many seconds on average
+                                       # (0 = none)
+    exposure_step_max: float = 0.3     # largest relative gain change of one step
+    vignetting: float = 0.0            # brightness lost at the image corners (radial, quadratic in r)
+    blank_intervals_s: tuple = ()      # (start, end) spans, seconds from the start: black frames there
 
     def __post_init__(self):
         if self.preset not in PRESETS:
@@ -88,6 +141,11 @@ class SequenceConfig:
         if self.angular_rate is None:
             self.angular_rate = p["angular_rate"]
         self.room_size = tuple(float(v) for v in self.room_size)
+        try:
+            self.blank_intervals_s = tuple((float(a), float(b)) for a, b in self.blank_intervals_s)
+        except (TypeError, ValueError):
+            raise ValueError(f"blank_intervals_s must be (start, end) pairs of seconds, got "
+                             f"{self.blank_intervals_s!r}") from None
         self.validate()
 
     def validate(self) -> None:
@@ -107,7 +165,8 @@ class SequenceConfig:
         if self.imu_rate_hz < self.rate_hz:
             raise ValueError("imu_rate_hz must be >= rate_hz")
         if abs(1e9 / self.rate_hz - round(1e9 / self.rate_hz)) > 1e-6 or abs(1e9 / self.imu_rate_hz - round(1e9 / self.imu_rate_hz)) > 1e-6:
-            raise ValueError("rate_hz and imu_rate_hz must give whole-nanosecond periods")
+            raise ValueError(f"rate_hz and imu_rate_hz must give whole-nanosecond periods, got {self.rate_hz!r} "
+                             f"and {self.imu_rate_hz!r} (6.7 Hz is 20/3: a 150 ms period)")
         if self.textures not in ("skimage", "procedural"):
             raise ValueError(f"textures must be 'skimage' or 'procedural', got {self.textures!r}")
         L, W, H = self.room_size
@@ -119,6 +178,39 @@ class SequenceConfig:
             raise ValueError("recorded_imu needs recorded_groundtruth (the IMU belongs to a recorded motion)")
         if self.recorded_start_s < 0 or self.recorded_margin_m < 0.5:
             raise ValueError("recorded_start_s must be >= 0 and recorded_margin_m >= 0.5")
+        if self.lens not in LENSES:
+            raise ValueError(f"lens must be one of {LENSES}, got {self.lens!r}")
+        for n in ("exposure_s", "shot_noise_e_per_grey", "exposure_steps_s", "exposure_step_max"):
+            if not getattr(self, n) >= 0:
+                raise ValueError(f"{n} must be >= 0, got {getattr(self, n)!r}")
+        if self.exposure_s >= 1.0 / self.rate_hz:
+            raise ValueError(f"exposure_s ({self.exposure_s}) must be shorter than the frame period "
+                             f"({1.0 / self.rate_hz:.4g} s)")
+        if not self.blur_step_px > 0:
+            raise ValueError(f"blur_step_px must be > 0, got {self.blur_step_px!r}")
+        if not 0 <= self.vignetting < 1:
+            raise ValueError(f"vignetting must be in [0, 1), got {self.vignetting!r}")
+        if any(not (np.isfinite(a) and np.isfinite(b) and a < b) for a, b in self.blank_intervals_s):
+            raise ValueError(f"blank_intervals_s must be (start, end) pairs with start < end, got "
+                             f"{self.blank_intervals_s!r}")
+
+
+def _cameras(cfg: SequenceConfig) -> list[CameraModel]:
+    """EuRoC cam0's intrinsics (scaled to the image size) and ``T_BS``; cam1 ``baseline`` along cam0's x
+    axis, same orientation; the lens: none, or EuRoC's radial-tangential coefficients per camera."""
+    base = euroc_cam0()
+    sx, sy = cfg.width / base.width, cfg.height / base.height
+    lens = [("none", np.zeros(4))] * 2
+    if cfg.lens == "euroc":
+        lens = [("radial-tangential", euroc_cam0().distortion), ("radial-tangential", euroc_cam1().distortion)]
+    cams = [CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx, base.cy * sy,
+                        lens[0][0], lens[0][1].copy(), base.T_BS.copy())]
+    if cfg.stereo:
+        T_01 = np.eye(4)
+        T_01[0, 3] = cfg.baseline
+        cams.append(CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx,
+                                base.cy * sy, lens[1][0], lens[1][1].copy(), base.T_BS @ T_01))
+    return cams
 
 
 class SyntheticSequence:
@@ -129,7 +221,11 @@ class SyntheticSequence:
         self.start_ns = cfg.start_ns
         self._recorded_imu = None
         if cfg.recorded_groundtruth is not None:
-            self._init_recorded(cfg)
+            from .recorded import recorded_motion
+
+            rec = recorded_motion(cfg, self.frame_period_ns)
+            self.start_ns, self.frame_stamps_ns, self.trajectory = rec.start_ns, rec.frame_stamps_ns, rec.trajectory
+            self.room_size, self.scene, self._recorded_imu = rec.room_size, rec.scene, rec.imu
         else:
             L, W, H = self.room_size = cfg.room_size
             self.scene: Scene = build_room(np.random.default_rng([cfg.seed, 1]), cfg.room_size, cfg.n_boxes,
@@ -142,58 +238,11 @@ class SyntheticSequence:
                                          yaw0=float(np.random.default_rng([cfg.seed, 5]).uniform(-np.pi, np.pi)))
             n = int(np.floor(cfg.duration_s * cfg.rate_hz + 1e-9)) + 1
             self.frame_stamps_ns = cfg.start_ns + self.frame_period_ns * np.arange(n, dtype=np.int64)
-        base = euroc_cam0()
-        sx, sy = cfg.width / base.width, cfg.height / base.height
-        self._cams = [CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx, base.cy * sy,
-                                  "none", np.zeros(4), base.T_BS.copy())]
-        if cfg.stereo:
-            T_01 = np.eye(4)
-            T_01[0, 3] = cfg.baseline
-            self._cams.append(CameraModel(cfg.width, cfg.height, base.fx * sx, base.fy * sy, base.cx * sx,
-                                          base.cy * sy, "none", np.zeros(4), base.T_BS @ T_01))
+        self._cams = _cameras(cfg)
         self._imu = None
-
-    def _init_recorded(self, cfg: SequenceConfig) -> None:
-        """Recorded motion: trajectory spline, frame stamps, a room around the trajectory, real IMU."""
-        from ..datasets import read_tum
-        from .recorded import RecordedTrajectory, read_recorded_imu
-
-        gt = read_tum(cfg.recorded_groundtruth)
-        if len(gt) < 4:
-            raise ValueError(f"{cfg.recorded_groundtruth}: fewer than 4 poses")
-        t0 = int(gt.t_ns[0]) + int(round(cfg.recorded_start_s * 1e9))
-        t1 = t0 + int(round(cfg.duration_s * 1e9))
-        sel = np.flatnonzero((gt.t_ns >= t0) & (gt.t_ns <= t1))
-        if len(sel) < 4:
-            raise ValueError(f"{cfg.recorded_groundtruth}: no poses in [{cfg.recorded_start_s}, "
-                             f"{cfg.recorded_start_s + cfg.duration_s}] s of the recording")
-        period = float(np.median(np.diff(gt.t_ns[sel])))
-        step = max(1, int(round(self.frame_period_ns / period)))
-        self.start_ns = int(gt.t_ns[sel[0]])
-        self.frame_stamps_ns = gt.t_ns[sel[::step]].astype(np.int64)
-        # spline over the selection plus a few poses either side (no end effects inside it)
-        lo, hi = max(0, sel[0] - 5), min(len(gt), sel[-1] + 6)
-        p = gt.p[lo:hi]
-        centre = 0.5 * (p[sel - lo].min(0) + p[sel - lo].max(0))
-        offset = np.array([-centre[0], -centre[1], 0.0])
-        self.trajectory = RecordedTrajectory(self._t(gt.t_ns[lo:hi]), p, gt.q_xyzw[lo:hi], offset)
-        bb_lo, bb_hi = p[sel - lo].min(0) + offset, p[sel - lo].max(0) + offset
-        half = np.maximum(np.abs(bb_lo[:2]), np.abs(bb_hi[:2]))
-        m = cfg.recorded_margin_m
-        L, W = 2 * (half[0] + m), 2 * (half[1] + m)
-        H = max(cfg.room_size[2], float(bb_hi[2]) + 1.2)
-        if bb_lo[2] < 0.3:
-            raise ValueError(f"{cfg.recorded_groundtruth}: the trajectory goes below 0.3 m (floor at z = 0)")
-        self.room_size = (float(L), float(W), float(H))
-        self.scene = build_room(np.random.default_rng([cfg.seed, 1]), self.room_size, cfg.n_boxes,
-                                use_skimage=cfg.textures == "skimage",
-                                keep_out=(float(half[0]) + 0.7, float(half[1]) + 0.7))
-        if cfg.recorded_imu is not None:
-            it, d = read_recorded_imu(cfg.recorded_imu)
-            keep = (it >= self.frame_stamps_ns[0] - int(1e9)) & (it <= self.frame_stamps_ns[-1])
-            if keep.sum() < 10:
-                raise ValueError(f"{cfg.recorded_imu}: no IMU samples during the recorded sequence")
-            self._recorded_imu = (it[keep], d[keep])
+        self._ray_grids: dict = {}          # camera -> RayGrid (lens 'euroc')
+        self._vignettes: dict = {}          # camera -> falloff image (vignetting)
+        self._exposure_gains = None         # per frame (exposure_steps_s)
 
     # ------------------------------------------------------------------ geometry
     @property
@@ -224,35 +273,130 @@ class SyntheticSequence:
         return self.pose_wb(int(self.frame_stamps_ns[k])) @ self._cams[cam].T_BS
 
     def photometric(self, k: int) -> tuple[float, float]:
-        """(gain, offset) applied to frame k: ``I = gain * I_scene + offset`` (before noise)."""
+        """(gain, offset) applied to frame k: ``I = gain * I_scene + offset`` (before noise): the
+        illumination's and the auto-exposure steps' (:meth:`exposure_gain`)."""
         c = self.config
+        step = self.exposure_gain(k) if c.exposure_steps_s > 0 else 1.0
         if not c.illumination:
-            return 1.0, 0.0
+            return step, 0.0
         t = float(self._t(self.frame_stamps_ns[k]))
         ph = 2 * np.pi * t / c.illumination_period_s
-        return 1.0 + c.gain_amplitude * np.sin(ph), c.offset_amplitude * np.sin(ph + 1.3)
+        return (1.0 + c.gain_amplitude * np.sin(ph)) * step, c.offset_amplitude * np.sin(ph + 1.3)
+
+    def exposure_gain(self, k: int) -> float:
+        """The auto-exposure gain of frame k (1 without ``exposure_steps_s``;
+        :func:`.imaging.auto_exposure_gains`)."""
+        c = self.config
+        if c.exposure_steps_s <= 0:
+            return 1.0
+        if self._exposure_gains is None:
+            self._exposure_gains = auto_exposure_gains(self._t(self.frame_stamps_ns), c.exposure_steps_s,
+                                                       c.exposure_step_max, np.random.default_rng([c.seed, 6]))
+        return float(self._exposure_gains[k])
+
+    def is_blank(self, k: int) -> bool:
+        """Whether frame k lies in one of ``blank_intervals_s`` (a black frame)."""
+        spans = self.config.blank_intervals_s
+        if not spans:
+            return False
+        t = float(self._t(self.frame_stamps_ns[k]))
+        return any(a <= t < b for a, b in spans)
 
     # ------------------------------------------------------------------ images
     def render(self, k: int, cam: int = 0, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Frame ``k`` of camera ``cam``: (uint8 HxW image, float32 HxW camera depth z in metres)."""
+        """Frame ``k`` of camera ``cam``: (uint8 HxW image, float32 HxW camera depth z in metres at the
+        stamp; 0 where no surface is seen, everywhere in a blank frame)."""
         if not 0 <= k < self.num_frames:
             raise IndexError(f"frame {k} out of range ({self.num_frames} frames)")
+        cfg = self.config
         c = self._cams[cam] if 0 <= cam < len(self._cams) else self.camera(cam)
-        T = self.pose_wc(k, cam)
-        img, depth = self.scene.render(c.K, T[:3, :3], T[:3, 3], c.width, c.height)
-        depth[~np.isfinite(depth)] = 0.0
+        if self.is_blank(k):
+            img = np.zeros((c.height, c.width), np.float32)
+            depth = np.zeros((c.height, c.width), np.float32)
+        else:
+            T = self.pose_wc(k, cam)
+            img, depth = self._view(T, cam)
+            if cfg.exposure_s > 0:
+                img = self._exposure(k, cam, img, depth)
+            depth[~np.isfinite(depth)] = 0.0
+            if cfg.vignetting > 0:
+                img = img * self.vignette(cam)
         gain, offset = self.photometric(k)
         if gain != 1.0 or offset != 0.0:
             img = img * np.float32(gain) + np.float32(offset)
-        if noise and self.config.image_noise_sigma > 0:
-            rng = np.random.default_rng([self.config.seed, 4, k, cam])
-            img = img + rng.standard_normal(img.shape, dtype=np.float32) * np.float32(self.config.image_noise_sigma)
+        if noise and (cfg.image_noise_sigma > 0 or cfg.shot_noise_e_per_grey > 0):
+            img = sensor_noise(img, np.random.default_rng([cfg.seed, 4, k, cam]), cfg.shot_noise_e_per_grey,
+                               cfg.image_noise_sigma)
         return np.clip(np.rint(img), 0, 255).astype(np.uint8), depth
+
+    def _view(self, T_wc: np.ndarray, cam: int) -> tuple[np.ndarray, np.ndarray]:
+        """Radiance (float32) and depth (inf where empty) of camera ``cam`` at the pose ``T_wc``: a
+        pinhole render, or through the lens (each pixel's own ray)."""
+        c = self._cams[cam]
+        if c.distortion_model == "none":
+            return self.scene.render(c.K, T_wc[:3, :3], T_wc[:3, 3], c.width, c.height)
+        return self.scene.render_rays(self.ray_grid(cam), T_wc[:3, :3], T_wc[:3, 3])
+
+    def ray_grid(self, cam: int = 0) -> RayGrid:
+        """Camera ``cam``'s per-pixel rays (the camera model's undistortion of every pixel; built once)."""
+        if cam not in self._ray_grids:
+            self._ray_grids[cam] = RayGrid.of_camera(self._cams[cam])
+        return self._ray_grids[cam]
+
+    def vignette(self, cam: int = 0) -> np.ndarray:
+        """Camera ``cam``'s vignetting falloff (float32 HxW, :func:`.imaging.vignette_falloff`; built once)."""
+        if cam not in self._vignettes:
+            self._vignettes[cam] = vignette_falloff(self._cams[cam], self.config.vignetting)
+        return self._vignettes[cam]
+
+    def exposure_offsets_ns(self, k: int, cam: int = 0, depth: np.ndarray | None = None) -> np.ndarray:
+        """Sub-frame times of frame k relative to its stamp (ns, :func:`.imaging.subframe_offsets_ns`) for the
+        largest image motion over the exposure of a 9 x 9 grid of the frame's visible points (their depth
+        from ``depth``, the frame's, else ray cast)."""
+        cfg = self.config
+        e = cfg.exposure_s
+        if e <= 0:
+            return np.zeros(1, np.int64)
+        c = self._cams[cam]
+        t = int(self.frame_stamps_ns[k])
+        T0 = self.pose_wc(k, cam)
+        gu, gv = np.meshgrid(np.linspace(8, c.width - 9, 9), np.linspace(8, c.height - 9, 9))
+        uv = np.column_stack([gu.ravel(), gv.ravel()])
+        if depth is None:
+            lam = self.depth_at(k, uv, cam)
+        else:
+            lam = depth[np.rint(uv[:, 1]).astype(int), np.rint(uv[:, 0]).astype(int)].astype(np.float64)
+        ok = np.isfinite(lam) & (lam > NEAR)
+        motion = 0.0
+        if ok.any():
+            X = T0[:3, 3] + lam[ok, None] * self._rays(T0, cam, uv[ok])
+            start, end = (self.pose_wb(t + int(round(dt * 1e9))) @ c.T_BS for dt in (-e / 2, e / 2))
+            motion = image_motion_px(c, X, start, end)
+        return subframe_offsets_ns(motion, e, cfg.blur_step_px)
+
+    def _exposure(self, k: int, cam: int, centre: np.ndarray, depth: np.ndarray) -> np.ndarray:
+        """Motion blur: the mean radiance of the sub-frames (:meth:`exposure_offsets_ns`) at the true
+        poses; ``centre`` is the render at the stamp (the middle sub-frame)."""
+        offsets = self.exposure_offsets_ns(k, cam, depth)
+        if len(offsets) == 1:
+            return centre
+        t = int(self.frame_stamps_ns[k])
+        T_BS = self._cams[cam].T_BS
+        acc = centre.astype(np.float32).copy()
+        for o in offsets:
+            if o == 0:
+                continue
+            img, _ = self._view(self.pose_wb(t + int(o)) @ T_BS, cam)
+            acc += img
+        return acc / np.float32(len(offsets))
 
     def _rays(self, T_wc: np.ndarray, cam: int, uv: np.ndarray) -> np.ndarray:
         c = self._cams[cam]
         uv = np.asarray(uv, float).reshape(-1, 2)
-        xy1 = np.column_stack([(uv[:, 0] - c.cx) / c.fx, (uv[:, 1] - c.cy) / c.fy, np.ones(len(uv))])
+        if c.distortion_model != "none":
+            xy1 = np.column_stack([c.undistort(uv), np.ones(len(uv))])
+        else:
+            xy1 = np.column_stack([(uv[:, 0] - c.cx) / c.fx, (uv[:, 1] - c.cy) / c.fy, np.ones(len(uv))])
         return xy1 @ T_wc[:3, :3].T
 
     def depth_at(self, k: int, uv: np.ndarray, cam: int = 0) -> np.ndarray:
@@ -278,7 +422,10 @@ class SyntheticSequence:
         z = Xc[:, 2]
         front = hit & (z > NEAR)
         zs = np.where(front, z, 1.0)
-        uv1 = np.column_stack([c1.fx * Xc[:, 0] / zs + c1.cx, c1.fy * Xc[:, 1] / zs + c1.cy])
+        if c1.distortion_model != "none":
+            uv1 = c1.project(np.column_stack([Xc[:, :2], zs]))
+        else:
+            uv1 = np.column_stack([c1.fx * Xc[:, 0] / zs + c1.cx, c1.fy * Xc[:, 1] / zs + c1.cy])
         uv1[~front] = np.nan
         inside = front & (uv1[:, 0] >= 0) & (uv1[:, 0] <= c1.width - 1) & (uv1[:, 1] >= 0) & (uv1[:, 1] <= c1.height - 1)
         visible = inside.copy()
@@ -408,8 +555,8 @@ def generate_sequence(out_dir: str | Path, config: SequenceConfig | None = None,
     """Render ``config`` into ``out_dir`` in the EuRoC ASL layout; returns ``out_dir``.
 
     Writes ``mav0/cam{c}/data/<ts>.png``, ``data.csv``, ``sensor.yaml`` (intrinsics, ``T_BS``,
-    radial-tangential with zero coefficients), ``mav0/imu0/data.csv`` + ``sensor.yaml`` (noise
-    densities), ``mav0/state_groundtruth_estimate0/data.csv`` (EuRoC columns, at IMU rate, with
+    radial-tangential: zero coefficients, or EuRoC's with ``lens='euroc'``), ``mav0/imu0/data.csv`` +
+    ``sensor.yaml`` (noise densities), ``mav0/state_groundtruth_estimate0/data.csv`` (EuRoC columns, at IMU rate, with
     the true biases), ``mav0/body.yaml``, ``synthetic.yaml`` (the config); with ``depth=True``
     also ``mav0/cam{c}/depth/<ts>.png`` (uint16 millimetres, 0 = no surface); with
     ``bag='ros1'|'ros2'`` also ``<out_dir>/<name>.bag`` or ``<out_dir>/<name>_ros2/``.
@@ -436,7 +583,8 @@ def generate_sequence(out_dir: str | Path, config: SequenceConfig | None = None,
             (mav / f"cam{c}" / "depth").mkdir(parents=True)
         d = seq.camera(c).to_euroc_dict()
         d["rate_hz"] = float(config.rate_hz)
-        d["comment"] = f"vilib_ros synthetic cam{c} (pinhole, no distortion)"
+        d["comment"] = (f"vilib_ros synthetic cam{c} (pinhole, no distortion)" if config.lens == "pinhole" else
+                        f"vilib_ros synthetic cam{c} (EuRoC cam{c}'s radial-tangential lens, rendered through it)")
         (mav / f"cam{c}" / "sensor.yaml").write_text(_yaml_dump(d))
         lines = [EUROC_CAM_HEADER] + [f"{int(t)},{int(t)}.png" for t in seq.frame_stamps_ns]
         (mav / f"cam{c}" / "data.csv").write_text("\n".join(lines) + "\n")
@@ -460,6 +608,7 @@ def generate_sequence(out_dir: str | Path, config: SequenceConfig | None = None,
     (mav / "body.yaml").write_text(_yaml_dump({"comment": "vilib_ros synthetic body (= IMU frame)"}))
     cfg = asdict(config)
     cfg["room_size"] = list(cfg["room_size"])
+    cfg["blank_intervals_s"] = [list(v) for v in cfg["blank_intervals_s"]]
     (out / "synthetic.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
     n = seq.num_frames

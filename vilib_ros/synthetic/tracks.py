@@ -295,7 +295,8 @@ def synthetic_track_frames(seq, pixel_sigma: float = 1.0, drop_prob: float = 0.0
                            outlier_fraction: float = 0.01, density: float = 12.0, seed: int = 0):
     """Ground-truth projections of the synthetic scene's points (:func:`scene_points`) for every
     frame of ``seq`` with pixel noise, dropouts and outliers; points hidden behind other
-    surfaces (ray cast against the scene) are not observed. Returns a list of TrackFrames."""
+    surfaces (ray cast against the scene) are not observed, nor any in a blank frame
+    (``blank_intervals_s``). Returns a list of TrackFrames."""
     pts = scene_points(seq, density, seed)
     cam0 = seq.camera(0)
     cam1 = seq.camera(1) if seq.num_cameras > 1 else None
@@ -303,6 +304,8 @@ def synthetic_track_frames(seq, pixel_sigma: float = 1.0, drop_prob: float = 0.0
     def occlusion(k, uv, z):
         ok = np.isfinite(uv[:, 0])
         vis = np.zeros(len(uv), bool)
+        if seq.is_blank(k):
+            return vis
         idx = np.flatnonzero(ok)
         if len(idx):
             c = seq.pose_wc(k, 0)[:3, 3]
