@@ -41,7 +41,6 @@ camera rates; the sequences' first ``--duration`` seconds, default 50) and write
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import logging
 import os
 import subprocess
@@ -53,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.results import write_results
-from bench.sequences import (backend_row, euroc_dir, evaluate_tum, exact_tracks, fmt, gt_tum_of, our_tracks,
+from bench.sequences import (backend_row, cuvslam_rows, euroc_dir, exact_tracks, fmt, gt_tum_of, our_tracks,
                              rendered, run_backend, sequence_config, track_errors)
 
 log = logging.getLogger(__name__)
@@ -106,46 +105,6 @@ def peer_python(arg: str | None) -> tuple[str | None, str]:
         return sys.executable, ""
     return None, ("dim_odom (cuVSLAM) not installed: pip install '.[peers]' into a separate environment "
                   "and pass --peer-python (or set VILIB_ROS_PEERS_PYTHON)")
-
-
-def cuvslam_rows(py, reason, ds_path: Path, gt_tum: Path, tmp: Path, gpu: bool) -> list[dict]:
-    rows = []
-    for imu in (False, True):
-        label = "cuVSLAM " + ("GPU" if gpu else "CPU tracker")
-        inp = "stereo + IMU" if imu else "stereo"
-        row = {"system": label, "input": inp, "mode": "stereo"}
-        if py is None:
-            row["skipped"] = reason
-            rows.append(row)
-            continue
-        out = tmp / f"cuvslam_{int(imu)}.txt"
-        cmd = [py, str(Path(__file__).with_name("cuvslam_peer.py")), str(ds_path), str(out)]
-        cmd += (["--imu"] if imu else []) + (["--gpu"] if gpu else [])
-        t = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        row["wall_s"] = time.perf_counter() - t
-        try:
-            info = json.loads(r.stdout.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            info = {}
-        if r.returncode or not out.is_file():
-            import re
-
-            err = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in r.stderr.splitlines()
-                   if "ERROR" in ln or "Error" in ln or "error" in ln]
-            row["skipped"] = (f"cuVSLAM gave no pose (exit {r.returncode}): "
-                              + (err[-1].strip()[-240:] if err else r.stderr.strip()[-240:]))
-            rows.append(row)
-            continue
-        row["ms_per_frame"] = info.get("ms_per_frame")
-        row["poses"] = info.get("poses")
-        ev = evaluate_tum(out, gt_tum)
-        row["ate_causal_m"] = ev.get("ate_m")
-        row["rpe_causal_m_per_m"] = ev.get("rpe_m_per_m")
-        if "error" in ev:
-            row["skipped"] = ev["error"]
-        rows.append(row)
-    return rows
 
 
 def run_sequence(name: str, args, cache: Path, tmp: Path, peer) -> dict:

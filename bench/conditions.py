@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.sequences import (backend_row, fmt, gt_tum_of, our_tracks, rendered, run_backend, sequence_config,
-                             track_errors)
+from bench.sequences import (backend_row, cuvslam_rows, fmt, gt_tum_of, our_tracks, rendered, run_backend,
+                             sequence_config, track_errors)
 
 SEQUENCES = ("v101", "synthetic60")
 
@@ -77,7 +77,6 @@ def _ours(ds, seq, device: str, cache: Path, tmp: Path, gt_tum: Path) -> dict:
 
 def run_conditions(args, cache: Path, tmp: Path, peer, cuda: bool) -> dict:
     """Every sequence of ``args.sequences`` (v101, synthetic60) under every condition of ``args.conditions``."""
-    from bench.accuracy import cuvslam_rows
     from vilib_ros.datasets import open_dataset
     from vilib_ros.synthetic import SyntheticSequence
 

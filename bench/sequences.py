@@ -7,9 +7,11 @@ Sequences: ``v101`` (the real EuRoC V1_01 trajectory and IMU rendered in stereo)
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import pickle
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -227,3 +229,43 @@ def gt_tum_of(ds, tmp: Path) -> Path:
 
 def fmt(v, fmt="{:.4f}"):
     return "-" if v is None else fmt.format(v)
+
+
+def cuvslam_rows(py, reason, ds_path: Path, gt_tum: Path, tmp: Path, gpu: bool) -> list[dict]:
+    rows = []
+    for imu in (False, True):
+        label = "cuVSLAM " + ("GPU" if gpu else "CPU tracker")
+        inp = "stereo + IMU" if imu else "stereo"
+        row = {"system": label, "input": inp, "mode": "stereo"}
+        if py is None:
+            row["skipped"] = reason
+            rows.append(row)
+            continue
+        out = tmp / f"cuvslam_{int(imu)}.txt"
+        cmd = [py, str(Path(__file__).with_name("cuvslam_peer.py")), str(ds_path), str(out)]
+        cmd += (["--imu"] if imu else []) + (["--gpu"] if gpu else [])
+        t = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        row["wall_s"] = time.perf_counter() - t
+        try:
+            info = json.loads(r.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            info = {}
+        if r.returncode or not out.is_file():
+            import re
+
+            err = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in r.stderr.splitlines()
+                   if "ERROR" in ln or "Error" in ln or "error" in ln]
+            row["skipped"] = (f"cuVSLAM gave no pose (exit {r.returncode}): "
+                              + (err[-1].strip()[-240:] if err else r.stderr.strip()[-240:]))
+            rows.append(row)
+            continue
+        row["ms_per_frame"] = info.get("ms_per_frame")
+        row["poses"] = info.get("poses")
+        ev = evaluate_tum(out, gt_tum)
+        row["ate_causal_m"] = ev.get("ate_m")
+        row["rpe_causal_m_per_m"] = ev.get("rpe_m_per_m")
+        if "error" in ev:
+            row["skipped"] = ev["error"]
+        rows.append(row)
+    return rows
