@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -146,8 +145,8 @@ def parameter_table() -> list[ParamSpec]:
         ParamSpec("ack_timeout_s", 10.0, "at the end, wait this long for every subscriber to acknowledge "
                   "everything published", range=(0.0, 3600.0), read_only=True),
         ParamSpec("progress", True, "show a tqdm progress bar on stderr", read_only=True),
-        ParamSpec("decode_workers", 0, "threads decoding the images of an ASL folder (0 = the CPU count, at least 4 "
-                  "and at most 8)", range=(0, 64), read_only=True),
+        ParamSpec("decode_workers", 0, "decoders of the images of an ASL folder: processes writing into shared "
+                  "memory (0 = half the CPU count, at least 2 and at most 8)", range=(0, 64), read_only=True),
         ParamSpec("prefetch", 16, "images read and decoded ahead in a worker thread", range=(1, 256),
                   read_only=True),
         ParamSpec("stats_path", "", "write what was sent and skipped as JSON here at the end", read_only=True),
@@ -167,15 +166,17 @@ class PlayerNode(Node):
         if not self.p["dataset"]:
             raise ValueError("player_node: parameter 'dataset' is required (ASL folder, .bag or ROS 2 bag)")
         from vilib_ros.datasets import Topics, open_dataset
+        from vilib_ros.datasets.decoders import default_workers
         from vilib_ros.datasets.replay import Prefetcher
 
         path = self.p["dataset"]
         names = {"image": "image_topic", "image_right": "image_right_topic", "imu": "imu_topic"}
         topics = Topics(**{k: self.p[v] or None for k, v in names.items()},
                         origin={k: f"parameter {v}" for k, v in names.items() if self.p[v]})
-        workers = int(self.p["decode_workers"]) or min(8, max(4, os.cpu_count() or 1))
+        workers = int(self.p["decode_workers"]) or default_workers()
         self.feed = Prefetcher(lambda: open_dataset(path, topics), depth=self.p["prefetch"], workers=workers)
-        if workers > 1:
+        dec = self.feed.decoders
+        if dec.kind == "threads" and dec.workers > 1:
             from vilib_ros.datasets.replay import hand_gil_to_decoders
 
             hand_gil_to_decoders()      # decoded images do not wait 5 ms for the publishing thread's GIL
@@ -204,7 +205,7 @@ class PlayerNode(Node):
                       "backend_backpressure_timeouts": 0, "skipped": {},
                       "dataset_stats": dict(getattr(self.ds, "stats", {})),
                       "dataset_warnings": list(getattr(self.ds, "warnings", []))}
-        self.get_logger().info(f"opened {self.ds!r}")
+        self.get_logger().info(f"opened {self.ds!r}; images decoded by {dec.describe()}")
         if getattr(self.ds, "topics", None):
             t = self.ds.topics
             self.get_logger().info("replaying " + ", ".join(f"{a} as {b}" for a, b in (
