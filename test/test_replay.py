@@ -148,6 +148,7 @@ class TestPrefetcher:
         ds = open_dataset(asl)
         want = list(replay_events(ds, cameras=2)[1])
         feed = Prefetcher(lambda: open_dataset(asl), depth=3)
+        assert feed.decoders.kind == "processes"        # an ASL folder: decoded outside this process
         feed.start(replay_events(feed.ds, cameras=2)[1])
         got = list(feed)
         feed.close()
@@ -178,6 +179,20 @@ class TestPrefetcher:
         for a, b in zip(*got):
             if a[0] == "image":
                 np.testing.assert_array_equal(a[4], b[4])
+
+    def test_a_bag_is_read_in_the_worker_thread(self, asl, tmp_path):
+        """A bag's reader (one file or sqlite3 cursor) is used by the thread that opened it only:
+        the images are read there, not on decoder threads, and arrive as from the ASL folder."""
+        bag = _sources(asl, tmp_path)["ros2"]
+        feed = Prefetcher(lambda: open_dataset(bag), depth=3, workers=4)
+        assert (feed.decoders.kind, feed.decoders.workers) == ("threads", 0)
+        feed.start(replay_events(feed.ds, cameras=2)[1])
+        got = [g for g in feed if g[0] == "image"]
+        feed.close()
+        assert len(got) == 12
+        files = {c: sorted((asl / "mav0" / f"cam{c}" / "data").glob("*.png")) for c in (0, 1)}
+        for g in got:
+            np.testing.assert_array_equal(g[4], cv2.imread(str(files[g[1]][g[3]]), cv2.IMREAD_GRAYSCALE))
 
     def test_bad_frames_are_skip_events(self, tmp_path):
         root = make_asl(tmp_path / "seq", _frames(5), t0=T0)
