@@ -11,8 +11,10 @@ The researcher's batch path (many EuRoC sequences, no DDS): per dataset, in one 
   OpenBLAS thread, jemalloc where installed: :mod:`vilib_ros.allocator`) fed through a bounded
   queue in batches of frames, and ending as soon as its result is handed over, so frontend and
   backend overlap on two cores and whole-VIO throughput is set by the slower of the two, not
-  their sum. The queues block when full: nothing is dropped. The report says which stage limited
-the run: each stage's busy seconds against the wall (:func:`stage_times`).
+  their sum. The queues block when full: nothing is dropped.
+
+The report says which stage limited the run: each stage's busy seconds against the wall
+(:func:`stage_times`).
 
 It opens each dataset with its calibration, writes each run into its own folder and compiles the
 CPU kernels first as the ROS path does (:mod:`vilib_ros.run_setup`), and writes the same outputs

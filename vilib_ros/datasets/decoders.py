@@ -200,7 +200,7 @@ class DecoderProcesses:
         return self.decode_s / self.workers
 
     def describe(self) -> str:
-        return f"{self.workers} decoder process{'es' if self.workers > 1 else ''} (shared memory)"
+        return f"{self.workers} decoder process{'es' if self.workers > 1 else ''} into shared memory"
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until every decoder has started (imports done, shared memory attached)."""
