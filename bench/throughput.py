@@ -5,9 +5,12 @@ beside our frontend doing its work, in one run on the GPU machine.
    scene; seed 0) in ``--data``, rendered by one process per CPU, or reused where one with the same
    settings is there.
 2. **Whole VIO**: the offline runner (:func:`vilib_ros.offline.process`: decoder processes reading
-   the PNG files, the frontend on ``--device``, the backend in its child process) over the whole
-   sequence, stereo and mono in turns, ``--vio-rounds`` times: frames/s, each stage's busy
-   seconds against the wall and the stage that limited the run, ``process()``'s median.
+   the PNG files into shared memory, the frontend on ``--device``, the backend in its child
+   process) over the whole sequence, stereo and mono, ``--vio-rounds`` times: frames/s, each
+   stage's busy seconds against the wall and the stage that limited the run, ``process()``'s
+   median. Each run is followed by the same run with the images decoded on as many threads of
+   this process instead (``--no-threads-too``: not), so that the two ways of decoding are compared
+   in the same minutes.
 3. **The paper's code against ours at equal work**, on the 95 real EuRoC frames (``--euroc``):
    uzh-rpg/vilib (prepared in ``--vilib``: ``src``, ``debs``, the harness in ``harness``, as
    ``../shared/seed_bench/README.md`` says; built here with its ``build.sh`` while the sequence
@@ -18,6 +21,7 @@ beside our frontend doing its work, in one run on the GPU machine.
 
 Writes ``throughput.json`` (``device``, ``date``, ``frames``, ``whole_vio_fps`` (stereo),
 ``mono_whole_vio_fps``, ``seed_track_us``, ``equal_work_us``: medians over the runs of this call;
+``whole_vio_fps_threads``, ``mono_whole_vio_fps_threads``: the same with decoder threads;
 every run's values under ``runs``) and ``throughput.md`` into ``--out``. Exit 1 where a part failed
 (its error is in the files), 0 otherwise.
 """
@@ -45,6 +49,8 @@ def configure_parser(p) -> None:
     p.add_argument("--data", default=None, help="folder of the generated sequence (default .data/throughput/stereo_<frames>)")
     p.add_argument("--workers", type=int, default=0, help="render processes (0: the CPU count)")
     p.add_argument("--vio-rounds", type=int, default=2, help="whole-VIO runs per mode (stereo, mono, stereo, ...)")
+    p.add_argument("--no-threads-too", action="store_true",
+                   help="no whole-VIO run with decoder threads after each with decoder processes")
     p.add_argument("--euroc", default=None,
                    help="EuRoC ASL folder of the real frames (default .vilib/euroc_v101_head, else $VILIB_ROS_EUROC, "
                         "else ../shared/data/euroc_v101_head, else .data/euroc_v101_head)")
@@ -88,13 +94,13 @@ def sequence(args) -> Path:
 
 
 # ----------------------------------------------------------------------------- whole VIO
-def vio_run(ds, device: str, mode: str) -> dict:
-    """One offline-runner run over the whole sequence."""
+def vio_run(ds, device: str, mode: str, decoders: str = "auto") -> dict:
+    """One offline-runner run over the whole sequence (``decoders``: as :func:`vilib_ros.offline.process`)."""
     from vilib_ros.offline import process
 
-    r = process(ds, device=device, stereo=mode == "stereo", backend=True)
+    r = process(ds, device=device, stereo=mode == "stereo", backend=True, decoders=decoders)
     st, be = r["stages"], r["backend"] or {}
-    return {"mode": mode, "frames": r["frames"], "wall_s": r["wall_s"], "frames_per_s": r["frames"] / r["wall_s"],
+    return {"mode": mode, "decoders": r["reader"]["kind"], "frames": r["frames"], "wall_s": r["wall_s"], "frames_per_s": r["frames"] / r["wall_s"],
             "process_ms_median": 1e3 * float(np.median(r["frontend_s"])) if r["frontend_s"] else None,
             "busy_s": st["busy_s"], "process_s": st["process_s"], "reader_wait_s": st["reader_wait_s"],
             "backend_wait_s": st["backend_wait_s"], "limit": st["limit"], "limit_share": st["share"],
@@ -220,8 +226,12 @@ def markdown(res: dict) -> str:
          f"{res['date']}; load average {res['load'][0]} -> {res['load'][1]}",
          f"- command: `python -m bench throughput {' '.join(res['argv'])}`", "",
          "| | value (median of this run's) |", "|---|---|",
-         f"| whole VIO, stereo, {res['frames']} frames from PNG files | **{f(res['whole_vio_fps'], '.0f')} frames/s** |",
+         f"| whole VIO, stereo, {res['frames']} frames from PNG files (decoder processes) | "
+         f"**{f(res['whole_vio_fps'], '.0f')} frames/s** |",
          f"| whole VIO, mono | **{f(res['mono_whole_vio_fps'], '.0f')} frames/s** |",
+         *([f"| the same, images decoded on threads of the runner's process: stereo / mono | "
+            f"{f(res['whole_vio_fps_threads'], '.0f')} / {f(res['mono_whole_vio_fps_threads'], '.0f')} frames/s |"]
+           if "whole_vio_fps_threads" in res else []),
          f"| the paper's code, `track all frames` (95 real EuRoC frames) | {f(res['seed_track_us'], '.1f')} us |",
          f"| ours doing its work, `process()` (the same frames) | {f(res['equal_work_us'], '.1f')} us |", ""]
     vio = res["runs"]["vio"]
@@ -235,7 +245,7 @@ def markdown(res: dict) -> str:
                 L.append(f"| {r['mode']} | failed: {r['error'].splitlines()[-1]} |||||||||")
                 continue
             b = r["busy_s"]
-            L.append(f"| {r['mode']} ({r['device']}) | {r['frames_per_s']:.0f} | {r['wall_s']:.2f} | "
+            L.append(f"| {r['mode']} ({r['device']}), decoder {r['decoders']} | {r['frames_per_s']:.0f} | {r['wall_s']:.2f} | "
                      f"{b['reader']:.2f} ({r['reader']}) | {b['frontend']:.2f} ({r['process_s']:.2f}) | "
                      f"{b['backend']:.2f} | {r['reader_wait_s']:.2f} / {r['backend_wait_s']:.2f} | "
                      f"{r['limit'] or 'none'} ({100 * r['limit_share']:.0f} %) | {f(r['process_ms_median'], '.3f')} | "
@@ -298,19 +308,29 @@ def run_command(args) -> int:
         _say(res["seed_error"])
     ds = open_dataset(seq)
     res["frames"] = len(ds.image_stamps(0))
+    kinds = ("auto",) if args.no_threads_too else ("auto", "threads")
     for i in range(args.vio_rounds):
         for mode in ("stereo", "mono"):
-            _say(f"whole VIO, {mode} ({i + 1}/{args.vio_rounds}): {res['frames']} frames from PNG files")
-            try:
-                r = vio_run(ds, device, mode)
-            except (RuntimeError, ValueError) as exc:
-                r = {"mode": mode, "error": str(exc)}
-                res["vio_error"] = str(exc).splitlines()[0]
-            res["runs"]["vio"].append(r)
-            if "error" not in r:
-                _say(f"  {r['frames_per_s']:.0f} frames/s, limited by {r['limit'] or 'none'}")
-    fps = {m: _median([r.get("frames_per_s") for r in res["runs"]["vio"] if r["mode"] == m]) for m in ("stereo", "mono")}
-    res["whole_vio_fps"], res["mono_whole_vio_fps"] = fps["stereo"], fps["mono"]
+            for kind in kinds:
+                _say(f"whole VIO, {mode}, decoders {kind} ({i + 1}/{args.vio_rounds}): {res['frames']} frames "
+                     "from PNG files")
+                try:
+                    r = vio_run(ds, device, mode, kind)
+                except (RuntimeError, ValueError) as exc:
+                    r = {"mode": mode, "decoders": kind, "error": str(exc)}
+                    res["vio_error"] = str(exc).splitlines()[0]
+                res["runs"]["vio"].append(r)
+                if "error" not in r:
+                    _say(f"  {r['frames_per_s']:.0f} frames/s, limited by {r['limit'] or 'none'}")
+
+    def fps(mode, kind):
+        return _median([r.get("frames_per_s") for r in res["runs"]["vio"]
+                        if r["mode"] == mode and r.get("decoders") == kind])
+
+    res["whole_vio_fps"], res["mono_whole_vio_fps"] = fps("stereo", "processes"), fps("mono", "processes")
+    if not args.no_threads_too:
+        res["whole_vio_fps_threads"] = fps("stereo", "threads")
+        res["mono_whole_vio_fps_threads"] = fps("mono", "threads")
     # the paper's code and ours, in turns on the same frames
     from bench.frontend import original_work_tracker
     from bench.tracker import load_frames

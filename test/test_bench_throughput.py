@@ -4,7 +4,8 @@
   that format), the figures taken from the lines named, not from neighbouring ones;
 * the whole command on the CPU, with a stand-in for the paper's harness (a build script that
   writes a benchmark printing fixed figures): the sequence rendered, the whole VIO stereo and
-  mono, A and B in turns, and the JSON's headline figures equal to the medians of its runs.
+  mono with decoder processes and with decoder threads, A and B in turns, and the JSON's headline
+  figures equal to the medians of its runs.
 """
 from __future__ import annotations
 
@@ -87,8 +88,11 @@ class TestOnTheCpu:
         res = json.loads((out / "throughput.json").read_text())
         assert res["frames"] == 101
         vio = res["runs"]["vio"]
-        assert [x["mode"] for x in vio] == ["stereo", "mono"] and all(x["frames"] == 101 for x in vio)
-        assert res["whole_vio_fps"] == vio[0]["frames_per_s"] and res["mono_whole_vio_fps"] == vio[1]["frames_per_s"]
+        assert [(x["mode"], x["decoders"]) for x in vio] == [("stereo", "processes"), ("stereo", "threads"),
+                                                             ("mono", "processes"), ("mono", "threads")]
+        assert all(x["frames"] == 101 for x in vio)
+        assert res["whole_vio_fps"] == vio[0]["frames_per_s"] and res["mono_whole_vio_fps"] == vio[2]["frames_per_s"]
+        assert res["whole_vio_fps_threads"] == vio[1]["frames_per_s"]
         assert all(x["limit"] in ("reader", "frontend", "backend", None) and x["busy_s"]["backend"] > 0 for x in vio)
         assert [x["who"] for x in res["runs"]["ab"]] == ["seed", "ours", "seed", "ours"]
         assert res["seed_track_us"] == 123.45

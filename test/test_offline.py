@@ -206,6 +206,24 @@ class TestLimitingStage:
         assert st["busy_s"]["reader"] >= 20 * 0.1 * 0.99 and st["reader_wait_s"] > st["busy_s"]["frontend"], st
         assert "**limited by the reader** (busy " in stages_line(r)
 
+    def test_bench_table_takes_the_runners_stages(self, short_sequence):
+        """``vilib-ros bench``'s whole-VIO rows: the runner's measured reader busy time and its limit
+        (a reader of 0.1 s per image: the reader, in both modes)."""
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
+        from vilib_ros.benchmark import markdown, whole_vio
+
+        vio = whole_vio(_SlowReader(short_sequence, 0.1), "cpu")
+        for mode in ("stereo", "mono"):
+            row = vio[mode]
+            assert row["limit"] == "reader" and row["reader_busy_s"] > 0.8 * row["wall_s"], row
+        res = {"machine": {"cpu": "x", "cores": 2}, "date": "d", "version": "v", "frames": 61,
+               "per_frame": {k: {"impl": k, "median_us": 1.0, "p90_us": 1.0, "p99_us": 1.0, "tracks_per_frame": 1.0}
+                             for k in ("default", "opencv_job", "opencv")}, "vio": vio}
+        md = markdown(res)
+        r = vio["stereo"]
+        assert (f"| {r['reader_busy_s']:.1f} s ({r['reader']}) | {r['frontend_busy_s']:.1f} s ({r['process_s']:.1f} s) | "
+                f"{r['backend_busy_s']:.1f} s | reader ({100 * r['limit_share']:.0f} %) |") in md
+
     def test_the_busiest_stage_against_the_wall(self):
         """stage_times on hand-made figures: the busiest stage of the wall is the limit, none below half."""
         from vilib_ros.offline import stage_times

@@ -252,13 +252,13 @@ def _first_frame(ds, stereo: bool, n: int):
 
 def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, backend: bool = True,
             backend_config: dict | None = None, progress=None, preload: bool = False,
-            readers: int | None = None) -> dict:
+            readers: int | None = None, decoders: str = "auto") -> dict:
     """Frontend and backend over ``ds`` (an opened dataset); returns tracks, trajectories, timing.
 
     Images are decoded ahead of the frontend (at most :data:`READ_AHEAD` frames) by ``readers``
     decoders (None: :func:`~vilib_ros.datasets.decoders.default_workers`): processes writing into
-    shared memory where the images are files (an ASL folder), threads otherwise
-    (:func:`~vilib_ros.datasets.decoders.open_decoders`); or all of them before the clock starts
+    shared memory where the images are files (an ASL folder), threads otherwise or with
+    ``decoders="threads"`` (:func:`~vilib_ros.datasets.decoders.open_decoders`); or all of them before the clock starts
     with ``preload`` (benchmarks: decoding is not part of the VIO). A frame that cannot be read
     (either camera's image) is skipped and counted under its reason (``skipped``); its IMU samples
     go with the next frame. The frontend's first frame (kernel compilation, graph capture) is run
@@ -272,6 +272,8 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     from vilib_ros.datasets.replay import hand_gil_to_decoders
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
 
+    if decoders not in ("auto", "threads"):
+        raise ValueError(f"decoders must be 'auto' or 'threads', got {decoders!r}")
     log = logging.getLogger(__name__)
     stamps = np.asarray(ds.image_stamps(0), np.int64)
     n = len(stamps) if max_frames <= 0 else min(max_frames, len(stamps))
@@ -287,7 +289,8 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     ist, idata = np.asarray(ds.imu_stamps, np.int64), np.asarray(ds.imu_data, float)
     has_imu = len(ist) > 0
     cams = (0, 1) if stereo else (0,)
-    reader = open_decoders(ds, cams, per_job=len(cams), workers=readers, capacity=READ_AHEAD)
+    reader = open_decoders(ds, cams, per_job=len(cams), workers=readers, capacity=READ_AHEAD,
+                           processes=decoders == "auto")
     be = None
     switch_before = None
     ahead: deque = deque()

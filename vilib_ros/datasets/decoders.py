@@ -116,9 +116,9 @@ def _decoder_main(conn, names: list[str], area: int) -> None:
                     except FrameError as exc:
                         out.append((exc.reason, str(exc)))
                         continue
-                    if img.nbytes > area:       # a size the ring was not made for (no size to check)
+                    if img.nbytes > area:       # never with the sizes checked above: the slot's bound
                         out.append(("size_mismatch", f"{path}: size {img.shape[1]}x{img.shape[0]} is larger "
-                                                     "than the camera's first image"))
+                                                     "than the cameras' first images"))
                         continue
                     dst = np.ndarray(img.shape, np.uint8, buffer=slots[slot].buf, offset=j * area)
                     dst[...] = img
