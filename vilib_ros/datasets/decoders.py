@@ -38,14 +38,15 @@ from .common import Dataset, FrameError
 
 
 def default_workers() -> int:
-    """Decoders for a replay: half of this process's CPUs, at least 2 and at most 8 (a 752x480 PNG
+    """Decoders for a replay: half of this process's CPUs, at least 4 and at most 8 (a 752x480 PNG
     takes a few ms to decode: 8 keep up with well over 1,000 stereo frames/s; the other half of
-    the CPUs is the frontend's, the backend's and the system's)."""
+    the CPUs is the frontend's, the backend's and the system's; on a machine of few CPUs shared
+    with other work, fewer than 4 decoders got less of the CPUs and made the replay slower)."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:      # not Linux
-        n = os.cpu_count() or 2
-    return max(2, min(8, n // 2))
+        n = os.cpu_count() or 4
+    return max(4, min(8, n // 2))
 
 
 def start_without_sigint(proc) -> None:

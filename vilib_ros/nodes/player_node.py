@@ -146,7 +146,7 @@ def parameter_table() -> list[ParamSpec]:
                   "everything published", range=(0.0, 3600.0), read_only=True),
         ParamSpec("progress", True, "show a tqdm progress bar on stderr", read_only=True),
         ParamSpec("decode_workers", 0, "decoders of the images of an ASL folder: processes writing into shared "
-                  "memory (0 = half the CPU count, at least 2 and at most 8)", range=(0, 64), read_only=True),
+                  "memory (0 = half the CPU count, at least 4 and at most 8)", range=(0, 64), read_only=True),
         ParamSpec("prefetch", 16, "images read and decoded ahead in a worker thread", range=(1, 256),
                   read_only=True),
         ParamSpec("stats_path", "", "write what was sent and skipped as JSON here at the end", read_only=True),
