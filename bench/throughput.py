@@ -94,7 +94,7 @@ def sequence(args) -> Path:
 
 
 # ----------------------------------------------------------------------------- whole VIO
-def vio_run(ds, device: str, mode: str, decoders: str = "auto") -> dict:
+def vio_run(ds, device: str, mode: str, decoders: str = "processes") -> dict:
     """One offline-runner run over the whole sequence (``decoders``: as :func:`vilib_ros.offline.process`)."""
     from vilib_ros.offline import process
 
@@ -308,7 +308,7 @@ def run_command(args) -> int:
         _say(res["seed_error"])
     ds = open_dataset(seq)
     res["frames"] = len(ds.image_stamps(0))
-    kinds = ("auto",) if args.no_threads_too else ("auto", "threads")
+    kinds = ("processes",) if args.no_threads_too else ("processes", "threads")
     for i in range(args.vio_rounds):
         for mode in ("stereo", "mono"):
             for kind in kinds:
@@ -356,10 +356,14 @@ def run_command(args) -> int:
     if first is not None:
         res["seed_commit"] = ((Path(args.vilib) / "src" / "VILIB_COMMIT").read_text().strip()
                               if (Path(args.vilib) / "src" / "VILIB_COMMIT").is_file() else None)
+        tc = ft.config.tracker
+        res["ours_tracker"] = {"mode": tc.mode, "warp": tc.warp, "template": tc.template}
         res["seed_note"] = ("A (the paper's code): uzh-rpg/vilib " + (res["seed_commit"] or "") + ", its harness "
-                            "../shared/seed_bench (20 passes over the frames, tracker reset each pass; its track() "
-                            "returns before the kernels of newly detected features finish, paid at the next frame). "
-                            f"B (ours): bench.frontend.original_work_tracker, {ORIGINAL_WORK}.")
+                            "../shared/seed_bench (20 passes over the frames, tracker reset each pass; KLT without "
+                            "gain or offset estimation; its track() returns before the kernels of newly detected "
+                            "features finish, paid at the next frame). B (ours): "
+                            f"bench.frontend.original_work_tracker, {ORIGINAL_WORK}: tracker mode {tc.mode}, warp "
+                            f"{tc.warp}, template {tc.template}.")
     res["load"].append(load())
     write_results(Path(args.out), "throughput", res, markdown(res))
     return 1 if res.get("seed_error") or res.get("vio_error") else 0

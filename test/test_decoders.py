@@ -66,7 +66,7 @@ def _alive(pid: int) -> bool:
 class TestDecoderProcesses:
     def test_pixels_and_order_through_fewer_slots_than_frames(self, asl):
         ds = open_dataset(asl)
-        dec = open_decoders(ds, (0, 1), per_job=2, workers=3, capacity=4)
+        dec = open_decoders(ds, (0, 1), per_job=2, workers=3, capacity=4, kind="processes")
         try:
             assert isinstance(dec, DecoderProcesses)
             got, ahead, nxt = [], [], 0
@@ -97,7 +97,7 @@ class TestDecoderProcesses:
                 want.append(ds.load_image(0, k))
             except FrameError as exc:
                 want.append(exc)
-        dec = open_decoders(ds, (0,), per_job=1, workers=2, capacity=6)
+        dec = open_decoders(ds, (0,), per_job=1, workers=2, capacity=6, kind="processes")
         try:
             assert isinstance(dec, DecoderProcesses)
             got = [t.result()[0] for t in [dec.submit(((0, k),)) for k in range(6)]]
@@ -113,7 +113,7 @@ class TestDecoderProcesses:
         assert [g.reason for g in got[1:5]] == ["corrupt", "empty_file", "missing_file", "size_mismatch"]
 
     def test_capacity_is_enforced(self, asl):
-        dec = open_decoders(open_dataset(asl), (0,), workers=2, capacity=2)
+        dec = open_decoders(open_dataset(asl), (0,), workers=2, capacity=2, kind="processes")
         try:
             a, b = dec.submit(((0, 0),)), dec.submit(((0, 1),))
             with pytest.raises(RuntimeError, match="more than 2 decoded frames"):
@@ -126,7 +126,7 @@ class TestDecoderProcesses:
             dec.close()
 
     def test_close_ends_the_processes_and_frees_the_shared_memory(self, asl):
-        dec = open_decoders(open_dataset(asl), (0, 1), per_job=2, workers=2, capacity=3)
+        dec = open_decoders(open_dataset(asl), (0, 1), per_job=2, workers=2, capacity=3, kind="processes")
         dec.wait_ready()
         pids = [p.pid for p in dec._procs]
         names = [s.name for s in dec._shm]
@@ -142,7 +142,7 @@ class TestDecoderProcesses:
             from vilib_ros.datasets import open_dataset
             from vilib_ros.datasets.decoders import open_decoders
             if __name__ == "__main__":
-                dec = open_decoders(open_dataset({str(asl)!r}), (0,), workers=2, capacity=2)
+                dec = open_decoders(open_dataset({str(asl)!r}), (0,), workers=2, capacity=2, kind="processes")
                 dec.wait_ready()
                 print(" ".join(str(p.pid) for p in dec._procs), flush=True)
                 time.sleep(600)
@@ -155,6 +155,23 @@ class TestDecoderProcesses:
             proc.kill()
             proc.wait(10)
         assert _wait(lambda: not any(_alive(p) for p in pids), 20), "a decoder outlived its parent"
+
+
+class TestChoice:
+    def test_auto_takes_processes_only_with_cpus_for_them(self, asl, monkeypatch):
+        from vilib_ros.datasets import decoders
+
+        ds = open_dataset(asl)
+        for n, want in ((2, DecoderThreads), (3, DecoderThreads), (4, DecoderProcesses), (6, DecoderProcesses)):
+            monkeypatch.setattr(decoders, "cpus", lambda n=n: n)
+            dec = open_decoders(ds, (0,))
+            try:
+                assert isinstance(dec, want), n
+                assert dec.workers == ({2: 4, 3: 4, 4: 2, 6: 3}[n]), n      # processes: half, 2..8; threads: 4..8
+            finally:
+                dec.close()
+        with pytest.raises(ValueError, match="decoders must be one of auto, processes, threads"):
+            open_decoders(ds, (0,), kind="fork")
 
 
 class TestDecoderThreads:
@@ -185,7 +202,7 @@ class TestDecoderThreads:
                 return self.ds.load_image(cam, index)
 
         ds = OneReader(open_dataset(asl))
-        assert isinstance(open_decoders(ds, (0,), workers=4), DecoderThreads)
+        assert isinstance(open_decoders(ds, (0,), workers=4, kind="processes"), DecoderThreads)
         r = process(ds, "cpu", stereo=False, backend=False, readers=4)
         assert len(r["tracks"]) == 9 and r["reader"]["workers"] == 1 and ds.most == 1
 
@@ -206,7 +223,7 @@ class TestCtrlC:
                 time.sleep(0.2)     # a slow consumer: the interrupt comes mid-replay
             if __name__ == "__main__":
                 try:
-                    process(open_dataset({str(generated_sequence)!r}), "cpu", progress=progress)
+                    process(open_dataset({str(generated_sequence)!r}), "cpu", progress=progress, decoders="processes")
                 except KeyboardInterrupt:
                     print("interrupted", file=sys.stderr)
                     sys.exit(130)

@@ -86,7 +86,7 @@ class TestOfflineRun:
         assert "Time to the first frame: **" in report and "; replay " in report
         # which stage limited the run: each stage's busy seconds against the wall, and the verdict
         stages = next(ln for ln in report.splitlines() if ln.startswith("- stages, busy against the "))
-        assert "reader " in stages and "decoder process" in stages and "frontend " in stages and "backend " in stages
+        assert "reader " in stages and " decoder " in stages and "frontend " in stages and "backend " in stages
         assert "**limited by the " in stages or "no stage was busy 50 % of the wall" in stages
         # the bar starts with the first frame: no 0 % line whose rate (and ETA) counted the start-up
         assert "seq:   0%" not in r.stderr and "seq: 100%" in r.stderr
@@ -242,7 +242,8 @@ class TestLimitingStage:
         st = stage_times(run(4.0, 3.0, 3.5, 4.5))        # nobody busy half the wall
         assert st["limit"] is None and st["share"] == pytest.approx(0.45)
 
-    def test_unreadable_frames_are_skipped_and_counted(self, short_sequence, tmp_path):
+    @pytest.mark.parametrize("decoders", ["processes", "threads"])
+    def test_unreadable_frames_are_skipped_and_counted(self, short_sequence, tmp_path, decoders):
         """A corrupt left image and a missing right one: both frames skipped (counted under their
         reasons), every other frame tracked, in order; the run goes on."""
         from vilib_ros.datasets import open_dataset
@@ -255,8 +256,8 @@ class TestLimitingStage:
         left[5].write_bytes(b"not a png")
         right[9].unlink()
         ds = open_dataset(bad)
-        r = process(ds, "cpu", stereo=True, max_frames=14, backend=False)
-        assert r["skipped"] == {"corrupt": 1, "missing_file": 1}
+        r = process(ds, "cpu", stereo=True, max_frames=14, backend=False, decoders=decoders)
+        assert r["reader"]["kind"] == decoders and r["skipped"] == {"corrupt": 1, "missing_file": 1}
         stamps = np.asarray(ds.image_stamps(0))[:14]
         assert [int(fr.stamp_ns) for fr in r["tracks"]] == [int(t) for k, t in enumerate(stamps) if k not in (5, 9)]
 

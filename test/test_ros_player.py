@@ -216,7 +216,7 @@ class TestCtrlC:
         stats = tmp_path / "stats.json"
         player = NodeProcess("player_node", node_argv("player_node", params={
             "dataset": str(sequence["asl"]), "rate": 0.05, "wait_for_subscribers": 0, "start_delay_s": 0.0,
-            "progress": False, "decode_workers": 2, "stats_path": str(stats)}), ros_env(DOMAIN), tmp_path / "pl.log")
+            "progress": False, "decoders": "processes", "decode_workers": 2, "stats_path": str(stats)}), ros_env(DOMAIN), tmp_path / "pl.log")
 
         def session():      # live processes of the player's session (it is the session's leader)
             pids = []

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from vilib_ros.allocator import with_jemalloc
-from vilib_ros.datasets.decoders import start_without_sigint
+from vilib_ros.datasets.decoders import KINDS, start_without_sigint
 
 NO_IMU = "no IMU: the backend cannot estimate; tracks only"
 
@@ -256,9 +256,10 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     """Frontend and backend over ``ds`` (an opened dataset); returns tracks, trajectories, timing.
 
     Images are decoded ahead of the frontend (at most :data:`READ_AHEAD` frames) by ``readers``
-    decoders (None: :func:`~vilib_ros.datasets.decoders.default_workers`): processes writing into
-    shared memory where the images are files (an ASL folder), threads otherwise or with
-    ``decoders="threads"`` (:func:`~vilib_ros.datasets.decoders.open_decoders`); or all of them before the clock starts
+    decoders (None: :func:`~vilib_ros.datasets.decoders.default_workers`) of the kind ``decoders``
+    (:func:`~vilib_ros.datasets.decoders.open_decoders`: "auto", processes writing into shared
+    memory where the images are files and the machine has CPUs for them, else threads;
+    "processes"; "threads"); or all of them before the clock starts
     with ``preload`` (benchmarks: decoding is not part of the VIO). A frame that cannot be read
     (either camera's image) is skipped and counted under its reason (``skipped``); its IMU samples
     go with the next frame. The frontend's first frame (kernel compilation, graph capture) is run
@@ -272,8 +273,8 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     from vilib_ros.datasets.replay import hand_gil_to_decoders
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
 
-    if decoders not in ("auto", "threads"):
-        raise ValueError(f"decoders must be 'auto' or 'threads', got {decoders!r}")
+    if decoders not in KINDS:
+        raise ValueError(f"decoders must be one of {', '.join(KINDS)}; got {decoders!r}")
     log = logging.getLogger(__name__)
     stamps = np.asarray(ds.image_stamps(0), np.int64)
     n = len(stamps) if max_frames <= 0 else min(max_frames, len(stamps))
@@ -289,8 +290,7 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     ist, idata = np.asarray(ds.imu_stamps, np.int64), np.asarray(ds.imu_data, float)
     has_imu = len(ist) > 0
     cams = (0, 1) if stereo else (0,)
-    reader = open_decoders(ds, cams, per_job=len(cams), workers=readers, capacity=READ_AHEAD,
-                           processes=decoders == "auto")
+    reader = open_decoders(ds, cams, per_job=len(cams), workers=readers, capacity=READ_AHEAD, kind=decoders)
     be = None
     switch_before = None
     ahead: deque = deque()

@@ -4,7 +4,8 @@ they are plain image files.
 :func:`open_decoders` picks, for a dataset:
 
 * :class:`DecoderProcesses` where the images are plain files (an ASL folder whose cameras' image
-  sizes are known): ``workers`` processes decode them with OpenCV straight into a ring of frame
+  sizes are known) and the machine has CPUs for them (:data:`MIN_CPUS_FOR_PROCESSES`; or where
+  asked for): ``workers`` processes decode them with OpenCV straight into a ring of frame
   slots in shared memory. This process sends each job (the files of one frame and the slot to
   fill) down a pipe and receives the images' shapes back: no pixels are pickled, and no thread of
   this process decodes, so the consumer's thread never hands the interpreter lock to a decoder.
@@ -37,16 +38,31 @@ import numpy as np
 from .common import Dataset, FrameError
 
 
-def default_workers() -> int:
-    """Decoders for a replay: half of this process's CPUs, at least 4 and at most 8 (a 752x480 PNG
-    takes a few ms to decode: 8 keep up with well over 1,000 stereo frames/s; the other half of
-    the CPUs is the frontend's, the backend's and the system's; on a machine of few CPUs shared
-    with other work, fewer than 4 decoders got less of the CPUs and made the replay slower)."""
+#: Decoder processes need CPUs of their own: on a machine with fewer, decoding outside the
+#: interpreter lock only takes CPU time from the frontend and the backend, and threads, whose decoded
+#: images wait for the frontend's thread to let go of the lock, are used instead ("auto").
+MIN_CPUS_FOR_PROCESSES = 4
+
+#: what :func:`open_decoders` (and the ``decoders`` option of its callers) accepts
+KINDS = ("auto", "processes", "threads")
+
+
+def cpus() -> int:
+    """The CPUs this process may run on."""
     try:
-        n = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:      # not Linux
-        n = os.cpu_count() or 4
-    return max(4, min(8, n // 2))
+        return os.cpu_count() or 1
+
+
+def default_workers(processes: bool) -> int:
+    """Decoders for a replay. Processes: half of this process's CPUs, at least 2 and at most 8 (a
+    752x480 PNG takes a few ms to decode: 8 keep up with well over 1,000 stereo frames/s; the
+    other half of the CPUs is the frontend's, the backend's and the system's). Threads: the CPU
+    count, at least 4 and at most 8 (they decode outside the lock and wait for it only to hand the
+    image over)."""
+    n = cpus()
+    return max(2, min(8, n // 2)) if processes else max(4, min(8, n))
 
 
 def start_without_sigint(proc) -> None:
@@ -361,18 +377,21 @@ class DecoderThreads:
 
 
 def open_decoders(ds: Dataset, cameras, per_job: int = 1, workers: int | None = None, capacity: int = 16,
-                  processes: bool = True):
+                  kind: str = "auto"):
     """The decoders for ``ds``'s images of ``cameras``, jobs of ``per_job`` images, at most
-    ``capacity`` ahead: :class:`DecoderProcesses` where they are plain files of known size (an
-    ASL folder; ``processes``; Linux or another system with POSIX shared memory), else
-    :class:`DecoderThreads`. ``workers`` (None: :func:`default_workers`) decoders; 0: in the
-    calling thread (threads only)."""
+    ``capacity`` ahead. ``kind``: "processes" gives :class:`DecoderProcesses` where the images are
+    plain files of known size (an ASL folder, on a system with POSIX shared memory), "threads"
+    :class:`DecoderThreads`, "auto" processes where they can be had and this machine has
+    :data:`MIN_CPUS_FOR_PROCESSES` CPUs or more, else threads. ``workers`` decoders (None:
+    :func:`default_workers` of the kind); 0: in the calling thread (threads only)."""
     from .asl import AslDataset
 
-    workers = default_workers() if workers is None else int(workers)
+    if kind not in KINDS:
+        raise ValueError(f"decoders must be one of {', '.join(KINDS)}; got {kind!r}")
     cameras = tuple(cameras)
-    if (processes and workers > 0 and type(ds) is AslDataset and os.name == "posix"
-            and all(ds.image_size(c) is not None for c in cameras)):
-        return DecoderProcesses(ds, cameras, per_job, workers, capacity)
-    return DecoderThreads(ds, workers, capacity)
-
+    files = (type(ds) is AslDataset and os.name == "posix" and workers != 0
+             and all(ds.image_size(c) is not None for c in cameras))
+    if files and (kind == "processes" or (kind == "auto" and cpus() >= MIN_CPUS_FOR_PROCESSES)):
+        return DecoderProcesses(ds, cameras, per_job, default_workers(True) if workers is None else workers,
+                                capacity)
+    return DecoderThreads(ds, default_workers(False) if workers is None else workers, capacity)

@@ -105,21 +105,27 @@ class Prefetcher:
     ``Prefetcher(open_fn)`` opens the dataset in the worker (``open_fn()``; an error is raised
     here) and exposes it as ``ds`` for its plain data (cameras, stamps, IMU arrays): every
     reader call (``load_image``, ``close``) stays in the worker, as the sqlite3 reader of ROS 2
-    bags requires. The images are decoded by ``workers`` decoders
-    (:func:`~.decoders.open_decoders`): processes writing into shared memory where they are plain
-    files (an ASL folder), threads where the dataset allows parallel loads, else the worker thread
-    itself; ``decoders`` says which (``kind``, ``workers``). ``start(events)`` hands it the events
+    bags requires. The images are decoded by ``workers`` decoders (None: the default of the kind)
+    of the kind ``kind`` (:func:`~.decoders.open_decoders`: "auto", "processes", "threads"):
+    processes writing into shared memory where they are plain files (an ASL folder), threads where
+    the dataset allows parallel loads, else the worker thread itself; ``decoders`` says which
+    (``kind``, ``workers``, ``describe()``). ``start(events)`` hands it the events
     to replay (:func:`replay_events`); iterating yields ``("imu", t, gyro, acc)``, ``("image",
     cam, t, index, img)`` and, for a frame that cannot be read, ``("skip", cam, t, index, reason,
     message)``, in order. Another error (the dataset became unreadable) is raised in the consumer.
     ``close()`` stops the worker and the decoders and closes the dataset."""
 
-    def __init__(self, open_fn, depth: int = 8, workers: int = 4):
+    def __init__(self, open_fn, depth: int = 8, workers: int | None = None, kind: str = "auto"):
+        from .decoders import KINDS
+
+        if kind not in KINDS:
+            raise ValueError(f"decoders must be one of {', '.join(KINDS)}; got {kind!r}")
         self._open_fn = open_fn
+        self._kind = kind
         # ``depth`` images ahead (the IMU between them is not counted: 10-20 samples per image)
         self._depth = max(1, int(depth))
         self._slots = threading.Semaphore(self._depth)
-        self._workers = max(1, int(workers))
+        self._workers = None if workers is None else max(1, int(workers))
         self._q: queue.Queue = queue.Queue()
         self._go: queue.Queue = queue.Queue(maxsize=1)
         self._stop = threading.Event()
@@ -154,6 +160,7 @@ class Prefetcher:
             ds = self.ds
             # bags (one sqlite3 / file reader) decode in this thread, where they were opened
             self.decoders = open_decoders(ds, range(ds.num_cameras), per_job=1, capacity=self._depth,
+                                          kind=self._kind,
                                           workers=self._workers if getattr(ds, "parallel_loads", False) else 0)
         except BaseException as exc:  # noqa: BLE001 - raised in the constructor
             self._open_error = exc

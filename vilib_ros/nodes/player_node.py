@@ -85,8 +85,11 @@ Parameters
       published (a reliable sample lost on the way is repaired only while the player lives)
   progress (bool, default true, read-only): show a tqdm progress bar on stderr
   prefetch (integer, default 16, range [1, 256], read-only): images read and decoded ahead
-  decode_workers (integer, default 0, range [0, 64], read-only): threads decoding the images of an
-      ASL folder (PNG files), in order; 0 = the CPU count, at least 4 and at most 8
+  decoders (string, default 'auto', one of auto|processes|threads, read-only): how the images of an ASL
+      folder are decoded: processes writing into shared memory, threads of the player, 'auto' = processes
+      on a machine of 4 CPUs or more
+  decode_workers (integer, default 0, range [0, 64], read-only): decoders of the images of an ASL folder,
+      in order (0 = processes: half the CPU count, 2 to 8; threads: the CPU count, 4 to 8)
   stats_path (string, default '', read-only): write what was sent and skipped as JSON here at the end
   cam0_frame_id, cam1_frame_id, imu_frame_id (string, defaults 'cam0', 'cam1', 'imu0', read-only): header frame ids
 """
@@ -145,8 +148,11 @@ def parameter_table() -> list[ParamSpec]:
         ParamSpec("ack_timeout_s", 10.0, "at the end, wait this long for every subscriber to acknowledge "
                   "everything published", range=(0.0, 3600.0), read_only=True),
         ParamSpec("progress", True, "show a tqdm progress bar on stderr", read_only=True),
-        ParamSpec("decode_workers", 0, "decoders of the images of an ASL folder: processes writing into shared "
-                  "memory (0 = half the CPU count, at least 4 and at most 8)", range=(0, 64), read_only=True),
+        ParamSpec("decoders", "auto", "how the images of an ASL folder are decoded: 'processes' writing into "
+                  "shared memory, 'threads' of the player, 'auto' = processes on a machine of 4 CPUs or more",
+                  choices=("auto", "processes", "threads"), read_only=True),
+        ParamSpec("decode_workers", 0, "decoders of the images of an ASL folder (0 = processes: half the CPU count, "
+                  "2 to 8; threads: the CPU count, 4 to 8)", range=(0, 64), read_only=True),
         ParamSpec("prefetch", 16, "images read and decoded ahead in a worker thread", range=(1, 256),
                   read_only=True),
         ParamSpec("stats_path", "", "write what was sent and skipped as JSON here at the end", read_only=True),
@@ -166,15 +172,14 @@ class PlayerNode(Node):
         if not self.p["dataset"]:
             raise ValueError("player_node: parameter 'dataset' is required (ASL folder, .bag or ROS 2 bag)")
         from vilib_ros.datasets import Topics, open_dataset
-        from vilib_ros.datasets.decoders import default_workers
         from vilib_ros.datasets.replay import Prefetcher
 
         path = self.p["dataset"]
         names = {"image": "image_topic", "image_right": "image_right_topic", "imu": "imu_topic"}
         topics = Topics(**{k: self.p[v] or None for k, v in names.items()},
                         origin={k: f"parameter {v}" for k, v in names.items() if self.p[v]})
-        workers = int(self.p["decode_workers"]) or default_workers()
-        self.feed = Prefetcher(lambda: open_dataset(path, topics), depth=self.p["prefetch"], workers=workers)
+        self.feed = Prefetcher(lambda: open_dataset(path, topics), depth=self.p["prefetch"],
+                               workers=int(self.p["decode_workers"]) or None, kind=self.p["decoders"])
         dec = self.feed.decoders
         if dec.kind == "threads" and dec.workers > 1:
             from vilib_ros.datasets.replay import hand_gil_to_decoders
