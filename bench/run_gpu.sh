@@ -17,7 +17,7 @@
 #      2,000-frame PNG sequence rendered there, and the paper's code (built from .vilib: src, debs,
 #      harness = ../shared/seed_bench; the real frames in .vilib/euroc_v101_head) and ours at equal
 #      work, alternately. Carry .vilib and .whl (gtsam's wheel, installed into /tmp/site when gtsam
-#      does not import); ~6 minutes on an H100 host.
+#      does not import); a few minutes.
 # Usage: bash bench/run_gpu.sh [tests|bench|node|all|throughput] ; results go to $OUT (default bench/out),
 # the benchmarks' console logs to $LOGDIR (default $OUT).
 # The EuRoC frames are read from $VILIB_ROS_EUROC (default .data/euroc_v101_head).

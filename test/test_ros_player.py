@@ -215,7 +215,8 @@ class TestCtrlC:
 
         stats = tmp_path / "stats.json"
         player = NodeProcess("player_node", node_argv("player_node", params={
-            "dataset": str(sequence["asl"]), "rate": 0.05, "wait_for_subscribers": 0, "start_delay_s": 0.0,
+            "dataset": str(sequence["asl"]), "rate": 0.1, "imu_margin_s": 0.0, "wait_for_subscribers": 0,
+            "start_delay_s": 0.0,
             "progress": False, "decoders": "processes", "decode_workers": 2, "stats_path": str(stats)}), ros_env(DOMAIN), tmp_path / "pl.log")
 
         def session():      # live processes of the player's session (it is the session's leader)
@@ -237,14 +238,14 @@ class TestCtrlC:
                 assert player.alive, player.tail()
                 time.sleep(0.2)
             assert "decoded by 2 decoder processes" in player.output(), player.tail()
-            time.sleep(2.0)      # replaying (at 0.05x the 1 s sequence takes 30 s)
+            time.sleep(3.0)      # replaying: at 0.1x the 21 images of the 1 s sequence take 10 s
             assert len(session()) >= 3, session()
             os.killpg(player.pid, signal.SIGINT)
             rc = player.wait(60)
         finally:
             player.stop()
         assert rc == 0 and "Traceback" not in player.output(), player.tail()
-        assert json.loads(stats.read_text())["images"][0] > 0
+        assert 0 < json.loads(stats.read_text())["images"][0] < 21         # interrupted mid-replay
         t_end = time.monotonic() + 20
         while session() and time.monotonic() < t_end:
             time.sleep(0.2)

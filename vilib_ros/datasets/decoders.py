@@ -56,11 +56,9 @@ def cpus() -> int:
 
 
 def default_workers(processes: bool) -> int:
-    """Decoders for a replay. Processes: half of this process's CPUs, at least 2 and at most 8 (a
-    752x480 PNG takes a few ms to decode: 8 keep up with well over 1,000 stereo frames/s; the
-    other half of the CPUs is the frontend's, the backend's and the system's). Threads: the CPU
-    count, at least 4 and at most 8 (they decode outside the lock and wait for it only to hand the
-    image over)."""
+    """Decoders for a replay. Processes: half of this process's CPUs, at least 2 and at most 8 (the
+    other half is the frontend's, the backend's and the system's). Threads: the CPU count, at least
+    4 and at most 8 (they decode outside the lock and wait for it only to hand the image over)."""
     n = cpus()
     return max(2, min(8, n // 2)) if processes else max(4, min(8, n))
 
@@ -322,7 +320,8 @@ class DecoderThreads:
 
     def __init__(self, ds: Dataset, workers: int, capacity: int):
         self.ds = ds
-        self.workers = max(1, int(workers)) if getattr(ds, "parallel_loads", False) else min(1, int(workers))
+        workers = max(0, int(workers))
+        self.workers = workers if getattr(ds, "parallel_loads", False) else min(1, workers)
         self.capacity = max(1, int(capacity))
         self._times: list[float] = []      # appended from the threads (atomic)
         self._pool = (ThreadPoolExecutor(self.workers, thread_name_prefix="vilib_ros-decode")

@@ -10,8 +10,7 @@ consumer, with the images decoded in order by ``workers`` decoders (:mod:`.decod
 writing into shared memory where the images are plain files (ASL folders), so that decoding
 takes nothing from the interpreter lock of the process that publishes them; threads where the
 dataset allows parallel loads; the worker thread itself for a bag (one reader). A player
-publishing at a high rate then does not wait for one decoder (one 752x480 PNG took ~5 ms per
-frame of the player's time on the 2-core machine). A frame that cannot be read
+publishing at a high rate then does not wait for one decoder. A frame that cannot be read
 (:class:`~.common.FrameError`) arrives as a ``("skip", cam, t_ns, index, reason, message)``
 event instead of an image: the player counts it and goes on. No rclpy here.
 """
