@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cpu": ("bench.cpu", "the CPU frontend (compiled, NumPy) against an OpenCV-native one"),
     "backend": ("bench.backend", "the VIO backend per keyframe; --changes: each backend change in lockstep"),
     "vio": ("bench.vio", "the whole VIO (frontend + backend) through the offline runner on a rendered sequence"),
+    "throughput": ("bench.throughput", "the whole VIO's frames/s from PNG files and the paper's code at equal work (GPU)"),
     "accuracy": ("bench.accuracy", "where the trajectory error comes from: exact tracks, our tracks, cuVSLAM"),
     "mono-study": ("bench.mono_study", "what sets the mono-inertial error: one backend configuration per row"),
     "node": ("bench.node", "the frontend node over real DDS: latency, overhead, drops"),

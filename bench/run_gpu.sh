@@ -13,8 +13,13 @@
 #      real DDS (python -m bench node --device cuda). The GPU machine
 #      has no ROS: carry the wheels in .whl (../shared/tools/gpu-machine-wheels.sh .whl ros); they
 #      are installed from there when rclpy does not import.
-# Usage: bash bench/run_gpu.sh [tests|bench|node|all] ; results go to $OUT (default bench/out), the
-# benchmarks' console logs to $LOGDIR (default $OUT).
+#   6. throughput (not part of `all`): python -m bench throughput --device cuda: the whole VIO from a
+#      2,000-frame PNG sequence rendered there, and the paper's code (built from .vilib: src, debs,
+#      harness = ../shared/seed_bench; the real frames in .vilib/euroc_v101_head) and ours at equal
+#      work, alternately. Carry .vilib and .whl (gtsam's wheel, installed into /tmp/site when gtsam
+#      does not import); a few minutes.
+# Usage: bash bench/run_gpu.sh [tests|bench|node|all|throughput] ; results go to $OUT (default bench/out),
+# the benchmarks' console logs to $LOGDIR (default $OUT).
 # The EuRoC frames are read from $VILIB_ROS_EUROC (default .data/euroc_v101_head).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,5 +66,14 @@ if [[ $what == node || $what == all ]]; then
     echo "node: rclpy not importable and no .whl/*.whl to install: the node benchmark skipped" | tee "$LOGDIR/bench_node.log"
     rc=1
   fi
+fi
+if [[ $what == throughput ]]; then
+  if ! python3 -c "import gtsam" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | tail -3
+    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  fi
+  python3 -m bench throughput --device cuda --out "$OUT" 2>&1 | grep -v "^INFO vilib_ros.backend" \
+    | tee "$LOGDIR/bench_throughput.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
 exit $rc

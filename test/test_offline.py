@@ -84,6 +84,10 @@ class TestOfflineRun:
         assert "frames/s" in report and "ATE (SE3, evo) of the causal trajectory" in report
         assert "params.yaml" not in report            # no node parameters offline: not listed
         assert "Time to the first frame: **" in report and "; replay " in report
+        # which stage limited the run: each stage's busy seconds against the wall, and the verdict
+        stages = next(ln for ln in report.splitlines() if ln.startswith("- stages, busy against the "))
+        assert "reader " in stages and " decoder " in stages and "frontend " in stages and "backend " in stages
+        assert "**limited by the " in stages or "no stage was busy 50 % of the wall" in stages
         # the bar starts with the first frame: no 0 % line whose rate (and ETA) counted the start-up
         assert "seq:   0%" not in r.stderr and "seq: 100%" in r.stderr
 
@@ -130,6 +134,8 @@ class TestOfflineRun:
         rows = [ln for ln in summary.splitlines() if ln.startswith("| seq ") or ln.startswith("| seq_")]
         assert len(rows) == 2 and "no IMU" in rows[1] and "no IMU" not in rows[0]
         assert "| seq | 12 | stereo |" in rows[0]
+        assert "| limited by (busy s: reader / frontend / backend of the wall) |" in summary
+        assert all(" s) |" in row.split("frames/s")[-1] for row in rows)      # each row's limit cell
 
     @pytest.mark.slow
     def test_parallel_jobs(self, short_sequence, tmp_path):
@@ -169,6 +175,93 @@ class TestOfflineRun:
         batch = json.loads((out / "summary.json").read_text())["batch"]
         assert batch["jobs"] == 2 and batch["frames"] == 60
         assert batch["aggregate_frames_per_s"] == pytest.approx(60 / batch["wall_s"])
+
+
+class _SlowReader:
+    """A real dataset whose images take ``delay_s`` each to read (a slow disk)."""
+
+    def __init__(self, path, delay_s):
+        from vilib_ros.datasets import open_dataset
+
+        self.ds, self.delay_s = open_dataset(path), delay_s
+
+    def __getattr__(self, k):
+        return getattr(self.ds, k)
+
+    def load_image(self, cam, index):
+        import time
+
+        time.sleep(self.delay_s)
+        return self.ds.load_image(cam, index)
+
+
+class TestLimitingStage:
+    def test_a_slow_reader_is_named_the_limit(self, short_sequence):
+        """A reader that takes 0.1 s per image (frontend: a few ms per frame) is the stage that
+        limits the run: busy nearly the whole wall, the frontend waiting for it."""
+        from vilib_ros.offline import process, stages_line
+
+        r = process(_SlowReader(short_sequence, 0.1), "cpu", stereo=False, max_frames=20, backend=False, readers=1)
+        st = r["stages"]
+        assert r["reader"] == {**r["reader"], "kind": "threads", "workers": 1, "preloaded": False}
+        assert st["limit"] == "reader" and st["share"] > 0.8, st
+        assert st["busy_s"]["reader"] >= 20 * 0.1 * 0.99 and st["reader_wait_s"] > st["busy_s"]["frontend"], st
+        assert "**limited by the reader** (busy " in stages_line(r)
+
+    def test_bench_table_takes_the_runners_stages(self, short_sequence):
+        """``vilib-ros bench``'s whole-VIO rows: the runner's measured reader busy time and its limit
+        (a reader of 0.1 s per image: the reader, in both modes)."""
+        pytest.importorskip("gtsam", reason="gtsam (backend extra) not installed")
+        from vilib_ros.benchmark import markdown, whole_vio
+
+        vio = whole_vio(_SlowReader(short_sequence, 0.1), "cpu")
+        for mode in ("stereo", "mono"):
+            row = vio[mode]
+            assert row["limit"] == "reader" and row["reader_busy_s"] > 0.8 * row["wall_s"], row
+        res = {"machine": {"cpu": "x", "cores": 2}, "date": "d", "version": "v", "frames": 61,
+               "per_frame": {k: {"impl": k, "median_us": 1.0, "p90_us": 1.0, "p99_us": 1.0, "tracks_per_frame": 1.0}
+                             for k in ("default", "opencv_job", "opencv")}, "vio": vio}
+        md = markdown(res)
+        r = vio["stereo"]
+        assert (f"| {r['reader_busy_s']:.1f} s ({r['reader']}) | {r['frontend_busy_s']:.1f} s ({r['process_s']:.1f} s) | "
+                f"{r['backend_busy_s']:.1f} s | reader ({100 * r['limit_share']:.0f} %) |") in md
+
+    def test_the_busiest_stage_against_the_wall(self):
+        """stage_times on hand-made figures: the busiest stage of the wall is the limit, none below half."""
+        from vilib_ros.offline import stage_times
+
+        def run(reader_busy, reader_wait, backend_wait, backend_busy, process_s=(0.001,) * 1000, wall=10.0):
+            return {"wall_s": wall, "frontend_s": list(process_s), "backend_wait_s": backend_wait,
+                    "reader": {"busy_s": reader_busy, "wait_s": reader_wait}, "backend": {"busy_s": backend_busy}}
+
+        st = stage_times(run(9.5, 6.0, 0.2, 3.0))
+        assert st["limit"] == "reader" and st["share"] == pytest.approx(0.95)
+        assert st["busy_s"]["frontend"] == pytest.approx(10 - 6 - 0.2) and st["process_s"] == pytest.approx(1.0)
+        st = stage_times(run(2.0, 0.1, 7.0, 9.8))
+        assert st["limit"] == "backend" and st["share"] == pytest.approx(0.98)
+        st = stage_times(run(2.0, 0.5, 0.3, 3.0))
+        assert st["limit"] == "frontend" and st["busy_s"]["frontend"] == pytest.approx(9.2)
+        st = stage_times(run(4.0, 3.0, 3.5, 4.5))        # nobody busy half the wall
+        assert st["limit"] is None and st["share"] == pytest.approx(0.45)
+
+    @pytest.mark.parametrize("decoders", ["processes", "threads"])
+    def test_unreadable_frames_are_skipped_and_counted(self, short_sequence, tmp_path, decoders):
+        """A corrupt left image and a missing right one: both frames skipped (counted under their
+        reasons), every other frame tracked, in order; the run goes on."""
+        from vilib_ros.datasets import open_dataset
+        from vilib_ros.offline import process
+
+        bad = tmp_path / "bad"
+        shutil.copytree(short_sequence, bad)
+        left = sorted((bad / "mav0" / "cam0" / "data").glob("*.png"))
+        right = sorted((bad / "mav0" / "cam1" / "data").glob("*.png"))
+        left[5].write_bytes(b"not a png")
+        right[9].unlink()
+        ds = open_dataset(bad)
+        r = process(ds, "cpu", stereo=True, max_frames=14, backend=False, decoders=decoders)
+        assert r["reader"]["kind"] == decoders and r["skipped"] == {"corrupt": 1, "missing_file": 1}
+        stamps = np.asarray(ds.image_stamps(0))[:14]
+        assert [int(fr.stamp_ns) for fr in r["tracks"]] == [int(t) for k, t in enumerate(stamps) if k not in (5, 9)]
 
 
 class TestRunFolders:

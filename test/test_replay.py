@@ -147,7 +147,8 @@ class TestPrefetcher:
     def test_same_sequence_with_decoded_images(self, asl):
         ds = open_dataset(asl)
         want = list(replay_events(ds, cameras=2)[1])
-        feed = Prefetcher(lambda: open_dataset(asl), depth=3)
+        feed = Prefetcher(lambda: open_dataset(asl), depth=3, kind="processes")
+        assert feed.decoders.kind == "processes"        # an ASL folder: decoded outside this process
         feed.start(replay_events(feed.ds, cameras=2)[1])
         got = list(feed)
         feed.close()
@@ -164,28 +165,47 @@ class TestPrefetcher:
                 np.testing.assert_array_equal(g[4], cv2.imread(str(files[g[1]][g[3]]), cv2.IMREAD_GRAYSCALE))
 
     def test_parallel_decode_keeps_the_order(self, asl):
-        """Images decoded on 4 threads arrive in the same order, with the same pixels, as from one."""
+        """Images decoded in 4 processes or on 4 threads arrive in the same order, with the same
+        pixels, as from one thread."""
         got = []
-        for workers in (1, 4):
-            feed = Prefetcher(lambda: open_dataset(asl), depth=3, workers=workers)
+        for workers, kind in ((1, "threads"), (4, "processes"), (4, "threads")):
+            feed = Prefetcher(lambda: open_dataset(asl), depth=3, workers=workers, kind=kind)
+            assert (feed.decoders.kind, feed.decoders.workers) == (kind, workers)
             feed.start(replay_events(feed.ds, cameras=2)[1])
             got.append(list(feed))
             feed.close()
         def key(ev):
             return ev[:2] if ev[0] == "imu" else ev[:4]
 
-        assert [key(g) for g in got[0]] == [key(g) for g in got[1]]
-        for a, b in zip(*got):
-            if a[0] == "image":
-                np.testing.assert_array_equal(a[4], b[4])
+        for other in got[1:]:
+            assert [key(g) for g in got[0]] == [key(g) for g in other]
+            for a, b in zip(got[0], other):
+                if a[0] == "image":
+                    np.testing.assert_array_equal(a[4], b[4])
 
-    def test_bad_frames_are_skip_events(self, tmp_path):
+    def test_a_bag_is_read_in_the_worker_thread(self, asl, tmp_path):
+        """A bag's reader (one file or sqlite3 cursor) is used by the thread that opened it only:
+        the images are read there, not on decoder threads, and arrive as from the ASL folder."""
+        bag = _sources(asl, tmp_path)["ros2"]
+        feed = Prefetcher(lambda: open_dataset(bag), depth=3, workers=4)
+        assert (feed.decoders.kind, feed.decoders.workers) == ("threads", 0)
+        feed.start(replay_events(feed.ds, cameras=2)[1])
+        got = [g for g in feed if g[0] == "image"]
+        feed.close()
+        assert len(got) == 12
+        files = {c: sorted((asl / "mav0" / f"cam{c}" / "data").glob("*.png")) for c in (0, 1)}
+        for g in got:
+            np.testing.assert_array_equal(g[4], cv2.imread(str(files[g[1]][g[3]]), cv2.IMREAD_GRAYSCALE))
+
+    @pytest.mark.parametrize("kind", ["processes", "threads"])
+    def test_bad_frames_are_skip_events(self, tmp_path, kind):
         root = make_asl(tmp_path / "seq", _frames(5), t0=T0)
         files = sorted((root / "mav0" / "cam0" / "data").glob("*.png"))
         files[1].write_bytes(b"\\x89PNG garbage")
         files[2].write_bytes(b"")
         files[3].unlink()
-        feed = Prefetcher(lambda: open_dataset(root))
+        feed = Prefetcher(lambda: open_dataset(root), kind=kind)
+        assert feed.decoders.kind == kind
         feed.start(replay_events(feed.ds)[1])
         got = [g for g in feed if g[0] != "imu"]
         feed.close()

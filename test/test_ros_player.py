@@ -200,3 +200,53 @@ class TestRateAtRunTime:
         finally:
             player.stop()
             client.close()
+
+
+class TestCtrlC:
+    def test_sigint_to_the_group_mid_replay_leaves_no_decoder(self, sequence, tmp_path):
+        """The player decodes an ASL folder's images in processes of its own. A terminal's Ctrl-C
+        (SIGINT to the whole group) mid-replay ends the player with its stats written, and no
+        decoder is left running."""
+        import os
+        import signal
+        from pathlib import Path
+
+        from vilib_ros.nodes.processes import NodeProcess, node_argv, ros_env
+
+        stats = tmp_path / "stats.json"
+        player = NodeProcess("player_node", node_argv("player_node", params={
+            "dataset": str(sequence["asl"]), "rate": 0.1, "imu_margin_s": 0.0, "wait_for_subscribers": 0,
+            "start_delay_s": 0.0,
+            "progress": False, "decoders": "processes", "decode_workers": 2, "stats_path": str(stats)}), ros_env(DOMAIN), tmp_path / "pl.log")
+
+        def session():      # live processes of the player's session (it is the session's leader)
+            pids = []
+            for d in Path("/proc").iterdir():
+                if not d.name.isdigit():
+                    continue
+                try:
+                    fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                if int(fields[3]) == player.pid and fields[0] != "Z":
+                    pids.append(int(d.name))
+            return pids
+
+        try:
+            t_end = time.monotonic() + 120
+            while "decoded by 2 decoder processes" not in player.output() and time.monotonic() < t_end:
+                assert player.alive, player.tail()
+                time.sleep(0.2)
+            assert "decoded by 2 decoder processes" in player.output(), player.tail()
+            time.sleep(3.0)      # replaying: at 0.1x the 21 images of the 1 s sequence take 10 s
+            assert len(session()) >= 3, session()
+            os.killpg(player.pid, signal.SIGINT)
+            rc = player.wait(60)
+        finally:
+            player.stop()
+        assert rc == 0 and "Traceback" not in player.output(), player.tail()
+        assert 0 < json.loads(stats.read_text())["images"][0] < 21         # interrupted mid-replay
+        t_end = time.monotonic() + 20
+        while session() and time.monotonic() < t_end:
+            time.sleep(0.2)
+        assert not session(), f"left running: {session()}"

@@ -2,13 +2,19 @@
 
 The researcher's batch path (many EuRoC sequences, no DDS): per dataset, in one process tree:
 
-* a reader thread decodes the images (and slices the IMU) in time order into a bounded queue;
+* decoders read the images ahead, in time order, a bounded number of frames: processes that write
+  into shared memory where the images are files (an ASL folder), so that no decoder competes with
+  the frontend for this process's interpreter lock; threads otherwise
+  (:mod:`vilib_ros.datasets.decoders`). An unreadable frame is skipped and counted under its reason;
 * the frontend (:class:`vilib_ros.frontend.FeatureTracker`, ``--device``) runs in this process;
 * the backend (:class:`vilib_ros.backend.VioEstimator`) runs in a child process (``spawn``; one
   OpenBLAS thread, jemalloc where installed: :mod:`vilib_ros.allocator`) fed through a bounded
   queue in batches of frames, and ending as soon as its result is handed over, so frontend and
   backend overlap on two cores and whole-VIO throughput is set by the slower of the two, not
   their sum. The queues block when full: nothing is dropped.
+
+The report says which stage limited the run: each stage's busy seconds against the wall
+(:func:`stage_times`).
 
 It opens each dataset with its calibration, writes each run into its own folder and compiles the
 CPU kernels first as the ROS path does (:mod:`vilib_ros.run_setup`), and writes the same outputs
@@ -18,7 +24,7 @@ trajectory, as ``backend_node`` writes it at shutdown), ``trajectory.png``, the 
 ``odometry_tum.txt``, the causal per-frame odometry. With several datasets, one batch folder
 (``--out``, or a new ``vilib_ros_output/batch/<date>_<time>``) holds a folder per dataset and
 ``summary.md`` / ``summary.json`` with one row per sequence: ATE (SE3) of the causal and the
-smoothed trajectory, RPE per metre, frames/s, keyframes, resets, and the batch's aggregate
+smoothed trajectory, RPE per metre, frames/s, the limiting stage, keyframes, resets, and the batch's aggregate
 frames/s (all frames over the batch's wall time). ``--jobs N`` runs N datasets at a time in worker processes (each with its own backend
 child): the aggregate is then the batch's throughput, and each row's frames/s that of a sequence
 sharing the machine with the others; neither is the speed of one sequence alone. A dataset without IMU says so up front ("no IMU: the backend
@@ -38,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from vilib_ros.allocator import with_jemalloc
+from vilib_ros.datasets.decoders import KINDS, start_without_sigint
 
 NO_IMU = "no IMU: the backend cannot estimate; tracks only"
 
@@ -158,7 +165,8 @@ class _Backend:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         with_jemalloc(os.environ)
         try:
-            self.proc.start()
+            # no SIGINT of its own: a Ctrl-C ends this process, which ends the child (kill())
+            start_without_sigint(self.proc)
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -224,15 +232,50 @@ class _Backend:
 # ---------------------------------------------------------------------------------------------
 # one dataset
 # ---------------------------------------------------------------------------------------------
+#: frames decoded ahead of the frontend (stereo 752x480: 16 slots of 0.7 MB in shared memory)
+READ_AHEAD = 16
+#: unreadable frames logged one by one per reason; the rest only counted
+LOG_SKIPS_PER_REASON = 5
+
+
+def _first_frame(ds, stereo: bool, n: int):
+    """The first readable frame among the first 50 (the frontend's warm-up), or None."""
+    from vilib_ros.datasets import FrameError
+
+    for k in range(min(n, 50)):
+        try:
+            return ds.load_image(0, k), (ds.load_image(1, k) if stereo else None)
+        except FrameError:
+            continue
+    return None
+
+
 def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, backend: bool = True,
-            backend_config: dict | None = None, progress=None, preload: bool = False, readers: int = 4) -> dict:
+            backend_config: dict | None = None, progress=None, preload: bool = False,
+            readers: int | None = None, decoders: str = "auto") -> dict:
     """Frontend and backend over ``ds`` (an opened dataset); returns tracks, trajectories, timing.
 
-    Images are decoded by ``readers`` threads ahead of the frontend (bounded), or all before the
-    clock starts with ``preload`` (benchmarks: decoding is not part of the VIO). The frontend's
-    first frame (kernel compilation, graph capture) is run once on a throwaway tracker first."""
+    Images are decoded ahead of the frontend (at most :data:`READ_AHEAD` frames) by ``readers``
+    decoders (None: :func:`~vilib_ros.datasets.decoders.default_workers`) of the kind ``decoders``
+    (:func:`~vilib_ros.datasets.decoders.open_decoders`: "auto", processes writing into shared
+    memory where the images are files and the machine has CPUs for them, else threads;
+    "processes"; "threads"); or all of them before the clock starts
+    with ``preload`` (benchmarks: decoding is not part of the VIO). A frame that cannot be read
+    (either camera's image) is skipped and counted under its reason (``skipped``); its IMU samples
+    go with the next frame. The frontend's first frame (kernel compilation, graph capture) is run
+    once on a throwaway tracker first. The result's ``stages`` says what each stage was busy with
+    against the wall (:func:`stage_times`)."""
+    import logging
+    from collections import deque
+
+    from vilib_ros.datasets import FrameError
+    from vilib_ros.datasets.decoders import open_decoders
+    from vilib_ros.datasets.replay import hand_gil_to_decoders
     from vilib_ros.frontend import FeatureTracker, FrontendConfig
 
+    if decoders not in KINDS:
+        raise ValueError(f"decoders must be one of {', '.join(KINDS)}; got {decoders!r}")
+    log = logging.getLogger(__name__)
     stamps = np.asarray(ds.image_stamps(0), np.int64)
     n = len(stamps) if max_frames <= 0 else min(max_frames, len(stamps))
     stereo = stereo and len(ds.cameras) >= 2
@@ -240,41 +283,59 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     c1 = ds.cameras[1] if stereo else None
     kw = {"camera_right": c1, "T_right_left": np.linalg.inv(c1.T_BS) @ c0.T_BS} if stereo else {}
     ft = FeatureTracker(c0, FrontendConfig(), device=device, **kw)
-    if n:
-        FeatureTracker(c0, FrontendConfig(), device=device, **kw).process(
-            ds.load_image(0, 0), int(stamps[0]), image_right=ds.load_image(1, 0) if stereo else None)
+    first = _first_frame(ds, stereo, n) if n else None
+    if first is not None:
+        FeatureTracker(c0, FrontendConfig(), device=device, **kw).process(first[0], int(stamps[0]),
+                                                                          image_right=first[1])
     ist, idata = np.asarray(ds.imu_stamps, np.int64), np.asarray(ds.imu_data, float)
     has_imu = len(ist) > 0
+    cams = (0, 1) if stereo else (0,)
+    reader = open_decoders(ds, cams, per_job=len(cams), workers=readers, capacity=READ_AHEAD, kind=decoders)
     be = None
-    if backend and has_imu:
-        cfg = dict(backend_config or {})
-        cfg.setdefault("mode", "stereo" if stereo else "mono")
-        be = _Backend(c0, c1, ds.imu_noise, cfg)
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
-    def load(k):
-        return ds.load_image(0, k), (ds.load_image(1, k) if stereo else None)
-
-    pool = ThreadPoolExecutor(max(1, readers), thread_name_prefix="vilib_ros-reader")
-    from vilib_ros.datasets.replay import hand_gil_to_decoders
-
-    # decoded frames do not wait 5 ms for the frontend thread's GIL (restored at the end)
-    switch_before = hand_gil_to_decoders() if not preload else None
-    pre = [load(k) for k in range(n)] if preload else None
+    switch_before = None
     ahead: deque = deque()
-    tracks, fe_s = [], []
-    j = 0
-    t0 = time.perf_counter()
     try:
+        if backend and has_imu:
+            cfg = dict(backend_config or {})
+            cfg.setdefault("mode", "stereo" if stereo else "mono")
+            be = _Backend(c0, c1, ds.imu_noise, cfg)
+        reader.wait_ready()         # the decoders' start-up (imports) outside the clock
+        pre = None
+        if preload:
+            pre = []
+            for k in range(n):
+                while len(ahead) < reader.capacity and k + len(ahead) < n:
+                    ahead.append(reader.submit(tuple((c, k + len(ahead)) for c in cams)))
+                pre.append(ahead.popleft().result())
+        elif reader.kind == "threads" and reader.workers > 0:
+            # decoded frames do not wait 5 ms for the frontend thread's GIL (restored at the end)
+            switch_before = hand_gil_to_decoders()
+        tracks, fe_s, skipped = [], [], {}
+        wait_reader = wait_backend = 0.0
+        j = 0
+        nxt = 0
+        t0 = time.perf_counter()
         for k in range(n):
             if pre is not None:
-                left, right = pre[k]
-                pre[k] = None
+                images, pre[k] = pre[k], None
             else:
-                while len(ahead) < 16 and k + len(ahead) < n:     # decode ahead, bounded, in order
-                    ahead.append(pool.submit(load, k + len(ahead)))
-                left, right = ahead.popleft().result()
+                while len(ahead) < reader.capacity and nxt < n:     # decode ahead, bounded, in order
+                    ahead.append(reader.submit(tuple((c, nxt) for c in cams)))
+                    nxt += 1
+                a = time.perf_counter()
+                images = ahead.popleft().result()
+                wait_reader += time.perf_counter() - a
+            bad = next((im for im in images if isinstance(im, FrameError)), None)
+            if bad is not None:
+                skipped[bad.reason] = skipped.get(bad.reason, 0) + 1
+                if skipped[bad.reason] <= LOG_SKIPS_PER_REASON:
+                    log.warning("frame %d skipped (%s): %s%s", k, bad.reason, bad,
+                                " (further frames skipped for this reason are only counted)"
+                                if skipped[bad.reason] == LOG_SKIPS_PER_REASON else "")
+                if progress is not None:
+                    progress(k + 1, n)
+                continue
+            left, right = images[0], (images[1] if stereo else None)
             t = int(stamps[k])
             j0, j = j, max(j, int(np.searchsorted(ist, t, side="right")))
             gyro = np.column_stack([ist[max(0, j0 - 1):j], idata[max(0, j0 - 1):j, :3]]) if has_imu else None
@@ -283,16 +344,20 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
             fe_s.append(time.perf_counter() - a)
             tracks.append(fr)
             if be is not None:      # its tracks and the IMU before it (sent in batches of frames)
+                a = time.perf_counter()
                 be.put_frame(BackendFrame.of(fr), ist[j0:j], idata[j0:j])
+                wait_backend += time.perf_counter() - a
             if progress is not None:
                 progress(k + 1, n)
-        if be is not None:
+        a = time.perf_counter()
+        if be is not None and n:
             t_last = int(stamps[n - 1])
             rest = slice(j, int(np.searchsorted(ist, t_last + int(1e9), side="right")))
             if rest.stop > rest.start:
                 be.put(("imu", ist[rest], idata[rest]))
         t_fe = time.perf_counter() - t0
         res = be.finish() if be is not None else None
+        wait_backend += time.perf_counter() - a
     except BaseException:
         if be is not None:
             be.kill()
@@ -300,13 +365,66 @@ def process(ds, device: str = "auto", stereo: bool = True, max_frames: int = 0, 
     finally:
         for f in ahead:
             f.cancel()
-        pool.shutdown(wait=False)
+        reader.close()
         if switch_before is not None:
             sys.setswitchinterval(switch_before)
     wall = time.perf_counter() - t0
-    return {"tracks": tracks, "frontend_s": fe_s, "backend": res, "wall_s": wall, "frontend_wall_s": t_fe,
-            "frames": n, "stereo": stereo, "has_imu": has_imu, "device": getattr(ft, "device", device),
-            "imu_sent": int(np.searchsorted(ist, int(stamps[n - 1]) + int(1e9), side="right")) if n and has_imu else 0}
+    out = {"tracks": tracks, "frontend_s": fe_s, "backend": res, "wall_s": wall, "frontend_wall_s": t_fe,
+           "frames": n, "stereo": stereo, "has_imu": has_imu, "device": getattr(ft, "device", device),
+           "skipped": skipped,
+           "reader": {"kind": reader.kind, "workers": reader.workers, "describe": reader.describe(),
+                      "preloaded": bool(preload),
+                      "decode_s": 0.0 if preload else reader.decode_s, "busy_s": 0.0 if preload else reader.busy_s,
+                      "wait_s": wait_reader},
+           "backend_wait_s": wait_backend,
+           "imu_sent": int(np.searchsorted(ist, int(stamps[n - 1]) + int(1e9), side="right")) if n and has_imu else 0}
+    out["stages"] = stage_times(out)
+    return out
+
+
+#: below this share of the wall, no stage is said to have limited the run
+LIMIT_SHARE = 0.5
+
+
+def stage_times(r: dict) -> dict:
+    """Each stage's busy seconds against the wall of a :func:`process` result, and the stage that
+    limited the run.
+
+    ``reader``: the decoders' busy time, per decoder (equal to the wall when every decoder decoded
+    all the time; 0 when preloaded); ``frontend``: the frontend thread's time not spent waiting
+    for decoded frames or for the backend's queue (``process()`` and the work around it: the IMU
+    slice, the copy of the tracks, the queueing), with ``process_s`` the part in ``process()``;
+    ``backend``: the backend's time on its messages. ``limit`` is the stage with the largest share
+    of the wall, or None where none was busy :data:`LIMIT_SHARE` of it; ``share`` is its share."""
+    wall = float(r["wall_s"])
+    rd = r.get("reader") or {}
+    be = r.get("backend") or {}
+    busy = {"reader": float(rd.get("busy_s", 0.0)),
+            "frontend": max(0.0, wall - float(rd.get("wait_s", 0.0)) - float(r.get("backend_wait_s", 0.0))),
+            "backend": float(be.get("busy_s", 0.0))}
+    name = max(busy, key=busy.get)
+    share = busy[name] / wall if wall > 0 else 0.0
+    return {"wall_s": wall, "busy_s": busy, "process_s": float(np.sum(r["frontend_s"])),
+            "reader_wait_s": float(rd.get("wait_s", 0.0)), "backend_wait_s": float(r.get("backend_wait_s", 0.0)),
+            "limit": name if share >= LIMIT_SHARE else None, "share": share}
+
+
+def stages_line(r: dict) -> str:
+    """The report's line on which stage limited the run (:func:`stage_times`)."""
+    st = r["stages"]
+    rd, b = r["reader"], st["busy_s"]
+    if rd.get("preloaded"):
+        reader = "reader: preloaded before the clock"
+    else:
+        reader = (f"reader {b['reader']:.1f} s per decoder ({rd['describe']}; the frontend waited "
+                  f"{st['reader_wait_s']:.1f} s for decoded frames)")
+    backend = (f"backend {b['backend']:.1f} s (the frontend waited {st['backend_wait_s']:.1f} s for it)"
+               if r.get("backend") is not None else "no backend")
+    verdict = (f"**limited by the {st['limit']}** (busy {100 * st['share']:.0f} % of the wall)" if st["limit"] else
+               f"no stage was busy {100 * LIMIT_SHARE:.0f} % of the wall (the busiest: {max(b, key=b.get)}, "
+               f"{100 * st['share']:.0f} %)")
+    return (f"- stages, busy against the {st['wall_s']:.1f} s wall: {reader}, frontend {b['frontend']:.1f} s "
+            f"(process() {st['process_s']:.1f} s), {backend}: {verdict}")
 
 
 def replay_backend(ds, tracks, stereo: bool, backend_config: dict | None = None, batch: int = 8) -> dict:
@@ -361,7 +479,8 @@ def write_run_files(out: Path, r: dict) -> None:
             for i, (ti, pi, qi) in enumerate(zip(t, p, q)):
                 f.write(json.dumps({"topic": "odometry", "count": i + 1, "stamp_ns": int(ti), "p": pi.tolist(),
                                     "q_xyzw": qi.tolist()}) + "\n")
-    (out / "player_stats.json").write_text(json.dumps({"images": [r["frames"]], "imu": r["imu_sent"]}))
+    (out / "player_stats.json").write_text(json.dumps({"images": [len(r["tracks"])], "imu": r["imu_sent"],
+                                                       "skipped": r.get("skipped", {})}))
     fe = {"device": r["device"], "tracks_published": len(r["tracks"]), "images_received": r["frames"],
           "process_ms": _stat(1e3 * np.asarray(r["frontend_s"])), "skipped": {},
           "stages_ms": {"process() (offline)": _stat(1e3 * np.asarray(r["frontend_s"]))}}
@@ -475,6 +594,9 @@ def run_one(ds_path, args, out: Path | None, name: str) -> dict:
         lines.append(f"- backend: busy {be['busy_s']:.1f} s; per keyframe median "
                      f"{float(np.median(kf)) if kf.size else float('nan'):.2f} ms; keyframes "
                      f"{be['stats'].get('keyframes')}, resets {be['stats'].get('resets')}")
+    lines.append(stages_line(r))
+    if r["skipped"]:
+        lines.append("- frames skipped (unreadable): " + ", ".join(f"{k} {v}" for k, v in sorted(r["skipped"].items())))
     for key in ("causal", "smoothed"):
         e = ev.get(key)
         if e and "ate_m" in e:
@@ -494,9 +616,14 @@ def run_one(ds_path, args, out: Path | None, name: str) -> dict:
     timing = json.loads((out / "timing.json").read_text()) if (out / "timing.json").is_file() else {}
     timing.update({"offline": {"frames_per_s": fps, "wall_s": r["wall_s"], "frontend_busy_s": sum(r["frontend_s"]),
                                "backend_busy_s": be["busy_s"] if be is not None else None,
-                               "keyframe_ms": _stat(kf)}})
+                               "keyframe_ms": _stat(kf), "stages": r["stages"], "reader": r["reader"],
+                               "skipped": r["skipped"]}})
     (out / "timing.json").write_text(json.dumps(timing | {"wall_s": wall}, indent=2))
-    print(f"{who}: {name}: {len(r['tracks'])}/{n_images} frames tracked, {fps:.1f} frames/s; "
+    st = r["stages"]
+    limit = f"limited by the {st['limit']}" if st["limit"] else "no stage busy half the wall"
+    skipped = ("; skipped (unreadable): " + ", ".join(f"{k} {v}" for k, v in sorted(r["skipped"].items()))
+               if r["skipped"] else "")
+    print(f"{who}: {name}: {len(r['tracks'])}/{n_images} frames tracked, {fps:.1f} frames/s ({limit}){skipped}; "
           f"outputs in {out}", file=sys.stderr)
     if "do not play" in (summary.get("video_kind") or ""):
         print(f"{who}: the tracks video is {summary['video_kind']}: see report.md for what plays it",
@@ -505,7 +632,18 @@ def run_one(ds_path, args, out: Path | None, name: str) -> dict:
             "ate_causal_m": (ev.get("causal") or {}).get("ate_m"), "ate_smoothed_m": (ev.get("smoothed") or {}).get("ate_m"),
             "rpe_m_per_m": (ev.get("causal") or {}).get("rpe_m_per_m"),
             "keyframes": be["stats"].get("keyframes") if be is not None else None,
-            "resets": be["stats"].get("resets") if be is not None else None, "out": str(out)}
+            "resets": be["stats"].get("resets") if be is not None else None,
+            "limit": st["limit"], "limit_share": st["share"], "busy_s": st["busy_s"], "wall_s": st["wall_s"],
+            "skipped": r["skipped"], "out": str(out)}
+
+
+def _limit_cell(row: dict) -> str:
+    """The summary's "limited by" cell: the stage and each stage's busy seconds of the wall."""
+    b = row.get("busy_s")
+    if not b:
+        return "-"
+    who = row["limit"] or "none (no stage busy half the wall)"
+    return f"{who} ({b['reader']:.1f} / {b['frontend']:.1f} / {b['backend']:.1f} of {row['wall_s']:.1f} s)"
 
 
 def summary_markdown(rows: list[dict], batch: dict | None = None) -> str:
@@ -517,16 +655,17 @@ def summary_markdown(rows: list[dict], batch: dict | None = None) -> str:
     jobs = (batch or {}).get("jobs", 1)
     fps_head = "frames/s" if jobs <= 1 else f"frames/s (while {jobs} ran in parallel)"
     L = ["# vilib_ros offline run: summary", "",
-         f"| sequence | frames | mode | ATE causal [m] | ATE smoothed [m] | RPE [m/m] | {fps_head} | keyframes | resets |",
-         "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+         f"| sequence | frames | mode | ATE causal [m] | ATE smoothed [m] | RPE [m/m] | {fps_head} | limited by "
+         "(busy s: reader / frontend / backend of the wall) | keyframes | resets |",
+         "|---|---:|---|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         if r.get("error"):
-            L.append(f"| {r['name']} | - | failed: {r['error']} |||||||")
+            L.append(f"| {r['name']} | - | failed: {r['error']} ||||||||")
             continue
         mode = ("stereo" if r["stereo"] else "mono") + ("" if r["has_imu"] else f" ({NO_IMU})")
         L.append(f"| {r['name']} | {r['frames']} | {mode} | {f(r['ate_causal_m'], '{:.4f}')} | "
                  f"{f(r['ate_smoothed_m'], '{:.4f}')} | {f(r['rpe_m_per_m'], '{:.4f}')} | {r['frames_per_s']:.1f} | "
-                 f"{f(r['keyframes'], '{}')} | {f(r['resets'], '{}')} |")
+                 f"{_limit_cell(r)} | {f(r['keyframes'], '{}')} | {f(r['resets'], '{}')} |")
     if batch:
         L += ["", f"Batch: {batch['frames']} frames of {batch['sequences']} sequences in {batch['wall_s']:.1f} s with "
               f"{jobs} parallel job(s) (start-up, evaluation and output files included): **aggregate {batch['aggregate_frames_per_s']:.1f} frames/s** over all sequences "

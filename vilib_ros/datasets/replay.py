@@ -6,19 +6,19 @@ cameras published, at most ``max_frames`` cam0 images. The order is the dataset'
 IMU first at equal stamps, so every IMU sample up to an image's stamp precedes the image.
 
 :class:`Prefetcher` runs that sequence in a worker thread, up to ``depth`` images ahead of the
-consumer, and decodes the images there, or on ``workers`` threads (in order) where the dataset's
-images are plain files (``Dataset.parallel_loads``: ASL folders; OpenCV's decoder releases the
-GIL), so a player publishing at a high rate does not wait for one decoder (one 752x480 PNG
-took ~5 ms per frame of the player's time on the 2-core machine). A frame that cannot
-be read (:class:`~.common.FrameError`) arrives as a ``("skip", cam, t_ns, index, reason,
-message)`` event instead of an image: the player counts it and goes on. No rclpy here.
+consumer, with the images decoded in order by ``workers`` decoders (:mod:`.decoders`): processes
+writing into shared memory where the images are plain files (ASL folders), so that decoding
+takes nothing from the interpreter lock of the process that publishes them; threads where the
+dataset allows parallel loads; the worker thread itself for a bag (one reader). A player
+publishing at a high rate then does not wait for one decoder. A frame that cannot be read
+(:class:`~.common.FrameError`) arrives as a ``("skip", cam, t_ns, index, reason, message)``
+event instead of an image: the player counts it and goes on. No rclpy here.
 """
 from __future__ import annotations
 
 import queue
 import threading
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
@@ -72,45 +72,65 @@ _END = object()
 
 #: The GIL switch interval for a process whose threads decode images beside a busy main thread. A
 #: decode thread leaves OpenCV's decoder (which releases the GIL) and then waits for the GIL until
-#: the main thread is asked to drop it: Python's default interval, 5 ms, is a 752x480 PNG's decode
-#: time again. With the consumer's thread busy in Python, decoded images then wait (bench/
-#: results/decode_gil_probe.md, 2-core machine 2026-11-25: the consumer waited 0.77-0.82 s for 601
-#: images with 5 ms, 0.12-0.16 s with 0.5 ms).
+#: the main thread is asked to drop it: Python's default interval, 5 ms, is about a 752x480 PNG's
+#: decode time again, so with the consumer's thread busy in Python decoded images wait that long.
+#: Decoder processes (an ASL folder) need none of it.
 DECODE_SWITCH_INTERVAL_S = 0.0005
 
 
 def hand_gil_to_decoders() -> float:
     """Lower this process's GIL switch interval to :data:`DECODE_SWITCH_INTERVAL_S` (never raise
     it); returns the interval before. For processes that decode images on threads (the player, the
-    offline runner)."""
+    offline runner, where the images are not plain files)."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(min(before, DECODE_SWITCH_INTERVAL_S))
     return before
 
 
+class _Image:
+    """An image event whose decoding was submitted: the event and the decoders' ticket."""
+
+    __slots__ = ("ev", "ticket")
+
+    def __init__(self, ev, ticket):
+        self.ev, self.ticket = ev, ticket
+
+
 class Prefetcher:
-    """A dataset opened, read and decoded in a worker thread, a bounded queue ahead of its consumer.
+    """A dataset opened and read in a worker thread, its images decoded a bounded number ahead of
+    the consumer.
 
     ``Prefetcher(open_fn)`` opens the dataset in the worker (``open_fn()``; an error is raised
     here) and exposes it as ``ds`` for its plain data (cameras, stamps, IMU arrays): every
     reader call (``load_image``, ``close``) stays in the worker, as the sqlite3 reader of ROS 2
-    bags requires. ``start(events)`` hands it the events to replay (:func:`replay_events`);
-    iterating yields ``("imu", t, gyro, acc)``, ``("image", cam, t, index, img)`` and, for a
-    frame that cannot be read, ``("skip", cam, t, index, reason, message)``. Another error
-    (the dataset became unreadable) is raised in the consumer. ``close()`` stops the worker and
-    closes the dataset."""
+    bags requires. The images are decoded by ``workers`` decoders (None: the default of the kind)
+    of the kind ``kind`` (:func:`~.decoders.open_decoders`: "auto", "processes", "threads"):
+    processes writing into shared memory where they are plain files (an ASL folder), threads where
+    the dataset allows parallel loads, else the worker thread itself; ``decoders`` says which
+    (``kind``, ``workers``, ``describe()``). ``start(events)`` hands it the events
+    to replay (:func:`replay_events`); iterating yields ``("imu", t, gyro, acc)``, ``("image",
+    cam, t, index, img)`` and, for a frame that cannot be read, ``("skip", cam, t, index, reason,
+    message)``, in order. Another error (the dataset became unreadable) is raised in the consumer.
+    ``close()`` stops the worker and the decoders and closes the dataset."""
 
-    def __init__(self, open_fn, depth: int = 8, workers: int = 4):
+    def __init__(self, open_fn, depth: int = 8, workers: int | None = None, kind: str = "auto"):
+        from .decoders import KINDS
+
+        if kind not in KINDS:
+            raise ValueError(f"decoders must be one of {', '.join(KINDS)}; got {kind!r}")
         self._open_fn = open_fn
+        self._kind = kind
         # ``depth`` images ahead (the IMU between them is not counted: 10-20 samples per image)
-        self._slots = threading.Semaphore(max(1, int(depth)))
-        self._workers = max(1, int(workers))
+        self._depth = max(1, int(depth))
+        self._slots = threading.Semaphore(self._depth)
+        self._workers = None if workers is None else max(1, int(workers))
         self._q: queue.Queue = queue.Queue()
         self._go: queue.Queue = queue.Queue(maxsize=1)
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
         self.ds: Dataset | None = None
+        self.decoders = None
         self._thread = threading.Thread(target=self._work, name="vilib_ros_prefetch", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -131,15 +151,26 @@ class Prefetcher:
         return False
 
     def _work(self) -> None:
+        from .decoders import open_decoders
+
         try:
             self.ds = self._open_fn()
+            ds = self.ds
+            # bags (one sqlite3 / file reader) decode in this thread, where they were opened
+            self.decoders = open_decoders(ds, range(ds.num_cameras), per_job=1, capacity=self._depth,
+                                          kind=self._kind,
+                                          workers=self._workers if getattr(ds, "parallel_loads", False) else 0)
         except BaseException as exc:  # noqa: BLE001 - raised in the constructor
             self._open_error = exc
+            if self.ds is not None:
+                try:
+                    self.ds.close()
+                except Exception:  # noqa: BLE001
+                    pass
             self._ready.set()
             return
         self._ready.set()
-        ds = self.ds
-        pool = None
+        dec = self.decoders
         try:
             events = None
             while events is None and not self._stop.is_set():
@@ -147,27 +178,14 @@ class Prefetcher:
                     events = self._go.get(timeout=0.1)
                 except queue.Empty:
                     continue
-            # datasets whose images are plain files decode on several threads (OpenCV releases the
-            # GIL), in order; the others (bags: one sqlite3 / file reader) in this thread
-            pool = (ThreadPoolExecutor(self._workers, thread_name_prefix="vilib_ros_decode")
-                    if self._workers > 1 and getattr(ds, "parallel_loads", False) else None)
-
-            def load(ev):
-                _, cam, t, index = ev
-                try:
-                    return ("image", cam, t, index, ds.load_image(cam, index))
-                except FrameError as exc:
-                    return ("skip", cam, t, index, exc.reason, str(exc))
-
-            # Images go into the queue as futures, in order: the consumer waits on the one it
-            # needs and nothing else (this thread no longer polls for finished ones; a simulated
-            # decoder showed no difference in throughput from the polling it replaced).
+            # Images go into the queue as tickets, in order: the consumer waits on the one it
+            # needs and nothing else.
             for ev in events or ():
                 if ev[0] == "image":
                     while not self._slots.acquire(timeout=0.1):
                         if self._stop.is_set():
                             return
-                    item = pool.submit(load, ev) if pool else load(ev)
+                    item = _Image(ev, dec.submit(((ev[1], ev[3]),)))
                 else:
                     item = ev
                 if not self._put(item):
@@ -176,8 +194,9 @@ class Prefetcher:
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             self._put(("error", exc))
         finally:
-            if pool is not None:     # the consumer still waits on the futures queued, unless stopped
-                pool.shutdown(wait=True, cancel_futures=self._stop.is_set())
+            if not self._stop.is_set():      # the consumer still collects the images queued
+                self._stop.wait()
+            dec.close()
             try:
                 ds.close()
             except Exception:  # noqa: BLE001
@@ -186,8 +205,11 @@ class Prefetcher:
     def __iter__(self):
         while True:
             item = self._q.get()
-            if isinstance(item, Future):
-                item = item.result()     # an error of the reader is raised here, in order
+            if isinstance(item, _Image):
+                img = item.ticket.result()[0]    # an error of the reader is raised here, in order
+                _, cam, t, index = item.ev
+                item = (("skip", cam, t, index, img.reason, str(img)) if isinstance(img, FrameError)
+                        else ("image", cam, t, index, img))
             if item is _END:
                 return
             if item[0] == "error":
@@ -198,7 +220,7 @@ class Prefetcher:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5.0)
+        self._thread.join(timeout=10.0)
 
 
 class ReplayClock:

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -119,8 +118,11 @@ def parameter_table() -> list[ParamSpec]:
         ParamSpec("ack_timeout_s", 10.0, "at the end, wait this long for every subscriber to acknowledge "
                   "everything published", range=(0.0, 3600.0), read_only=True),
         ParamSpec("progress", True, "show a tqdm progress bar on stderr", read_only=True),
-        ParamSpec("decode_workers", 0, "threads decoding the images of an ASL folder (0 = the CPU count, at least 4 "
-                  "and at most 8)", range=(0, 64), read_only=True),
+        ParamSpec("decoders", "auto", "how the images of an ASL folder are decoded: 'processes' writing into "
+                  "shared memory, 'threads' of the player, 'auto' = processes on a machine of 4 CPUs or more",
+                  choices=("auto", "processes", "threads"), read_only=True),
+        ParamSpec("decode_workers", 0, "decoders of the images of an ASL folder (0 = processes: half the CPU count, "
+                  "2 to 8; threads: the CPU count, 4 to 8)", range=(0, 64), read_only=True),
         ParamSpec("prefetch", 16, "images read and decoded ahead in a worker thread", range=(1, 256),
                   read_only=True),
         ParamSpec("stats_path", "", "write what was sent and skipped as JSON here at the end", read_only=True),
@@ -146,9 +148,10 @@ class PlayerNode(Node):
         names = {"image": "image_topic", "image_right": "image_right_topic", "imu": "imu_topic"}
         topics = Topics(**{k: self.p[v] or None for k, v in names.items()},
                         origin={k: f"parameter {v}" for k, v in names.items() if self.p[v]})
-        workers = int(self.p["decode_workers"]) or min(8, max(4, os.cpu_count() or 1))
-        self.feed = Prefetcher(lambda: open_dataset(path, topics), depth=self.p["prefetch"], workers=workers)
-        if workers > 1:
+        self.feed = Prefetcher(lambda: open_dataset(path, topics), depth=self.p["prefetch"],
+                               workers=int(self.p["decode_workers"]) or None, kind=self.p["decoders"])
+        dec = self.feed.decoders
+        if dec.kind == "threads" and dec.workers > 1:
             from vilib_ros.datasets.replay import hand_gil_to_decoders
 
             hand_gil_to_decoders()      # decoded images do not wait a whole switch interval for the GIL
@@ -177,7 +180,7 @@ class PlayerNode(Node):
                       "backend_backpressure_timeouts": 0, "skipped": {},
                       "dataset_stats": dict(getattr(self.ds, "stats", {})),
                       "dataset_warnings": list(getattr(self.ds, "warnings", []))}
-        self.get_logger().info(f"opened {self.ds!r}")
+        self.get_logger().info(f"opened {self.ds!r}; images decoded by {dec.describe()}")
         if getattr(self.ds, "topics", None):
             t = self.ds.topics
             self.get_logger().info("replaying " + ", ".join(f"{a} as {b}" for a, b in (
