@@ -74,7 +74,8 @@ def digest_euroc(path: Path, device: str) -> dict:
     return {"tracks_euroc": d, "tracks_euroc_count": n, "device": getattr(ft, "device", device)}
 
 
-def digest_generated(cache: Path, device: str, duration: float, backend: bool = True) -> dict:
+def digest_generated(cache: Path, device: str, duration: float, backend: bool = True,
+                     backend_config: dict | None = None) -> dict:
     from vilib_ros import offline
     from vilib_ros.datasets import open_dataset
     from vilib_ros.synthetic import SequenceConfig, generate_sequence
@@ -86,7 +87,8 @@ def digest_generated(cache: Path, device: str, duration: float, backend: bool = 
     out = {}
     name = f"gen{duration:g}s"
     for mode in ("stereo", "mono"):
-        r = offline.process(ds, device=device, stereo=mode == "stereo", backend=backend)
+        r = offline.process(ds, device=device, stereo=mode == "stereo", backend=backend,
+                            backend_config=dict(backend_config or {}))
         if mode == "stereo":
             out[f"tracks_{name}"], out[f"tracks_{name}_count"] = _tracks_digest(r["tracks"])
         else:
@@ -125,6 +127,8 @@ def main(argv=None) -> int:
     p.add_argument("--cache", type=Path, default=REPO / ".data" / "digest_cache")
     p.add_argument("--duration", type=float, default=12.0, help="length of the generated sequence, s")
     p.add_argument("--no-backend", action="store_true", help="tracks only (where gtsam is not installed)")
+    p.add_argument("--backend-config", default="{}",
+                   help="BackendConfig fields as JSON (another code's defaults, to compare like with like)")
     p.add_argument("--compare", nargs=2, type=Path)
     a = p.parse_args(argv)
     if a.compare:
@@ -135,7 +139,8 @@ def main(argv=None) -> int:
         res.update(digest_euroc(e, a.device))
     else:
         print("no EuRoC frames: the real-frame digest is left out", file=sys.stderr)
-    res.update(digest_generated(a.cache, a.device, a.duration, backend=not a.no_backend))
+    res.update(digest_generated(a.cache, a.device, a.duration, backend=not a.no_backend,
+                                backend_config=json.loads(a.backend_config)))
     text = json.dumps(res, indent=1, sort_keys=True)
     if a.out:
         a.out.write_text(text)
