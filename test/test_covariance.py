@@ -299,6 +299,57 @@ class TestImuPropagation:
                 between += 1
         assert between > 20 and est.stats["resets"] == 0
 
+    def test_imu_rate_prediction_ahead_of_the_frames(self):
+        """Regression: ``odometry_imu`` was published with zero covariance. An IMU-rate state predicted
+        ahead of the newest frame (:meth:`VioEstimator.propagate`) gets the frame's covariance propagated
+        further: more rotation and velocity uncertainty the further it reaches, and asking for it changes
+        nothing the frames report (the same covariances as an estimator never asked)."""
+        from vilib_ros.backend import BackendConfig, VioEstimator
+        from vilib_ros.synthetic.tracks import MiniSim, MiniSimConfig
+
+        sim = MiniSim(MiniSimConfig(duration_s=5, static_s=1.0, seed=3))
+        st, data, _, _ = sim.imu()
+        frames = list(sim.track_frames())
+
+        def run(ask: bool):
+            est = VioEstimator(BackendConfig(kf_max_interval_s=0.4), sim.cam0, sim.cam1)
+            reports, checked, i = [], 0, 0
+            for k, fr in enumerate(frames):
+                while i < len(st) and st[i] <= fr.stamp_ns:
+                    est.add_imu(st[i], data[i, :3], data[i, 3:])
+                    i += 1
+                s = est.add_frame(fr)
+                c = est.odometry_covariance(s) if s is not None else None
+                reports.append(None if c is None else c[0].copy())
+                if not ask or c is None or k + 1 >= len(frames):
+                    continue
+                # the IMU up to the next frame, each sample predicted as the node's odometry_imu does
+                prev = c
+                j = i
+                while j < len(st) and st[j] < frames[k + 1].stamp_ns:
+                    est.add_imu(st[j], data[j, :3], data[j, 3:])
+                    p = est.propagate(st[j])
+                    q = est.predicted_covariance(p)
+                    assert q is not None and np.all(np.isfinite(q[0]))
+                    np.testing.assert_allclose(q[0], q[0].T, atol=1e-15)
+                    assert np.linalg.eigvalsh(q[0]).min() > 0
+                    assert np.trace(q[0][3:, 3:]) > np.trace(prev[0][3:, 3:])        # rotation
+                    assert np.trace(q[1][:3, :3]) > np.trace(prev[1][:3, :3])        # velocity
+                    prev = q
+                    checked += 1
+                    j += 1
+                i = j
+            return reports, checked
+
+        asked, checked = run(True)
+        plain, _ = run(False)
+        assert checked > 100
+        assert len(asked) == len(plain)
+        for a, b in zip(asked, plain):
+            assert (a is None) == (b is None)
+            if a is not None:
+                np.testing.assert_array_equal(a, b)
+
     def test_reset_keeps_the_position_uncertainty(self):
         """A smoother restart (here forced: a speed bound under the motion's) anchors the new window with
         small priors; the odometry covariance after it carries on from the one before (no drop to the

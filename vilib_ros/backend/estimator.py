@@ -178,13 +178,7 @@ class VioEstimator:
         noise = normalise_imu_noise(imu_noise)
         self.rig = CameraRig(cam0, cam1, cfg.pixel_sigma)
         self._warn = ThrottledWarnings(log)     # per-sample / per-frame warnings: once, then every 10 s
-        self.stats = {"frames": 0, "keyframes": 0, "resets": 0, "imu_samples": 0, "imu_skipped": 0,
-                      "frames_skipped": 0, "frames_without_tracks": 0, "outliers_rejected": 0,
-                      "landmarks_created": 0, "landmarks_active": 0, "blacklisted": 0, "init_kind": "",
-                      "init_attempts": 0, "imu_late": 0, "imu_out_of_range": 0, "imu_gaps": 0,
-                      "imu_gap_resets": 0, "frames_without_imu": 0, "tracking_lost": 0, "tracking_recovered": 0,
-                      "tracking_lost_ms": 0, "landmarks_split": 0,
-                      "kf_time": 0, "kf_parallax": 0, "kf_tracks": 0, "zero_velocity_updates": 0}
+        self.stats = {**dict.fromkeys(self.COUNTERS, 0), "init_kind": ""}
         self.kf_timings: list[dict] = []    # per keyframe: total_s, smoother_s, python_s
         self.imu = ImuInput(cfg, self.stats, self._warn)
         self.preintegrator = ImuPreintegrator(cfg, noise, self.imu.buffer)
@@ -432,6 +426,14 @@ class VioEstimator:
             return None
         return self.covariance.of_state(s, self.window.last, self.state_covariance, self.imu_noise_densities,
                                         self.tracking.lost_since is not None, angular_variance)
+
+    def predicted_covariance(self, state: VioState, angular_variance: float = 1e3):
+        """(pose_cov, twist_cov) of an IMU-rate ``state`` from :meth:`propagate`, as :meth:`odometry_covariance`
+        gives a frame's, without changing what the frames report. None before the first marginal."""
+        if not self._initialised:
+            return None
+        return self.covariance.ahead(state, self.window.last, self.state_covariance, self.imu_noise_densities,
+                                     angular_variance)
 
     def health(self) -> dict:
         """:meth:`~.health.TrackingHealth.status` at the newest frame: ``tracking`` ('initialising', 'lost' or

@@ -124,13 +124,30 @@ class OdometryCovariance:
         elif self._loss is None and self._last is not None:
             t0, v0, P0 = self._last
             self._loss = (t0, v0, _blocks(P0))
-        if self._loss is not None and state.stamp_ns >= self._loss[0]:
-            t0, v0, P0 = self._loss
-            dt = (int(state.stamp_ns) - t0) * 1e-9
-            f_w = (np.asarray(state.v, float) - v0) / dt - self.g_w if dt > 1e-6 else -self.g_w
-            P = _larger_blocks(P, propagate(P0, dt, f_w, *sigmas))
+        P = self._through_loss(P, state, sigmas)
         self._last = (int(state.stamp_ns), np.array(state.v, float), P)
         return ros_covariance(P, state.R, angular_variance)
+
+    def ahead(self, state, kf, marginal, sigmas, angular_variance: float = 1e3):
+        """(pose_cov, twist_cov) of an IMU-rate ``state`` predicted ahead of the newest frame (the node's
+        ``odometry_imu``): propagated like a frame's, through a tracking loss that lasts too, but not
+        recorded, so the frames' own reports do not depend on how often this is asked. None before any
+        marginal."""
+        self._refresh(kf, marginal)
+        P = self.world(state.stamp_ns, state.v, sigmas)
+        if P is None:
+            return None
+        return ros_covariance(self._through_loss(P, state, sigmas), state.R, angular_variance)
+
+    def _through_loss(self, P: np.ndarray, state, sigmas) -> np.ndarray:
+        """``P``, no smaller than the covariance reported before the tracking loss that lasts, propagated
+        to ``state`` (the keyframes of a loss carry no vision: their marginals alone would shrink)."""
+        if self._loss is None or state.stamp_ns < self._loss[0]:
+            return P
+        t0, v0, P0 = self._loss
+        dt = (int(state.stamp_ns) - t0) * 1e-9
+        f_w = (np.asarray(state.v, float) - v0) / dt - self.g_w if dt > 1e-6 else -self.g_w
+        return _larger_blocks(P, propagate(P0, dt, f_w, *sigmas))
 
     def restart(self, t_ns: int, v, sigmas, hidden_s: float = 0.0) -> None:
         """The smoother starts again at ``t_ns`` (state velocity ``v``) from priors: keep the position and

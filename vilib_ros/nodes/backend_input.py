@@ -67,11 +67,13 @@ class BackendInput:
         for ti in added:
             try:
                 s = self.estimator.propagate(ti)
+                cov = self.estimator.predicted_covariance(s) \
+                    if s is not None and self.p["odometry_covariance"] else None
             except Exception as exc:  # noqa: BLE001
                 self.skips.skip("estimator_error", "imu", f"IMU propagation failed: {exc!r}")
                 return
             if s is not None:
-                self.pub_odom_imu.publish(self._odometry(s))
+                self.pub_odom_imu.publish(self._odometry(s, cov))
 
     def _take_pending_imu(self, first: bytes | None = None) -> list[int]:
         """``first`` and every IMU message already waiting in the subscription into the ring (the

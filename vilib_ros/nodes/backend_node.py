@@ -42,7 +42,8 @@ Published
       (linear part; the angular part is not estimated: 1e3 on its diagonal). Zero before
       the first keyframe is optimised (always zero with ``odometry_covariance`` off). See
       :mod:`vilib_ros.backend.covariance` and :mod:`vilib_ros.backend.health`.
-  odometry_imu (nav_msgs/Odometry): the same pose propagated with the IMU at IMU rate
+  odometry_imu (nav_msgs/Odometry): the same pose propagated with the IMU at IMU rate, its
+      covariance propagated the same way (zero with ``odometry_covariance`` off)
   path (nav_msgs/Path): the frame-rate poses so far (at most ``path_max_length``), republished
       every ``path_publish_period_s`` while someone subscribes (a viewer needs no more; the whole
       path every frame would cost O(length) per frame), serialized from arrays

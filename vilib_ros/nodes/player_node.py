@@ -4,10 +4,10 @@ The dataset is opened with :func:`vilib_ros.datasets.open_dataset`; its events a
 in time order (:func:`vilib_ros.datasets.replay.replay_events`): IMU samples first, then the
 images of the same instant. IMU samples are replayed from ``imu_margin_s`` before the first
 image to the last image (EuRoC IMU logs run longer than a cut image sequence). Images are read
-and decoded ahead (``prefetch`` frames; ASL folders on ``decode_workers`` threads, with the
-process's GIL switch interval lowered to 0.5 ms so that a decoded image does not wait 5 ms for the
-publishing thread: :func:`vilib_ros.datasets.replay.hand_gil_to_decoders`), so the player is not
-the bottleneck. While it waits for the pipeline (backpressure) it takes the tracks and
+and decoded ahead (``prefetch`` frames; an ASL folder's PNGs by ``decoders``: processes writing
+into shared memory, or threads with the process's GIL switch interval lowered to 0.5 ms so that a
+decoded image does not wait 5 ms for the publishing thread,
+:func:`vilib_ros.datasets.replay.hand_gil_to_decoders`), so the player is not the bottleneck. While it waits for the pipeline (backpressure) it takes the tracks and
 ``backend_processed`` messages straight from their subscriptions; the executor gets a turn at most
 every 20 ms (parameter requests).
 A frame that cannot be read (missing, empty, corrupt, wrong size) is skipped, counted under its
