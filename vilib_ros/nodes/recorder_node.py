@@ -24,13 +24,8 @@ Published
 
 Parameters
 ----------
-  output (string, default 'recorder.jsonl', read-only): file to write (parent folders are created)
-  topics (string array, default ['tracks:sensor_msgs/msg/PointCloud', 'odometry:nav_msgs/msg/Odometry'], read-only):
-      topics to record as ``name:package/msg/Type``
-  record_points (bool, default true, read-only): store ids/u/v of every tracks message
-  reliable (bool, default true, read-only): reliable keep-all QoS, nothing lost (else best-effort
-      sensor QoS; a reliable subscription does not match a best-effort publisher)
-  queue_size (integer, default 100, range [1, 10000], read-only): subscription queue depth
+Parameters: ``python -m vilib_ros.nodes.recorder_node --print-parameters``, or docs/parameters.md;
+all read-only.
 """
 from __future__ import annotations
 
@@ -54,10 +49,12 @@ DEFAULT_TOPICS = ["tracks:sensor_msgs/msg/PointCloud", "odometry:nav_msgs/msg/Od
 
 def parameter_table() -> list[ParamSpec]:
     return [
-        ParamSpec("output", "recorder.jsonl", "file to write (JSON lines)", read_only=True),
+        ParamSpec("output", "recorder.jsonl", "file to write (JSON lines; parent folders are created)",
+                  read_only=True),
         ParamSpec("topics", list(DEFAULT_TOPICS), "topics to record as name:package/msg/Type", read_only=True),
         ParamSpec("record_points", True, "store ids/u/v of every tracks message", read_only=True),
-        ParamSpec("reliable", True, "reliable QoS (else best-effort sensor-data QoS)", read_only=True),
+        ParamSpec("reliable", True, "reliable keep-all QoS, nothing lost (else best-effort sensor-data QoS; a "
+                  "reliable subscription does not match a best-effort publisher)", read_only=True),
         ParamSpec("queue_size", 100, "subscription queue depth", range=(1, 10000), read_only=True),
     ]
 
