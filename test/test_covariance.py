@@ -136,6 +136,40 @@ def _run_minisim(duration_s: float, **cfg):
     return est, states
 
 
+class TestGaugePrior:
+    """vilib_ros.backend.smoother.Smoother.start: the prior that starts a window."""
+
+    @pytest.mark.parametrize("stereo", [True, False], ids=["stereo", "mono"])
+    def test_yaw_is_about_the_world_vertical_however_the_imu_is_mounted(self, stereo):
+        """Regression: the start prior pinned the rotation about the body's z axis (1 mrad); with the IMU
+        mounted x up, as EuRoC's is, that is a tilt, held against gravity, while the yaw went loose. The
+        marginal of the first pose, rotated into the world frame, has the tight sigma about the world's
+        vertical and ``rot_sigma`` about both horizontal axes, for a body tilted 22 degrees off x up."""
+        from scipy.spatial.transform import Rotation
+
+        from vilib_ros.backend import BackendConfig
+        from vilib_ros.backend.rig import CameraRig
+        from vilib_ros.backend.smoother import Smoother
+        from vilib_ros.synthetic.tracks import MiniSim, MiniSimConfig
+
+        sim = MiniSim(MiniSimConfig(duration_s=2, seed=3))
+        cfg = BackendConfig().validate()
+        sm = Smoother(cfg, cfg.for_mode(stereo), CameraRig(sim.cam0, sim.cam1 if stereo else None, cfg.pixel_sigma))
+        T = np.eye(4)
+        # body x up (gravity's reaction on +x), then tilted 22 degrees and turned 40 degrees in yaw
+        T[:3, :3] = (Rotation.from_euler("z", 40, degrees=True) * Rotation.from_euler("y", -90 + 22, degrees=True)
+                     ).as_matrix()
+        T[:3, 3] = [1.0, 2.0, 0.5]
+        rot_sigma, pos_sigma = 0.02, 1e-3
+        sm.start(0, 0.0, T, np.zeros(3), np.zeros(6), rot_sigma, pos_sigma, 0.1, 0.1, 0.01)
+        S_pose, _ = sm.covariance(0)
+        R = T[:3, :3]
+        S_world = R @ S_pose[:3, :3] @ R.T         # gtsam's Pose3 tangent: rotation in the body frame
+        np.testing.assert_allclose(np.sqrt(np.diag(S_world)), [rot_sigma, rot_sigma, 1e-3], rtol=1e-3)
+        np.testing.assert_allclose(S_world[0, 1], 0.0, atol=1e-3 * rot_sigma ** 2)
+        np.testing.assert_allclose(np.sqrt(np.diag(S_pose[3:, 3:])), [pos_sigma] * 3, rtol=1e-3)
+
+
 class TestRootedSmoother:
     """vilib_ros.backend.isam2_smoother.RootedFixedLagSmoother: the newest state at the Bayes tree's root,
     so that the odometry covariance is read from the root clique."""

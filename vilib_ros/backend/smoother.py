@@ -95,9 +95,15 @@ class Smoother:
         graph, vals = batch.graph, batch.values
         pose = gtsam.Pose3(T)
         bias = gtsam.imuBias.ConstantBias(bias6[:3], bias6[3:])
-        # yaw and position are unobservable: a tight prior anchors the gauge
-        graph.add(gtsam.PriorFactorPose3(X, pose, gtsam.noiseModel.Diagonal.Sigmas(
-            np.array([rot_sigma, rot_sigma, 1e-3, pos_sigma, pos_sigma, pos_sigma]))))
+        # the gauge: yaw (rotation about the world's vertical) and position are unobservable, roll and pitch
+        # are not (gravity). A tight prior on yaw and the position, rot_sigma on roll and pitch, written in
+        # gtsam's Pose3 tangent (rotation in the body frame): R^T C R, so that it is the world's vertical
+        # however the IMU is mounted (EuRoC's has x up: a diagonal body-frame prior pinned a tilt instead)
+        R = np.asarray(T, float)[:3, :3]
+        cov = np.zeros((6, 6))
+        cov[:3, :3] = R.T @ np.diag([rot_sigma ** 2, rot_sigma ** 2, 1e-6]) @ R
+        cov[3:, 3:] = np.eye(3) * pos_sigma ** 2
+        graph.add(gtsam.PriorFactorPose3(X, pose, gtsam.noiseModel.Gaussian.Covariance(0.5 * (cov + cov.T))))
         graph.add(gtsam.PriorFactorVector(V, v, gtsam.noiseModel.Isotropic.Sigma(3, v_sigma)))
         graph.add(gtsam.PriorFactorConstantBias(B, bias, gtsam.noiseModel.Diagonal.Sigmas(
             np.array([ba_sigma] * 3 + [bg_sigma] * 3))))
