@@ -205,6 +205,16 @@ def select(spec: str) -> list:
     return out
 
 
+def _gtsam_version(gtsam) -> str:
+    """gtsam's version (its module has no ``__version__`` in some builds: the installed distribution's)."""
+    try:
+        from importlib.metadata import version
+
+        return version("gtsam")
+    except Exception:  # noqa: BLE001 - a build outside pip
+        return getattr(gtsam, "__version__", "?")
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sequences", default="v101:60,synthetic60",
                    help="comma-separated name[:seconds] (v101, synthetic60); default %(default)s")
@@ -235,7 +245,7 @@ def run_command(args) -> int:
 
     res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "machine": f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, "
-                      f"gtsam {getattr(gtsam, '__version__', '?')}",
+                      f"gtsam {_gtsam_version(gtsam)}",
            "command": "python -m bench " + " ".join(sys.argv[1:]),
            "rows": [{"label": r[0], "overrides": r[1], "modes": list(r[2])} for r in rows], "columns": []}
     for spec in args.sequences.split(","):
