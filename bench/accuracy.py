@@ -187,8 +187,8 @@ def run_sequence(name: str, args, cache: Path, tmp: Path, peer) -> dict:
 def markdown(res: dict) -> str:
     m = res["machine"]
     L = [f"# Trajectory accuracy against cuVSLAM ({res['date']})", "",
-         f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, gtsam {m['gtsam']}; frontend device "
-         f"`{res['device']}`; load average at start {res['load_start']}, at end {res['load_end']}.", "",
+         f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, gtsam {m['gtsam']}, "
+         f"{m.get('libraries', '?')}; frontend device `{res['device']}`; load average at start {res['load_start']}, at end {res['load_end']}.", "",
          f"Command: `{res['command']}`", ""]
     loads = [x[0] for x in (res.get("load_start"), res.get("load_end")) if x]
     if loads and max(loads) > (m["cores"] or 1):

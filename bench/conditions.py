@@ -137,8 +137,8 @@ def markdown(res: dict) -> str:
     m = res["machine"]
     w = {k: sum(r["wall_s"].get(k, 0.0) for r in res["rows"]) / 60 for k in ("render", "frontend_cpu", "backend_cpu")}
     L = [f"# Trajectory accuracy under imaging conditions ({res['date']})", "",
-         f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, gtsam {m['gtsam']}; frontend "
-         f"`{res['device']}`; load average at start {res['load_start']}, at end {res['load_end']}.", "",
+         f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, gtsam {m['gtsam']}, "
+         f"{m.get('libraries', '?')}; frontend `{res['device']}`; load average at start {res['load_start']}, at end {res['load_end']}.", "",
          f"Times on this machine: rendering {w['render']:.0f} min (two processes), the CPU frontend "
          f"{w['frontend_cpu']:.0f} min, the backends (stereo and mono) {w['backend_cpu']:.1f} min; this run "
          f"{res['wall_s'] / 60:.1f} min (the rendered sequences and the tracks are cached in `--cache` and timed "

@@ -24,8 +24,20 @@ def cpu_model() -> str:
     return platform.processor() or "?"
 
 
+def library_versions() -> str:
+    """The libraries whose versions change rendered pixels or tracks: OpenCV draws the generator's images
+    (one release moved a grey level on 0.06 % of the pixels, and our tracks with it), NumPy and numba
+    compute the CPU frontend. Part of the rendering and track cache keys, and named with the results."""
+    import cv2
+    import numba
+    import numpy
+
+    return f"OpenCV {cv2.__version__}, NumPy {numpy.__version__}, numba {numba.__version__}"
+
+
 def machine() -> dict:
-    """CPU model, logical cores, Python, gtsam (``?`` where not installed), platform."""
+    """CPU model, logical cores, Python, gtsam (``?`` where not installed), the image and array libraries
+    (:func:`library_versions`), platform."""
     try:
         from importlib.metadata import version
 
@@ -33,7 +45,7 @@ def machine() -> dict:
     except Exception:  # noqa: BLE001
         gv = "?"
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(), "gtsam": gv,
-            "platform": platform.platform()}
+            "libraries": library_versions(), "platform": platform.platform()}
 
 
 def revision(root) -> str:

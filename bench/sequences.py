@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.results import library_versions
+
 log = logging.getLogger(__name__)
 
 
@@ -55,7 +57,7 @@ def rendered(cfg, cache: Path, workers: int | None) -> Path:
     """The sequence rendered in the ASL layout (cached by its configuration)."""
     from vilib_ros.synthetic import generate_sequence
 
-    path = cache / f"{cfg.name}_{_key(asdict(cfg))}"
+    path = cache / f"{cfg.name}_{_key(asdict(cfg), library_versions())}"
     if not (path / "done").is_file():
         t = time.perf_counter()
         print(f"bench-accuracy: rendering {cfg.name} into {path} ...", file=sys.stderr)
@@ -94,7 +96,7 @@ def our_tracks(ds, device: str, cache: Path, stereo: bool = True, fc=None) -> tu
     from vilib_ros.offline import owned
 
     fc = fc or FrontendConfig()
-    p = cache / f"ours_{ds.name}_{_key(str(ds.root), device, repr(fc), stereo)}.pkl"
+    p = cache / f"ours_{ds.name}_{_key(str(ds.root), device, repr(fc), stereo, library_versions())}.pkl"
 
     def make():
         c0 = ds.cameras[0]
