@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,14 @@ def _restore_project_logger():
     yield
     logger.handlers[:] = saved[0]
     logger.propagate, logger.level, logger.disabled = saved[1], saved[2], saved[3]
+
+
+def wait_until(predicate, timeout: float, step: float = 0.1) -> bool:
+    """Poll ``predicate`` every ``step`` seconds until it holds or ``timeout`` seconds have passed; its
+    last value (tests wait for conditions, never for a fixed time)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()

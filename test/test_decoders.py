@@ -24,6 +24,7 @@ import cv2
 import numpy as np
 import pytest
 
+from conftest import wait_until
 from test_euroc import make_asl
 from vilib_ros.datasets import FrameError, open_dataset
 from vilib_ros.datasets.decoders import DecoderProcesses, DecoderThreads, open_decoders
@@ -44,15 +45,6 @@ def asl(tmp_path_factory):
 
 def _png(root, cam, k):
     return cv2.imread(str(sorted((root / "mav0" / f"cam{cam}" / "data").glob("*.png"))[k]), cv2.IMREAD_UNCHANGED)
-
-
-def _wait(predicate, timeout: float, step: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def _alive(pid: int) -> bool:
@@ -154,7 +146,7 @@ class TestDecoderProcesses:
         finally:
             proc.kill()
             proc.wait(10)
-        assert _wait(lambda: not any(_alive(p) for p in pids), 20), "a decoder outlived its parent"
+        assert wait_until(lambda: not any(_alive(p) for p in pids), 20), "a decoder outlived its parent"
 
 
 class TestChoice:
@@ -256,4 +248,4 @@ class TestCtrlC:
                 proc.wait(10)
         assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
         assert "Traceback" not in err, err[-3000:]
-        assert _wait(lambda: not in_session(), 20), f"left running: {in_session()}"
+        assert wait_until(lambda: not in_session(), 20), f"left running: {in_session()}"

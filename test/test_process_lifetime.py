@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-from conftest import live_pids, ros_domain  # noqa: E402
+from conftest import live_pids, ros_domain, wait_until  # noqa: E402
 from test_interrupts import SWALLOW  # noqa: E402
 
 DOMAIN = ros_domain("process_lifetime")
@@ -30,15 +30,6 @@ def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
-
-
-def _wait(predicate, timeout: float, step: float = 0.2) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def _kill_9(proc: subprocess.Popen) -> None:
@@ -56,11 +47,11 @@ class TestKillNineTheParent:
                                 env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         params = str(out / "params.yaml")
         try:
-            assert _wait(lambda: len(live_pids(params, "vilib_ros.nodes.")) == 4, 120), \
+            assert wait_until(lambda: len(live_pids(params, "vilib_ros.nodes.")) == 4, 120, step=0.2), \
                 "the run did not start its four nodes"
             children = live_pids(params, "vilib_ros.nodes.")
             _kill_9(proc)
-            assert _wait(lambda: not live_pids(params, "vilib_ros.nodes."), 15), \
+            assert wait_until(lambda: not live_pids(params, "vilib_ros.nodes."), 15, step=0.2), \
                 f"children of the killed run still alive: {live_pids(params, 'vilib_ros.nodes.')} of {children}"
         finally:
             if proc.poll() is None:
@@ -95,9 +86,9 @@ time.sleep(600)
             def up():   # both nodes are running (past their start-up), not merely forked
                 return len(nodes()) == 2 and all(f.exists() and "[INFO]" in f.read_text() for f in logs)
 
-            assert _wait(up, 90), [f.read_text() if f.exists() else "" for f in logs]
+            assert wait_until(up, 90, step=0.2), [f.read_text() if f.exists() else "" for f in logs]
             _kill_9(proc)
-            assert _wait(lambda: not nodes(), 15), f"nodes of the killed fixture still alive: {nodes()}"
+            assert wait_until(lambda: not nodes(), 15, step=0.2), f"nodes of the killed fixture still alive: {nodes()}"
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -574,7 +565,7 @@ class TestConfigurationErrorAtStart:
             "camera_yaml": str(generated_sequence / "mav0" / "cam0" / "sensor.yaml"), "device": "cpu", "stereo": False,
             "detector.border": 256}, log=tmp_path / "frontend_node.log")
         try:
-            assert _wait(lambda: c.poll() is not None, 120), c.tail()
+            assert wait_until(lambda: c.poll() is not None, 120, step=0.2), c.tail()
         finally:
             ros_graph.reset()
         assert _death(c) == ("frontend_node (rc 2): image 752x480 is smaller than one cell (32x32) plus the border "

@@ -183,6 +183,23 @@ def mosaic(sources, rng: np.random.Generator, width_m: float, height_m: float,
 # ----------------------------------------------------------------------------- scene
 
 
+def _seen_on_plane(g, su, tv, s0, t0, x, y, zroi):
+    """A quad's plane seen through image coordinates ``(x, y)`` (a pinhole's pixels, or a lens's
+    undistorted normalised coordinates): inverse depth ``g . [x y 1]``, texture coordinates
+    ``s = (su . [x y 1]) z + s0`` and ``t`` likewise. Returns (camera depth z float32, inf behind; s; t;
+    the mask of what lies inside the quad, beyond the near plane and nearer than the depth ``zroi``)."""
+    inv_z = (g[0] * x + g[1] * y + g[2]).astype(np.float32)
+    valid = inv_z > (1.0 / 1e4)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(valid, 1.0 / inv_z, np.inf).astype(np.float32)
+        s = (su[0] * x + su[1] * y + su[2]) * z + s0
+        t = (tv[0] * x + tv[1] * y + tv[2]) * z + t0
+    eps = 2e-4
+    mask = valid & (z > NEAR) & (s >= -eps) & (s <= 1 + eps) & (t >= -eps) & (t <= 1 + eps)
+    mask &= z < zroi
+    return z, s, t, mask
+
+
 class Scene:
     def __init__(self, quads: list[Quad], room_size: tuple[float, float, float],
                  boxes: list[tuple[np.ndarray, np.ndarray]]):
@@ -260,16 +277,8 @@ class Scene:
             s0, t0 = (co @ q.U) / U2, (co @ q.V) / V2
             us = np.arange(x0, x1, dtype=np.float32)[None, :]
             vs = np.arange(y0, y1, dtype=np.float32)[:, None]
-            inv_z = (g[0] * us + g[1] * vs + g[2]).astype(np.float32)
-            valid = inv_z > (1.0 / 1e4)
-            with np.errstate(divide="ignore"):
-                z = np.where(valid, 1.0 / inv_z, np.inf).astype(np.float32)
-            s = (su[0] * us + su[1] * vs + su[2]) * z + s0
-            tt = (tv[0] * us + tv[1] * vs + tv[2]) * z + t0
-            eps = 2e-4
-            mask = valid & (z > NEAR) & (s >= -eps) & (s <= 1 + eps) & (tt >= -eps) & (tt <= 1 + eps)
             zroi = zbuf[y0:y1, x0:x1]
-            mask &= z < zroi
+            z, _, _, mask = _seen_on_plane(g, su, tv, s0, t0, us, vs, zroi)
             if not mask.any():
                 continue
             tex = self._pick_mip(q, K, R_CW, t_CW, roi)
@@ -309,17 +318,8 @@ class Scene:
             U2, V2 = q.U @ q.U, q.V @ q.V
             su, tv = (q.U @ R_WC) / U2, (q.V @ R_WC) / V2
             s0, t0 = (co @ q.U) / U2, (co @ q.V) / V2
-            inv_z = (g[0] * xs + g[1] * ys + g[2]).astype(np.float32)
-            valid = inv_z > (1.0 / 1e4)
-            with np.errstate(divide="ignore"):
-                z = np.where(valid, 1.0 / inv_z, np.inf).astype(np.float32)
-            with np.errstate(invalid="ignore"):
-                s = (su[0] * xs + su[1] * ys + su[2]) * z + s0
-                tt = (tv[0] * xs + tv[1] * ys + tv[2]) * z + t0
-            eps = 2e-4
-            mask = valid & (z > NEAR) & (s >= -eps) & (s <= 1 + eps) & (tt >= -eps) & (tt <= 1 + eps)
             zroi = zbuf[y0:y1, x0:x1]
-            mask &= z < zroi
+            z, s, tt, mask = _seen_on_plane(g, su, tv, s0, t0, xs, ys, zroi)
             if not mask.any():
                 continue
             tex = self._pick_mip_rays(q, rays, n_c, d_c, roi)
